@@ -1,0 +1,226 @@
+//! Injected agents: obstacles, goals and predators. Each has an id (unique
+//! across all three kinds) and an optional time-to-live; all are added, moved
+//! and removed between ticks.
+
+mod goal;
+mod obstacle;
+mod predator;
+
+pub use goal::{Goal, GoalKind, MAX_WAYPOINTS};
+pub use obstacle::{Hit, Shape};
+pub use predator::{MAX_PREDATOR_SPEED_MPS, Predator, PredatorMode};
+
+use glam::Vec3;
+
+use crate::error::{ParamError, SimError};
+
+/// Most obstacles at once (each boid probes every obstacle every tick).
+pub const MAX_OBSTACLES: usize = 256;
+/// Most goals at once.
+pub const MAX_GOALS: usize = 16;
+/// Most predators at once (each boid checks every predator every tick).
+pub const MAX_PREDATORS: usize = 64;
+/// Longest time-to-live, seconds.
+pub const MAX_TTL_S: f32 = 86_400.0;
+/// Largest goal arrive radius, metres.
+pub const MAX_ARRIVE_RADIUS_M: f32 = 10_000.0;
+
+/// The kinds of agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+pub enum AgentKind {
+    /// See [`Predator`].
+    Predator,
+    /// See [`Goal`].
+    Goal,
+    /// See [`Obstacle`].
+    Obstacle,
+}
+
+impl AgentKind {
+    /// Lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Predator => "predator",
+            Self::Goal => "goal",
+            Self::Obstacle => "obstacle",
+        }
+    }
+}
+
+/// A live obstacle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Obstacle {
+    /// Agent id.
+    pub id: u32,
+    /// Geometry.
+    pub shape: Shape,
+    /// Tick at which the obstacle disappears, if it has a time-to-live.
+    pub expires_at_tick: Option<u64>,
+}
+
+/// All agents in the world.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Agents {
+    /// Obstacles, in creation order.
+    pub(crate) obstacles: Vec<Obstacle>,
+    /// Goals, in creation order.
+    pub(crate) goals: Vec<Goal>,
+    /// Predators, in creation order.
+    pub(crate) predators: Vec<Predator>,
+    /// Next id to hand out; ids are never reused within a run.
+    pub(crate) next_id: u32,
+}
+
+/// Converts an optional time-to-live into an expiry tick.
+pub(crate) fn expiry(ttl_s: Option<f32>, now_tick: u64, tick_hz: u32) -> Result<Option<u64>, ParamError> {
+    let Some(ttl) = ttl_s else { return Ok(None) };
+    if !(ttl.is_finite() && ttl > 0.0 && ttl <= MAX_TTL_S) {
+        return Err(ParamError::new("ttl_s", ttl, format!("finite, > 0 and <= {MAX_TTL_S}")));
+    }
+    let ticks = (f64::from(ttl) * f64::from(tick_hz)).ceil().max(1.0) as u64;
+    Ok(Some(now_tick + ticks))
+}
+
+fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamError> {
+    let lim = crate::params::MAX_WORLD_M * 2.0;
+    if v.is_finite() && v.abs().max_element() <= lim {
+        Ok(v)
+    } else {
+        Err(ParamError::new(field, v, format!("finite, |x| <= {lim}")))
+    }
+}
+
+fn capacity(what: &'static str, len: usize, limit: usize) -> Result<(), SimError> {
+    if len >= limit { Err(SimError::Capacity { what, requested: len + 1, limit }) } else { Ok(()) }
+}
+
+impl Agents {
+    /// Obstacles, in creation order.
+    pub fn obstacles(&self) -> &[Obstacle] {
+        &self.obstacles
+    }
+    /// Goals, in creation order.
+    pub fn goals(&self) -> &[Goal] {
+        &self.goals
+    }
+    /// Predators, in creation order.
+    pub fn predators(&self) -> &[Predator] {
+        &self.predators
+    }
+
+    fn take_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        id
+    }
+
+    pub(crate) fn add_obstacle(&mut self, shape: Shape, expires_at_tick: Option<u64>) -> Result<u32, SimError> {
+        shape.validate()?;
+        capacity("obstacles", self.obstacles.len(), MAX_OBSTACLES)?;
+        let id = self.take_id();
+        self.obstacles.push(Obstacle { id, shape, expires_at_tick });
+        Ok(id)
+    }
+
+    pub(crate) fn add_goal(
+        &mut self,
+        kind: GoalKind,
+        arrive_radius_m: f32,
+        expires_at_tick: Option<u64>,
+    ) -> Result<u32, SimError> {
+        kind.validate()?;
+        if !(arrive_radius_m.is_finite() && arrive_radius_m > 0.0 && arrive_radius_m <= MAX_ARRIVE_RADIUS_M) {
+            return Err(ParamError::new(
+                "arrive_radius_m",
+                arrive_radius_m,
+                format!("finite, > 0 and <= {MAX_ARRIVE_RADIUS_M}"),
+            )
+            .into());
+        }
+        capacity("goals", self.goals.len(), MAX_GOALS)?;
+        let id = self.take_id();
+        self.goals.push(Goal { id, kind, arrive_radius_m, next_waypoint: 0, reached: false, expires_at_tick });
+        Ok(id)
+    }
+
+    pub(crate) fn add_predator(
+        &mut self,
+        mode: PredatorMode,
+        position: Vec3,
+        velocity: Vec3,
+        max_speed_mps: f32,
+        expires_at_tick: Option<u64>,
+    ) -> Result<u32, SimError> {
+        check_point("position", position)?;
+        if !velocity.is_finite() || velocity.length() > MAX_PREDATOR_SPEED_MPS {
+            return Err(ParamError::new("velocity", velocity, format!("finite, |v| <= {MAX_PREDATOR_SPEED_MPS}")).into());
+        }
+        predator::check_speed(max_speed_mps)?;
+        capacity("predators", self.predators.len(), MAX_PREDATORS)?;
+        let id = self.take_id();
+        self.predators.push(Predator { id, mode, position, velocity, max_speed_mps, expires_at_tick });
+        Ok(id)
+    }
+
+    /// Which kind of agent has this id.
+    pub fn kind_of(&self, id: u32) -> Option<AgentKind> {
+        if self.predators.iter().any(|a| a.id == id) {
+            Some(AgentKind::Predator)
+        } else if self.goals.iter().any(|a| a.id == id) {
+            Some(AgentKind::Goal)
+        } else if self.obstacles.iter().any(|a| a.id == id) {
+            Some(AgentKind::Obstacle)
+        } else {
+            None
+        }
+    }
+
+    /// Moves an agent's anchor (predator position, goal point, obstacle centre) to `to`.
+    pub(crate) fn move_to(&mut self, id: u32, to: Vec3) -> Result<AgentKind, SimError> {
+        check_point("position", to)?;
+        if let Some(p) = self.predators.iter_mut().find(|a| a.id == id) {
+            p.position = to;
+            return Ok(AgentKind::Predator);
+        }
+        if let Some(g) = self.goals.iter_mut().find(|a| a.id == id) {
+            return match &mut g.kind {
+                GoalKind::Point { at } => {
+                    *at = to;
+                    g.reached = false;
+                    Ok(AgentKind::Goal)
+                }
+                GoalKind::Path { .. } => Err(SimError::Unsupported(format!(
+                    "goal {id} is a waypoint path; paths cannot be moved, delete it and create another"
+                ))),
+            };
+        }
+        if let Some(o) = self.obstacles.iter_mut().find(|a| a.id == id) {
+            let moved = o.shape.moved_to(to);
+            moved.validate()?;
+            o.shape = moved;
+            return Ok(AgentKind::Obstacle);
+        }
+        Err(SimError::UnknownAgent { kind: "agent", id })
+    }
+
+    /// Removes an agent of any kind.
+    pub(crate) fn remove(&mut self, id: u32) -> Result<AgentKind, SimError> {
+        let kind = self.kind_of(id).ok_or(SimError::UnknownAgent { kind: "agent", id })?;
+        self.predators.retain(|a| a.id != id);
+        self.goals.retain(|a| a.id != id);
+        self.obstacles.retain(|a| a.id != id);
+        Ok(kind)
+    }
+
+    /// Drops every agent whose time-to-live ended at or before `tick`.
+    pub(crate) fn expire(&mut self, tick: u64) {
+        let alive = |e: Option<u64>| e.is_none_or(|t| t > tick);
+        self.predators.retain(|a| alive(a.expires_at_tick));
+        self.goals.retain(|a| alive(a.expires_at_tick));
+        self.obstacles.retain(|a| alive(a.expires_at_tick));
+    }
+}

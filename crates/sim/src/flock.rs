@@ -1,0 +1,578 @@
+//! The flock: boid state, agents, and the tick that advances them.
+//!
+//! A tick (see [`Flock::step`]):
+//! 1. drops agents whose time-to-live ended;
+//! 2. counting-sorts boids into grid cells and copies them, in cell order,
+//!    into the read-only [`SortedBoids`] (the "previous" buffer);
+//! 3. in parallel chunks, runs the neighbour kernel and the steering rules
+//!    for every boid, writing the new state in cell order;
+//! 4. moves hunters, advances goal paths and totals the metrics.
+//!
+//! Architecture invariant: step 3 reads only the previous buffer and writes
+//! only its own chunk, so results do not depend on thread count or chunk
+//! scheduling; no allocation happens once buffers have grown to the population.
+
+use std::ops::Range;
+
+use glam::Vec3;
+
+use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
+use crate::error::{ParamError, SimError};
+use crate::exec::for_each_chunk2;
+use crate::grid::Grid;
+use crate::kernel::{Neighbourhood, SortedBoids, Sums};
+use crate::metrics::{MetricsAcc, TickMetrics};
+use crate::params::{Params, ParamsPatch};
+use crate::perception::Perception;
+use crate::rng::{self, Stream};
+use crate::rules::{self, Steering, UpdateCtx};
+
+/// Most boids a flock may hold (about 70 bytes each).
+pub const MAX_POPULATION: usize = 2_000_000;
+/// Boids per parallel work item. PERF: large enough to amortise scheduling,
+/// small enough that two threads stay balanced at 10k boids.
+const CHUNK: usize = 1024;
+
+/// One boid's kinematic state.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[repr(C)]
+pub struct Boid {
+    /// Position, metres.
+    pub p: Vec3,
+    /// Velocity, m/s.
+    pub v: Vec3,
+}
+
+// PERF: the state array is streamed every tick; keep it at six floats.
+const _: () = assert!(size_of::<Boid>() == 24);
+
+/// How to create a flock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct FlockConfig {
+    /// Behaviour and world.
+    pub params: Params,
+    /// Initial number of boids, placed uniformly at random. Default 5000, range 0 ..= 2000000.
+    pub population: usize,
+    /// Seed of every random draw in the run. Default 1.
+    pub seed: u64,
+}
+
+impl Default for FlockConfig {
+    fn default() -> Self {
+        Self { params: Params::default(), population: 5_000, seed: 1 }
+    }
+}
+
+/// Where the neighbours each rule used come from, per boid (see [`Flock::neighbour_report`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoidNeighbours {
+    /// The boid.
+    pub id: u32,
+    /// Ids of the separation, alignment and cohesion neighbours.
+    pub lists: [Vec<u32>; 3],
+    /// What the kernel accumulated for this boid.
+    pub sums: Sums,
+}
+
+/// A flock and everything in its world.
+#[derive(Debug, Clone)]
+pub struct Flock {
+    /// Validated parameters; replaced only by a validated value.
+    params: Params,
+    /// Seed of every random draw (spawns, wander).
+    seed: u64,
+    /// Ticks completed.
+    tick: u64,
+    /// Stable id of each boid, parallel to `boids`.
+    ids: Vec<u32>,
+    /// Boid state, in the cell order of the last tick (ids say who is who).
+    boids: Vec<Boid>,
+    /// Next boid id; ids are never reused within a run.
+    next_boid_id: u32,
+    /// Predators, goals and obstacles.
+    agents: Agents,
+    /// Metrics of the last tick.
+    metrics: TickMetrics,
+    /// Scratch: the grid, rebuilt every tick.
+    grid: Grid,
+    /// Scratch: the previous tick's boids in cell order.
+    sorted: SortedBoids,
+    /// Scratch: per-boid kernel output.
+    sums: Vec<Sums>,
+}
+
+impl Flock {
+    /// A flock with `config.population` boids placed uniformly at random.
+    pub fn new(config: FlockConfig) -> Result<Self, SimError> {
+        config.params.validate()?;
+        check_population(config.population)?;
+        let mut flock = Self {
+            params: config.params,
+            seed: config.seed,
+            tick: 0,
+            ids: Vec::new(),
+            boids: Vec::new(),
+            next_boid_id: 0,
+            agents: Agents::default(),
+            metrics: TickMetrics::default(),
+            grid: Grid::default(),
+            sorted: SortedBoids::default(),
+            sums: Vec::new(),
+        };
+        flock.grow_uniform(config.population);
+        flock.metrics = flock.measure_now();
+        Ok(flock)
+    }
+
+    /// Current parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Replaces the parameters (validated first; on error nothing changes).
+    pub fn set_params(&mut self, params: Params) -> Result<(), ParamError> {
+        params.validate()?;
+        if params.is_2d() && !self.params.is_2d() {
+            for b in &mut self.boids {
+                b.p.z = 0.0;
+                b.v.z = 0.0;
+            }
+        }
+        self.params = params;
+        Ok(())
+    }
+
+    /// Applies a patch (validated as a whole; on error nothing changes).
+    pub fn patch_params(&mut self, patch: &ParamsPatch) -> Result<&Params, ParamError> {
+        let p = self.params.patched(patch)?;
+        self.set_params(p)?;
+        Ok(&self.params)
+    }
+
+    /// The run's seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Ticks completed.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// Number of boids.
+    pub fn len(&self) -> usize {
+        self.boids.len()
+    }
+
+    /// Whether the flock has no boids.
+    pub fn is_empty(&self) -> bool {
+        self.boids.is_empty()
+    }
+
+    /// Boid ids, parallel to [`Flock::boids`].
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Boid states, parallel to [`Flock::ids`] (in no particular order).
+    pub fn boids(&self) -> &[Boid] {
+        &self.boids
+    }
+
+    /// Predators, goals and obstacles.
+    pub fn agents(&self) -> &Agents {
+        &self.agents
+    }
+
+    /// Metrics of the last tick (or of the initial state before any tick).
+    pub fn metrics(&self) -> &TickMetrics {
+        &self.metrics
+    }
+
+    /// Starts over: a fresh random flock of the current population with `seed`
+    /// (or the current one), tick 0, no agents. Parameters are kept.
+    pub fn reset(&mut self, seed: Option<u64>) {
+        let n = self.boids.len();
+        self.seed = seed.unwrap_or(self.seed);
+        self.tick = 0;
+        self.ids.clear();
+        self.boids.clear();
+        self.next_boid_id = 0;
+        self.agents = Agents::default();
+        self.grow_uniform(n);
+        self.metrics = self.measure_now();
+    }
+
+    // ---- boids -------------------------------------------------------------
+
+    /// Adds `count` boids uniformly inside a ball of `radius_m` around
+    /// `center`, with random headings. Returns the new ids.
+    pub fn spawn_boids(&mut self, center: Vec3, radius_m: f32, count: usize) -> Result<Range<u32>, SimError> {
+        if !center.is_finite() || center.abs().max_element() > crate::params::MAX_WORLD_M * 2.0 {
+            return Err(ParamError::new("center", center, "finite, inside +-200000 m").into());
+        }
+        if !(radius_m.is_finite() && (0.0..=crate::params::MAX_WORLD_M).contains(&radius_m)) {
+            return Err(ParamError::new("radius_m", radius_m, "finite, 0 ..= 100000").into());
+        }
+        let total = self.boids.len().saturating_add(count);
+        if total > MAX_POPULATION {
+            return Err(SimError::Capacity { what: "boids", requested: total, limit: MAX_POPULATION });
+        }
+        let planar = self.params.is_2d();
+        let start = self.next_boid_id;
+        for _ in 0..count {
+            let id = self.take_boid_id();
+            let mut offset = Vec3::ZERO;
+            for attempt in 0..64u64 {
+                let mut o = rng::signed_vec3(self.seed, Stream::Spawn, u64::from(id), 2 + attempt);
+                if planar {
+                    o.z = 0.0;
+                }
+                if o.length_squared() <= 1.0 {
+                    offset = o;
+                    break;
+                }
+            }
+            let mut p = center + offset * radius_m;
+            if planar {
+                p.z = 0.0;
+            }
+            let v = self.spawn_velocity(id);
+            self.push(id, Boid { p, v });
+        }
+        Ok(start..self.next_boid_id)
+    }
+
+    /// Removes the boids with these ids. Rejects the whole command (removing
+    /// nothing) if any id is unknown.
+    pub fn remove_boids(&mut self, ids: &[u32]) -> Result<usize, SimError> {
+        let mut wanted: Vec<u32> = ids.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let present = self.ids.iter().filter(|id| wanted.binary_search(id).is_ok()).count();
+        if present != wanted.len() {
+            let missing = wanted.iter().find(|id| !self.ids.contains(id)).copied().unwrap_or_default();
+            return Err(SimError::UnknownBoid { id: missing });
+        }
+        self.retain(|id| wanted.binary_search(&id).is_err());
+        Ok(wanted.len())
+    }
+
+    /// Grows (uniformly at random in the world) or shrinks (newest boids
+    /// first) the flock to exactly `n` boids.
+    pub fn set_population(&mut self, n: usize) -> Result<(), SimError> {
+        check_population(n)?;
+        if n > self.boids.len() {
+            self.grow_uniform(n - self.boids.len());
+        } else if n < self.boids.len() {
+            let mut sorted = self.ids.clone();
+            sorted.sort_unstable();
+            let cutoff = sorted[n];
+            self.retain(|id| id < cutoff);
+        }
+        Ok(())
+    }
+
+    fn take_boid_id(&mut self) -> u32 {
+        let id = self.next_boid_id;
+        self.next_boid_id = self.next_boid_id.wrapping_add(1);
+        id
+    }
+
+    fn spawn_velocity(&self, id: u32) -> Vec3 {
+        let pr = &self.params;
+        let dir = rng::unit_vec3(self.seed, Stream::Spawn, u64::from(id), 1, pr.is_2d());
+        let u = rng::unit_f32(rng::bits(self.seed, Stream::Spawn, u64::from(id), 0));
+        dir * (pr.min_speed_mps + (pr.max_speed_mps - pr.min_speed_mps) * u)
+    }
+
+    fn grow_uniform(&mut self, count: usize) {
+        let world = Vec3::from(self.params.world_m);
+        self.ids.reserve(count);
+        self.boids.reserve(count);
+        for _ in 0..count {
+            let id = self.take_boid_id();
+            let u = (rng::signed_vec3(self.seed, Stream::Spawn, u64::from(id), 100) + Vec3::ONE) * 0.5;
+            let mut p = u * world;
+            if self.params.is_2d() {
+                p.z = 0.0;
+            }
+            let v = self.spawn_velocity(id);
+            self.push(id, Boid { p, v });
+        }
+    }
+
+    fn push(&mut self, id: u32, b: Boid) {
+        self.ids.push(id);
+        self.boids.push(b);
+    }
+
+    fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        let mut w = 0;
+        for r in 0..self.ids.len() {
+            if keep(self.ids[r]) {
+                self.ids[w] = self.ids[r];
+                self.boids[w] = self.boids[r];
+                w += 1;
+            }
+        }
+        self.ids.truncate(w);
+        self.boids.truncate(w);
+    }
+
+    // ---- agents ------------------------------------------------------------
+
+    /// Adds an obstacle; returns its id.
+    pub fn add_obstacle(&mut self, shape: Shape, ttl_s: Option<f32>) -> Result<u32, SimError> {
+        let exp = expiry(ttl_s, self.tick, self.params.tick_hz)?;
+        self.agents.add_obstacle(shape, exp)
+    }
+
+    /// Adds a goal; returns its id.
+    pub fn add_goal(&mut self, kind: GoalKind, arrive_radius_m: f32, ttl_s: Option<f32>) -> Result<u32, SimError> {
+        let exp = expiry(ttl_s, self.tick, self.params.tick_hz)?;
+        self.agents.add_goal(kind, arrive_radius_m, exp)
+    }
+
+    /// Adds a predator; `max_speed_mps` defaults to 1.5 x the boids' cruise speed.
+    pub fn add_predator(
+        &mut self,
+        mode: PredatorMode,
+        position: Vec3,
+        max_speed_mps: Option<f32>,
+        ttl_s: Option<f32>,
+    ) -> Result<u32, SimError> {
+        let exp = expiry(ttl_s, self.tick, self.params.tick_hz)?;
+        let speed = max_speed_mps.unwrap_or(self.params.max_speed_mps * 1.5);
+        self.agents.add_predator(mode, position, Vec3::ZERO, speed, exp)
+    }
+
+    /// Moves an agent's anchor (predator, point goal, obstacle centre).
+    pub fn move_agent(&mut self, id: u32, to: Vec3) -> Result<AgentKind, SimError> {
+        self.agents.move_to(id, to)
+    }
+
+    /// Removes an agent of any kind.
+    pub fn remove_agent(&mut self, id: u32) -> Result<AgentKind, SimError> {
+        self.agents.remove(id)
+    }
+
+    // ---- the tick ----------------------------------------------------------
+
+    /// Advances the world by one tick of `1 / tick_hz` seconds. Cannot fail.
+    pub fn step(&mut self) {
+        let started = crate::clock::now();
+        self.agents.expire(self.tick);
+        self.prepare();
+
+        let Self { params, seed, tick, boids, sums, grid, sorted, agents, .. } = self;
+        let ctx = UpdateCtx { params, agents, seed: *seed, tick: *tick };
+        let nb = Neighbourhood { grid, boids: sorted, perception: Perception::new(params) };
+        let sorted = &*sorted;
+        for_each_chunk2(boids, sums, CHUNK, |offset, out, sums| {
+            nb.gather_chunk(offset, sums);
+            for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
+                let i = offset + k;
+                let (p, v) = (sorted.pos(i), sorted.vel(i));
+                let steer = rules::steering(&ctx, sorted.id[i], p, v, s);
+                let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
+                *b = Boid { p: p1, v: v1 };
+            }
+        });
+        self.ids.copy_from_slice(&self.sorted.id);
+        self.move_hunters();
+
+        let mut acc = MetricsAcc::new();
+        for (b, s) in self.boids.iter().zip(&self.sums) {
+            acc.add(b.p, b.v, s.nn_d2, s.candidates);
+        }
+        self.tick += 1;
+        let mut m = acc.finish(self.tick, 0.0);
+        for g in &mut self.agents.goals {
+            g.update(m.centroid);
+        }
+        m.step_ms = crate::clock::elapsed_ms(started);
+        self.metrics = m;
+    }
+
+    /// Rebuilds the grid and the sorted copy from the current state.
+    fn prepare(&mut self) {
+        let n = self.boids.len();
+        let p = &self.params;
+        let cell_radius = crate::kernel::cell_radius_m(p);
+        self.grid.configure(Vec3::from(p.world_m), cell_radius, p.dims, p.boundary == crate::Boundary::Wrap);
+        let boids = &self.boids;
+        self.grid.rebuild(n, |i| boids[i].p);
+        self.sorted.resize(n);
+        self.sums.resize(n, Sums::default());
+        let s = &mut self.sorted;
+        for (k, &src) in self.grid.perm().iter().enumerate() {
+            let b = &self.boids[src as usize];
+            s.px[k] = b.p.x;
+            s.py[k] = b.p.y;
+            s.pz[k] = b.p.z;
+            s.vx[k] = b.v.x;
+            s.vy[k] = b.v.y;
+            s.vz[k] = b.v.z;
+            s.id[k] = self.ids[src as usize];
+        }
+    }
+
+    /// Hunters steer towards the boid nearest to them (as of the previous tick).
+    fn move_hunters(&mut self) {
+        let pr = self.params;
+        let dt = pr.dt_s();
+        for q in &mut self.agents.predators {
+            if q.mode != PredatorMode::Hunter {
+                continue;
+            }
+            let mut v = q.velocity;
+            if let Some(j) = nearest_boid(&self.grid, &self.sorted, q.position) {
+                let to = self.sorted.pos(j) - q.position;
+                v += rules::reynolds_steer(to, v, q.max_speed_mps, pr.max_force_mps2 * 2.0) * dt;
+            }
+            if pr.boundary == crate::Boundary::Soft {
+                v += rules::soft_boundary(q.position, &pr) * dt;
+            }
+            v = rules::clamp_length(v, q.max_speed_mps);
+            let mut p = q.position + v * dt;
+            rules::apply_boundary(&mut p, &mut v, &pr);
+            q.position = p;
+            q.velocity = v;
+        }
+    }
+
+    fn measure_now(&self) -> TickMetrics {
+        let mut acc = MetricsAcc::new();
+        for b in &self.boids {
+            acc.add(b.p, b.v, f32::INFINITY, 0);
+        }
+        let mut m = acc.finish(self.tick, 0.0);
+        m.min_nn_m = None;
+        m.mean_nn_m = None;
+        m.isolated = 0;
+        m
+    }
+
+    // ---- inspection --------------------------------------------------------
+
+    /// For every boid, the neighbours each rule uses right now and the
+    /// kernel's sums, computed exactly as the next tick will. For tests and tools.
+    pub fn neighbour_report(&mut self) -> Vec<BoidNeighbours> {
+        self.prepare();
+        let nb = Neighbourhood { grid: &self.grid, boids: &self.sorted, perception: Perception::new(&self.params) };
+        (0..self.sorted.len())
+            .map(|i| {
+                let mut sums = [Sums::default()];
+                nb.gather_chunk(i, &mut sums);
+                let lists = nb.neighbour_lists(i).map(|l| l.into_iter().map(|j| self.sorted.id[j]).collect());
+                BoidNeighbours { id: self.sorted.id[i], lists, sums: sums[0] }
+            })
+            .collect()
+    }
+
+    /// Every boid's steering contributions right now (id, steering), as the next tick will compute them.
+    pub fn steering_report(&mut self) -> Vec<(u32, Steering)> {
+        self.prepare();
+        let nb = Neighbourhood { grid: &self.grid, boids: &self.sorted, perception: Perception::new(&self.params) };
+        let ctx = UpdateCtx { params: &self.params, agents: &self.agents, seed: self.seed, tick: self.tick };
+        (0..self.sorted.len())
+            .map(|i| {
+                let mut sums = [Sums::default()];
+                nb.gather_chunk(i, &mut sums);
+                let id = self.sorted.id[i];
+                (id, rules::steering(&ctx, id, self.sorted.pos(i), self.sorted.vel(i), &sums[0]))
+            })
+            .collect()
+    }
+
+    /// A 64-bit FNV-1a digest of the tick, every boid (id, position,
+    /// velocity bits, in id order) and every predator: equal digests mean
+    /// bit-identical runs.
+    pub fn digest(&self) -> u64 {
+        let mut order: Vec<u32> = (0..self.ids.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| self.ids[i as usize]);
+        let mut h = Fnv::new();
+        h.u64(self.tick);
+        h.u64(self.ids.len() as u64);
+        for i in order {
+            let b = &self.boids[i as usize];
+            h.u32(self.ids[i as usize]);
+            for x in [b.p.x, b.p.y, b.p.z, b.v.x, b.v.y, b.v.z] {
+                h.u32(x.to_bits());
+            }
+        }
+        for q in &self.agents.predators {
+            h.u32(q.id);
+            for x in q.position.to_array().into_iter().chain(q.velocity.to_array()) {
+                h.u32(x.to_bits());
+            }
+        }
+        h.0
+    }
+
+    /// Position and velocity of the boid with this id.
+    pub fn boid(&self, id: u32) -> Option<Boid> {
+        self.ids.iter().position(|&x| x == id).map(|i| self.boids[i])
+    }
+}
+
+fn check_population(n: usize) -> Result<(), ParamError> {
+    if n > MAX_POPULATION {
+        Err(ParamError::new("population", n, format!("0 ..= {MAX_POPULATION}")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The sorted index of the boid nearest to `p`: the surrounding cells first
+/// (exact when the best is within one cell), else every boid.
+fn nearest_boid(grid: &Grid, boids: &SortedBoids, p: Vec3) -> Option<usize> {
+    if boids.is_empty() {
+        return None;
+    }
+    let mut best: Option<(f32, usize)> = None;
+    let mut consider = |d2: f32, j: usize| {
+        if best.is_none_or(|(b, bj)| (d2, j) < (b, bj)) {
+            best = Some((d2, j));
+        }
+    };
+    grid.for_each_run(grid.cell_coords(p), crate::grid::Block::Near, |run| {
+        for j in run.range.clone() {
+            consider((boids.pos(j) - (p - run.shift)).length_squared(), j);
+        }
+    });
+    let covered = grid.covered_radius_m();
+    if best.is_none_or(|(d2, _)| d2 > covered * covered) {
+        best = None;
+        for j in 0..boids.len() {
+            let d2 = (boids.pos(j) - p).length_squared();
+            if best.is_none_or(|(b, _)| d2 < b) {
+                best = Some((d2, j));
+            }
+        }
+    }
+    best.map(|(_, j)| j)
+}
+
+/// FNV-1a, 64-bit: tiny, stable across platforms, good enough for equality checks.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+}

@@ -1,0 +1,386 @@
+//! The uniform neighbour grid, rebuilt every tick in O(n) by counting sort.
+//!
+//! Cells are at least as large as the largest active radius (plus
+//! [`GRID_SLACK`]), so every neighbour of a boid lies in the 3×3×3 (3×3 in
+//! 2-D) block of cells around its own. Boids are sorted into cell order,
+//! so a row of three cells along x is one contiguous range of the sorted
+//! arrays: a query is at most 9 ranges (18 at a wrapped edge), not 27
+//! lookups. With a topological cap the flock halves the cell size and
+//! visits the [`Block::Ring`] of cells two away only when the near block did
+//! not already hold the k nearest.
+//!
+//! Architecture invariant: no hash maps and no per-cell vectors; the grid is
+//! three flat `u32` arrays reused across ticks.
+
+use std::ops::Range;
+
+use glam::Vec3;
+
+/// Cells are made this much larger than the radius so that rounding in
+/// `floor(p / cell)` can never put two boids within the radius two cells apart.
+pub const GRID_SLACK: f32 = 1.001;
+/// Upper bound on the number of cells; beyond it cells grow (queries stay exact).
+pub const MAX_CELLS: usize = 1 << 22;
+
+/// One contiguous run of sorted boids to test, and the offset to add to
+/// their positions (a multiple of the world extent across a wrapped edge).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRun {
+    /// Sorted indices of the boids in these cells.
+    pub range: Range<usize>,
+    /// Image offset: `neighbour position + shift` is the copy nearest the querying boid.
+    pub shift: Vec3,
+    /// Lower corner of the cells' box in image space (`-inf` where a closed
+    /// face's border cell also holds the boids beyond it).
+    pub lo: Vec3,
+    /// Upper corner of the cells' box in image space (`+inf` likewise).
+    pub hi: Vec3,
+}
+
+impl CellRun {
+    /// A lower bound (slightly conservative) on the squared distance from `p`
+    /// to any boid in the run: runs farther than what is wanted are skipped.
+    #[inline(always)]
+    pub fn min_dist2(&self, p: Vec3) -> f32 {
+        let e = (self.lo - p).max(p - self.hi).max(Vec3::ZERO);
+        e.length_squared() * (1.0 - 1e-4)
+    }
+}
+
+/// Visit order of offsets along an axis: the boid's own cell first, so the
+/// nearest candidates come first and distance pruning bites early.
+const OFFSET_ORDER: [i32; 5] = [0, -1, 1, -2, 2];
+
+/// Cell layout and the counting-sort result for the current tick.
+#[derive(Debug, Clone, Default)]
+pub struct Grid {
+    /// Cells per axis (z is 1 in 2-D).
+    n: [i32; 3],
+    /// `1 / cell size` per axis.
+    inv_cell: Vec3,
+    /// Cell size per axis, metres.
+    cell_m: Vec3,
+    /// World extents; the image offset across a wrapped face.
+    world_m: Vec3,
+    /// Every boid within this distance of a point is in its [`Block::Near`] block.
+    covered_m: f32,
+    /// Whether faces wrap (torus) or cells at the faces simply have no outer neighbours.
+    wrap: bool,
+    /// Cell of each boid, indexed like the flock's state arrays.
+    cell_of: Vec<u32>,
+    /// `cell_start[c] .. cell_start[c + 1]` are the sorted indices in cell `c`.
+    cell_start: Vec<u32>,
+    /// Counting-sort cursor, kept between ticks so the rebuild never allocates.
+    cursor: Vec<u32>,
+    /// `perm[sorted index] = state index`.
+    perm: Vec<u32>,
+}
+
+impl Grid {
+    /// Sets the layout for a world and radius (validated parameters only).
+    pub fn configure(&mut self, world_m: Vec3, radius_m: f32, dims: u8, wrap: bool) {
+        let axes = usize::from(dims);
+        let mut cell_target = radius_m * GRID_SLACK;
+        loop {
+            let mut n = [1i32; 3];
+            for a in 0..axes {
+                n[a] = ((world_m[a] / cell_target).floor() as i32).max(1);
+            }
+            let cells = n.iter().map(|&c| c as usize).product::<usize>();
+            if cells <= MAX_CELLS {
+                self.n = n;
+                self.covered_m = cell_target / GRID_SLACK;
+                break;
+            }
+            cell_target *= (cells as f32 / MAX_CELLS as f32).powf(1.0 / axes as f32) * 1.01;
+        }
+        let cell = Vec3::new(
+            world_m.x / self.n[0] as f32,
+            world_m.y / self.n[1] as f32,
+            if axes == 3 { world_m.z / self.n[2] as f32 } else { world_m.z.max(1.0) },
+        );
+        self.inv_cell = cell.recip();
+        self.cell_m = cell;
+        self.world_m = world_m;
+        self.wrap = wrap;
+    }
+
+    /// Number of cells.
+    pub fn cell_count(&self) -> usize {
+        self.n.iter().map(|&c| c as usize).product()
+    }
+
+    /// Every boid within this distance of a point lies in the point's
+    /// [`Block::Near`] block (and within twice it, in `Near` + `Ring`).
+    pub fn covered_radius_m(&self) -> f32 {
+        self.covered_m
+    }
+
+    /// Cells per axis.
+    pub fn cells_per_axis(&self) -> [i32; 3] {
+        self.n
+    }
+
+    /// Integer cell coordinates of a position; positions outside the box
+    /// fall into the border cells (clamping keeps adjacent points adjacent).
+    #[inline(always)]
+    pub fn cell_coords(&self, p: Vec3) -> [i32; 3] {
+        let c = p * self.inv_cell;
+        [
+            (c.x.floor() as i32).clamp(0, self.n[0] - 1),
+            (c.y.floor() as i32).clamp(0, self.n[1] - 1),
+            (c.z.floor() as i32).clamp(0, self.n[2] - 1),
+        ]
+    }
+
+    #[inline]
+    fn flat(&self, c: [i32; 3]) -> usize {
+        (c[0] + self.n[0] * (c[1] + self.n[1] * c[2])) as usize
+    }
+
+    /// Counting sort: buckets the `n_boids` positions given by `pos` into
+    /// cells. Afterwards [`Grid::perm`] lists state indices in cell order.
+    pub fn rebuild(&mut self, n_boids: usize, pos: impl Fn(usize) -> Vec3 + Sync) {
+        let cells = self.cell_count();
+        self.cell_of.resize(n_boids, 0);
+        self.perm.resize(n_boids, 0);
+        self.cell_start.clear();
+        self.cell_start.resize(cells + 1, 0);
+        self.cursor.resize(cells, 0);
+
+        let mut cell_of = std::mem::take(&mut self.cell_of);
+        let this = &*self;
+        let flat_cell = |i: usize| this.flat(this.cell_coords(pos(i))) as u32;
+        crate::exec::for_each_chunk(&mut cell_of, 4096, |offset, chunk| {
+            for (k, c) in chunk.iter_mut().enumerate() {
+                *c = flat_cell(offset + k);
+            }
+        });
+        self.cell_of = cell_of;
+
+        for &c in &self.cell_of {
+            self.cell_start[c as usize + 1] += 1;
+        }
+        for c in 0..cells {
+            self.cell_start[c + 1] += self.cell_start[c];
+        }
+        self.cursor.copy_from_slice(&self.cell_start[..cells]);
+        for (i, &c) in self.cell_of.iter().enumerate() {
+            let slot = &mut self.cursor[c as usize];
+            self.perm[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+    }
+
+    /// `perm[sorted index] = state index` after [`Grid::rebuild`].
+    pub fn perm(&self) -> &[u32] {
+        &self.perm
+    }
+
+    /// Calls `f` for each contiguous run of sorted boids in `block` around
+    /// cell `c` (the querying boid itself included; callers skip d = 0).
+    #[inline(always)]
+    pub fn for_each_run(&self, c: [i32; 3], block: Block, mut f: impl FnMut(CellRun)) {
+        let (reach, inner) = match block {
+            Block::Near => (1, -1),
+            Block::Ring => (2, 1),
+        };
+        let (ny, nz) = (self.n[1], self.n[2]);
+        let offsets = &OFFSET_ORDER[..(2 * reach + 1) as usize];
+        let z_offsets = if nz == 1 { &OFFSET_ORDER[..1] } else { offsets };
+        for &dz in z_offsets {
+            let Some((z, sz)) = self.axis_neighbour(c[2] + dz, nz, self.world_m.z) else { continue };
+            let (zlo, zhi) = self.bounds(2, z, z, sz);
+            for &dy in offsets {
+                let Some((y, sy)) = self.axis_neighbour(c[1] + dy, ny, self.world_m.y) else { continue };
+                let (ylo, yhi) = self.bounds(1, y, y, sy);
+                let row = Row { base: self.n[0] * (y + ny * z), lo: [ylo, zlo], hi: [yhi, zhi], shift: [sy, sz] };
+                if dy.abs() <= inner && dz.abs() <= inner {
+                    self.x_runs(&row, c[0] - reach, c[0] - inner - 1, &mut f);
+                    self.x_runs(&row, c[0] + inner + 1, c[0] + reach, &mut f);
+                } else {
+                    self.x_runs(&row, c[0] - reach, c[0] + reach, &mut f);
+                }
+            }
+        }
+    }
+
+    /// Image-space extent of cells `a ..= b` along `axis`, open-ended at a
+    /// closed face (its border cell holds the boids beyond the face).
+    #[inline(always)]
+    fn bounds(&self, axis: usize, a: i32, b: i32, shift: f32) -> (f32, f32) {
+        let open_lo = !self.wrap && a == 0;
+        let open_hi = !self.wrap && b == self.n[axis] - 1;
+        let lo = if open_lo { f32::NEG_INFINITY } else { a as f32 * self.cell_m[axis] + shift };
+        let hi = if open_hi { f32::INFINITY } else { (b + 1) as f32 * self.cell_m[axis] + shift };
+        (lo, hi)
+    }
+
+    /// The cells `lo ..= hi` of one row as at most two contiguous runs: split
+    /// at a wrapped face (with image shifts) or clipped at a closed one.
+    #[inline(always)]
+    fn x_runs(&self, row: &Row, lo: i32, hi: i32, f: &mut impl FnMut(CellRun)) {
+        let n = self.n[0];
+        let w = self.world_m.x;
+        if !self.wrap {
+            self.emit(row, lo.max(0), hi.min(n - 1), 0.0, f);
+        } else if lo < 0 {
+            self.emit(row, lo + n, (hi + n).min(n - 1), -w, f);
+            self.emit(row, 0, hi, 0.0, f);
+        } else if hi >= n {
+            self.emit(row, lo, (n - 1).min(hi), 0.0, f);
+            self.emit(row, (lo - n).max(0), hi - n, w, f);
+        } else {
+            self.emit(row, lo, hi, 0.0, f);
+        }
+    }
+
+    /// Cells `a ..= b` of a row, if not empty, as one run.
+    #[inline(always)]
+    fn emit(&self, row: &Row, a: i32, b: i32, sx: f32, f: &mut impl FnMut(CellRun)) {
+        if a <= b {
+            let start = self.cell_start[(row.base + a) as usize] as usize;
+            let end = self.cell_start[(row.base + b + 1) as usize] as usize;
+            if start == end {
+                return;
+            }
+            let (xlo, xhi) = self.bounds(0, a, b, sx);
+            f(CellRun {
+                range: start..end,
+                shift: Vec3::new(sx, row.shift[0], row.shift[1]),
+                lo: Vec3::new(xlo, row.lo[0], row.lo[1]),
+                hi: Vec3::new(xhi, row.hi[0], row.hi[1]),
+            });
+        }
+    }
+
+    /// The cell index along one axis for a neighbour offset, with the image
+    /// shift across a wrapped face, or `None` outside a closed face.
+    #[inline(always)]
+    fn axis_neighbour(&self, i: i32, n: i32, extent: f32) -> Option<(i32, f32)> {
+        if (0..n).contains(&i) {
+            Some((i, 0.0))
+        } else if !self.wrap {
+            None
+        } else if i < 0 {
+            Some((i + n, -extent))
+        } else {
+            Some((i - n, extent))
+        }
+    }
+}
+
+/// One row of cells (fixed y and z) being expanded into runs.
+struct Row {
+    /// Flat index of the row's cell at x = 0.
+    base: i32,
+    /// Image-space lower bounds in y and z.
+    lo: [f32; 2],
+    /// Image-space upper bounds in y and z.
+    hi: [f32; 2],
+    /// Image shifts in y and z.
+    shift: [f32; 2],
+}
+
+/// Which cells around a boid's own to visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    /// The 3×3×3 (3×3 in 2-D) block: every boid within one cell size.
+    Near,
+    /// The shell of cells two away (5×5×5 minus the near block): together
+    /// with `Near`, every boid within two cell sizes.
+    Ring,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(world: Vec3, r: f32, wrap: bool) -> Grid {
+        let mut g = Grid::default();
+        g.configure(world, r, 3, wrap);
+        g
+    }
+
+    #[test]
+    fn cells_are_never_smaller_than_the_radius() {
+        let g = grid(Vec3::new(100.0, 31.0, 9.0), 10.0, false);
+        assert_eq!(g.cells_per_axis(), [9, 3, 1]);
+        for a in 0..3 {
+            assert!(1.0 / g.inv_cell[a] >= 10.0);
+        }
+        assert!(g.covered_radius_m() >= 10.0);
+    }
+
+    #[test]
+    fn counting_sort_orders_by_cell_and_is_stable() {
+        let mut g = grid(Vec3::splat(30.0), 10.0, false);
+        let pts = [Vec3::new(25.0, 5.0, 5.0), Vec3::new(5.0, 5.0, 5.0), Vec3::new(26.0, 5.0, 5.0), Vec3::splat(-4.0)];
+        g.rebuild(pts.len(), |i| pts[i]);
+        // Cells: boid 1 and the out-of-box boid 3 share cell 0; 0 and 2 share cell 1 (x = 1).
+        assert_eq!(g.perm(), &[1, 3, 0, 2]);
+        let mut seen = Vec::new();
+        g.for_each_run(g.cell_coords(pts[1]), Block::Near, |run| seen.extend(run.range.clone()));
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3]);
+    }
+
+    /// Near + Ring visit every cell within two exactly once, also across wrapped faces.
+    #[test]
+    fn near_and_ring_cover_the_5x5x5_block_once() {
+        for wrap in [false, true] {
+            let mut g = grid(Vec3::splat(70.0), 10.0, wrap);
+            assert_eq!(g.cells_per_axis(), [6, 6, 6]);
+            let pts: Vec<Vec3> = (0..216)
+                .map(|i| Vec3::new((i % 6) as f32, ((i / 6) % 6) as f32, (i / 36) as f32) * 11.6 + 0.5)
+                .collect();
+            g.rebuild(pts.len(), |i| pts[i]);
+            for probe in [0usize, 7, 100, 215] {
+                let mut seen = Vec::new();
+                for block in [Block::Near, Block::Ring] {
+                    g.for_each_run(g.cell_coords(pts[probe]), block, |run| seen.extend(run.range.clone()));
+                }
+                seen.sort_unstable();
+                let before = seen.len();
+                seen.dedup();
+                assert_eq!(before, seen.len(), "a cell was visited twice");
+                let c = g.cell_coords(pts[probe]);
+                let expect = pts
+                    .iter()
+                    .filter(|p| {
+                        let d = g.cell_coords(**p);
+                        (0..3).all(|a| {
+                            let diff = (d[a] - c[a]).abs();
+                            if wrap { diff.min(6 - diff) <= 2 } else { diff <= 2 }
+                        })
+                    })
+                    .count();
+                assert_eq!(seen.len(), expect, "probe {probe} wrap {wrap}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_world_stays_under_the_cell_cap() {
+        let g = grid(Vec3::splat(100_000.0), 0.5, false);
+        assert!(g.cell_count() <= MAX_CELLS);
+        assert!(1.0 / g.inv_cell.x >= 0.5);
+        assert!(g.covered_radius_m() >= 0.5);
+    }
+
+    #[test]
+    fn wrapped_edges_yield_shifted_runs() {
+        let mut g = grid(Vec3::splat(30.0), 9.0, true);
+        let pts = [Vec3::new(1.0, 15.0, 15.0), Vec3::new(29.0, 15.0, 15.0)];
+        g.rebuild(2, |i| pts[i]);
+        let mut shifts = Vec::new();
+        g.for_each_run(g.cell_coords(pts[0]), Block::Near, |run| {
+            for k in run.range.clone() {
+                if g.perm()[k] == 1 {
+                    shifts.push(run.shift);
+                }
+            }
+        });
+        assert_eq!(shifts, vec![Vec3::new(-30.0, 0.0, 0.0)]);
+    }
+}

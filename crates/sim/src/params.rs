@@ -1,0 +1,507 @@
+//! Simulation parameters: one flat `Copy` struct, validated once at the
+//! boundary so that [`crate::Flock::step`] can never fail.
+//!
+//! Every field's doc ends with its default and valid range. Invalid values are
+//! rejected with a [`ParamError`] naming the field, the value and the range;
+//! nothing is ever clamped silently.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::ParamError;
+
+/// Hard limit on `k_nearest`: the per-boid top-k buffer lives on the stack.
+pub const MAX_K_NEAREST: u32 = 32;
+/// Largest world extent on any axis, metres.
+pub const MAX_WORLD_M: f32 = 100_000.0;
+/// Largest rule or flee radius, metres.
+pub const MAX_RADIUS_M: f32 = 1_000.0;
+/// Highest tick rate the engine accepts.
+pub const MAX_TICK_HZ: u32 = 1_000;
+
+/// What happens at the edge of the world box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+pub enum Boundary {
+    /// Inside `edge_margin_m` boids are pushed inwards, harder the closer they get.
+    #[default]
+    Soft,
+    /// The world is a torus: leaving one face re-enters at the opposite face.
+    Wrap,
+    /// Boids reflect off the faces like billiard balls.
+    Bounce,
+}
+
+impl Boundary {
+    /// Every accepted spelling, for error messages.
+    pub const ALLOWED: &'static str = "soft | wrap | bounce";
+
+    /// The lowercase name used on the wire and in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Soft => "soft",
+            Self::Wrap => "wrap",
+            Self::Bounce => "bounce",
+        }
+    }
+}
+
+impl fmt::Display for Boundary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Boundary {
+    type Err = ParamError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "soft" => Ok(Self::Soft),
+            "wrap" => Ok(Self::Wrap),
+            "bounce" => Ok(Self::Bounce),
+            other => Err(ParamError::new("boundary", format!("{other:?}"), Self::ALLOWED)),
+        }
+    }
+}
+
+/// An inclusive-or-exclusive range of valid values for one float parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FloatRange {
+    /// Lower bound.
+    pub min: f32,
+    /// Upper bound (inclusive).
+    pub max: f32,
+    /// When true the lower bound itself is not allowed (`> min`).
+    pub min_exclusive: bool,
+}
+
+impl FloatRange {
+    const fn incl(min: f32, max: f32) -> Self {
+        Self { min, max, min_exclusive: false }
+    }
+    const fn excl(min: f32, max: f32) -> Self {
+        Self { min, max, min_exclusive: true }
+    }
+
+    /// Whether `v` is a finite number inside the range.
+    pub fn contains(&self, v: f32) -> bool {
+        v.is_finite() && v <= self.max && if self.min_exclusive { v > self.min } else { v >= self.min }
+    }
+
+    /// Checks `v`, producing an error that names `field` when it is outside.
+    pub fn check(&self, field: &'static str, v: f32) -> Result<f32, ParamError> {
+        if self.contains(v) { Ok(v) } else { Err(ParamError::new(field, v, self.to_string())) }
+    }
+}
+
+impl fmt::Display for FloatRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.min_exclusive {
+            write!(f, "finite, > {} and <= {}", self.min, self.max)
+        } else {
+            write!(f, "finite, {} ..= {}", self.min, self.max)
+        }
+    }
+}
+
+/// Valid ranges, one per float field (see the field docs for their meaning).
+#[expect(missing_docs, reason = "each constant is the range of the Params field of the same name")]
+pub mod ranges {
+    use super::{FloatRange, MAX_RADIUS_M, MAX_WORLD_M};
+    pub const WEIGHT: FloatRange = FloatRange::incl(0.0, 100.0);
+    pub const RADIUS_M: FloatRange = FloatRange::excl(0.0, MAX_RADIUS_M);
+    pub const FLEE_RADIUS_M: FloatRange = FloatRange::incl(0.0, MAX_RADIUS_M);
+    pub const FOV_DEG: FloatRange = FloatRange::excl(0.0, 360.0);
+    pub const MAX_SPEED_MPS: FloatRange = FloatRange::excl(0.0, 1_000.0);
+    pub const MIN_SPEED_MPS: FloatRange = FloatRange::incl(0.0, 1_000.0);
+    pub const MAX_FORCE_MPS2: FloatRange = FloatRange::excl(0.0, 100_000.0);
+    pub const PANIC_FACTOR: FloatRange = FloatRange::incl(1.0, 10.0);
+    pub const EDGE_MARGIN_M: FloatRange = FloatRange::incl(0.0, MAX_WORLD_M / 2.0);
+    pub const LOOKAHEAD_S: FloatRange = FloatRange::excl(0.0, 10.0);
+    pub const WORLD_M: FloatRange = FloatRange::excl(0.0, MAX_WORLD_M);
+}
+
+/// All behaviour of the flock. Flat and `Copy` so the hot loop can hold it by value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
+pub struct Params {
+    /// Weight of separation (steer away from the nearest neighbours). Default 1.5, range 0 ..= 100.
+    pub w_sep: f32,
+    /// Weight of alignment (match the neighbours' heading). Default 1.2, range 0 ..= 100.
+    pub w_ali: f32,
+    /// Weight of cohesion (steer to the neighbours' centre). Default 0.9, range 0 ..= 100.
+    pub w_coh: f32,
+    /// Weight of obstacle avoidance; far above the social rules. Default 12, range 0 ..= 100.
+    pub w_obstacle: f32,
+    /// Weight of goal seeking. Default 0.6, range 0 ..= 100.
+    pub w_goal: f32,
+    /// Weight of fleeing from predators. Default 6, range 0 ..= 100.
+    pub w_flee: f32,
+    /// Weight of the slowly rotating random wander steer. Default 0.15, range 0 ..= 100.
+    pub w_wander: f32,
+    /// Separation radius, metres. Default 2, range > 0 ..= 1000.
+    pub sep_radius_m: f32,
+    /// Alignment radius, metres. Default 6, range > 0 ..= 1000.
+    pub ali_radius_m: f32,
+    /// Cohesion radius, metres. Default 10, range > 0 ..= 1000.
+    pub coh_radius_m: f32,
+    /// Field of view, degrees, centred on the heading; 360 sees all around. Default 270, range > 0 ..= 360.
+    pub fov_deg: f32,
+    /// Topological neighbourhood: only the k nearest visible boids count; 0 = off. Default 7, range 0 ..= 32.
+    pub k_nearest: u32,
+    /// Cruise speed cap, m/s. Default 10, range > 0 ..= 1000.
+    pub max_speed_mps: f32,
+    /// Stall speed: boids never fly slower, m/s. Default 4, range 0 ..= max_speed_mps.
+    pub min_speed_mps: f32,
+    /// Largest steering acceleration of one rule (the turning circle), m/s². Default 15, range > 0 ..= 100000.
+    pub max_force_mps2: f32,
+    /// A fleeing boid may fly at `panic_factor * max_speed_mps`. Default 2, range 1 ..= 10.
+    pub panic_factor: f32,
+    /// Boids closer than this to a predator flee, metres; 0 disables fleeing. Default 20, range 0 ..= 1000.
+    pub flee_radius_m: f32,
+    /// Width of the soft boundary's push-back zone, metres. Default 15, range 0 ..= half the smallest world extent.
+    pub edge_margin_m: f32,
+    /// Obstacle probe length, seconds of flight at the current speed. Default 1, range > 0 ..= 10.
+    pub lookahead_s: f32,
+    /// What the world's faces do. Default `soft`.
+    pub boundary: Boundary,
+    /// World box extents, metres, with its minimum corner at the origin. Default [240, 240, 120], each > 0 ..= 100000.
+    /// In wrap mode every active extent must be at least 3 times the largest radius.
+    pub world_m: [f32; 3],
+    /// 2 keeps every boid in the z = 0 plane; 3 flies in the whole box. Default 3, allowed 2 | 3.
+    pub dims: u8,
+    /// Simulation ticks per second; `dt = 1 / tick_hz`. Default 60, range 1 ..= 1000.
+    pub tick_hz: u32,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            w_sep: 1.5,
+            w_ali: 1.2,
+            w_coh: 0.9,
+            w_obstacle: 12.0,
+            w_goal: 0.6,
+            w_flee: 6.0,
+            w_wander: 0.15,
+            sep_radius_m: 2.0,
+            ali_radius_m: 6.0,
+            coh_radius_m: 10.0,
+            fov_deg: 270.0,
+            k_nearest: 7,
+            max_speed_mps: 10.0,
+            min_speed_mps: 4.0,
+            max_force_mps2: 15.0,
+            panic_factor: 2.0,
+            flee_radius_m: 20.0,
+            edge_margin_m: 15.0,
+            lookahead_s: 1.0,
+            boundary: Boundary::Soft,
+            world_m: [240.0, 240.0, 120.0],
+            dims: 3,
+            tick_hz: 60,
+        }
+    }
+}
+
+impl Params {
+    /// Seconds per tick.
+    pub fn dt_s(&self) -> f32 {
+        1.0 / self.tick_hz as f32
+    }
+
+    /// The largest social radius: the grid's cell size.
+    pub fn max_radius_m(&self) -> f32 {
+        self.sep_radius_m.max(self.ali_radius_m).max(self.coh_radius_m)
+    }
+
+    /// Whether boids live in the z = 0 plane.
+    pub fn is_2d(&self) -> bool {
+        self.dims == 2
+    }
+
+    /// Number of axes boids move along (2 or 3).
+    pub fn active_axes(&self) -> usize {
+        usize::from(self.dims)
+    }
+
+    /// Checks every field and the relations between fields.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        use ranges::*;
+        let weights = [
+            ("w_sep", self.w_sep),
+            ("w_ali", self.w_ali),
+            ("w_coh", self.w_coh),
+            ("w_obstacle", self.w_obstacle),
+            ("w_goal", self.w_goal),
+            ("w_flee", self.w_flee),
+            ("w_wander", self.w_wander),
+        ];
+        for (field, v) in weights {
+            WEIGHT.check(field, v)?;
+        }
+        RADIUS_M.check("sep_radius_m", self.sep_radius_m)?;
+        RADIUS_M.check("ali_radius_m", self.ali_radius_m)?;
+        RADIUS_M.check("coh_radius_m", self.coh_radius_m)?;
+        FOV_DEG.check("fov_deg", self.fov_deg)?;
+        if self.k_nearest > MAX_K_NEAREST {
+            return Err(ParamError::new("k_nearest", self.k_nearest, format!("0 ..= {MAX_K_NEAREST}")));
+        }
+        MAX_SPEED_MPS.check("max_speed_mps", self.max_speed_mps)?;
+        MIN_SPEED_MPS.check("min_speed_mps", self.min_speed_mps)?;
+        if self.min_speed_mps > self.max_speed_mps {
+            return Err(ParamError::new(
+                "min_speed_mps",
+                self.min_speed_mps,
+                format!("0 ..= max_speed_mps ({})", self.max_speed_mps),
+            ));
+        }
+        MAX_FORCE_MPS2.check("max_force_mps2", self.max_force_mps2)?;
+        PANIC_FACTOR.check("panic_factor", self.panic_factor)?;
+        FLEE_RADIUS_M.check("flee_radius_m", self.flee_radius_m)?;
+        LOOKAHEAD_S.check("lookahead_s", self.lookahead_s)?;
+        if self.dims != 2 && self.dims != 3 {
+            return Err(ParamError::new("dims", self.dims, "2 | 3"));
+        }
+        if self.tick_hz == 0 || self.tick_hz > MAX_TICK_HZ {
+            return Err(ParamError::new("tick_hz", self.tick_hz, format!("1 ..= {MAX_TICK_HZ}")));
+        }
+        const WORLD_FIELDS: [&str; 3] = ["world_m[0]", "world_m[1]", "world_m[2]"];
+        for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m) {
+            WORLD_M.check(field, v)?;
+        }
+        let active = &self.world_m[..self.active_axes()];
+        let smallest = active.iter().copied().fold(f32::INFINITY, f32::min);
+        EDGE_MARGIN_M.check("edge_margin_m", self.edge_margin_m)?;
+        if self.edge_margin_m > smallest / 2.0 {
+            return Err(ParamError::new(
+                "edge_margin_m",
+                self.edge_margin_m,
+                format!("0 ..= half the smallest world extent ({})", smallest / 2.0),
+            ));
+        }
+        if self.boundary == Boundary::Wrap {
+            // The grid query looks one cell each way; with fewer than three
+            // cells an axis would see the same neighbour through two images.
+            let need = 3.0 * self.max_radius_m() * crate::grid::GRID_SLACK;
+            for (field, &v) in WORLD_FIELDS.iter().zip(active) {
+                if v < need {
+                    return Err(ParamError::new(
+                        field,
+                        v,
+                        format!(">= 3 grid cells (3 x the largest radius x {}) = {need} when boundary = wrap", crate::grid::GRID_SLACK),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a patch, returning the new parameters only when all of them are valid.
+    pub fn patched(&self, patch: &ParamsPatch) -> Result<Self, ParamError> {
+        let mut p = *self;
+        macro_rules! take {
+            ($($f:ident),* $(,)?) => { $( if let Some(v) = patch.$f { p.$f = v; } )* };
+        }
+        take!(
+            w_sep, w_ali, w_coh, w_obstacle, w_goal, w_flee, w_wander, sep_radius_m, ali_radius_m,
+            coh_radius_m, fov_deg, k_nearest, max_speed_mps, min_speed_mps, max_force_mps2,
+            panic_factor, flee_radius_m, edge_margin_m, lookahead_s, boundary, world_m, dims, tick_hz,
+        );
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// These parameters with a preset's weights and radii.
+    pub fn with_preset(&self, preset: Preset) -> Self {
+        let mut p = *self;
+        let (w_sep, w_ali, w_coh) = preset.weights();
+        p.w_sep = w_sep;
+        p.w_ali = w_ali;
+        p.w_coh = w_coh;
+        p
+    }
+}
+
+/// A partial update of [`Params`]: every `Some` field replaces the current value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[expect(missing_docs, reason = "each field patches the Params field of the same name")]
+pub struct ParamsPatch {
+    pub w_sep: Option<f32>,
+    pub w_ali: Option<f32>,
+    pub w_coh: Option<f32>,
+    pub w_obstacle: Option<f32>,
+    pub w_goal: Option<f32>,
+    pub w_flee: Option<f32>,
+    pub w_wander: Option<f32>,
+    pub sep_radius_m: Option<f32>,
+    pub ali_radius_m: Option<f32>,
+    pub coh_radius_m: Option<f32>,
+    pub fov_deg: Option<f32>,
+    pub k_nearest: Option<u32>,
+    pub max_speed_mps: Option<f32>,
+    pub min_speed_mps: Option<f32>,
+    pub max_force_mps2: Option<f32>,
+    pub panic_factor: Option<f32>,
+    pub flee_radius_m: Option<f32>,
+    pub edge_margin_m: Option<f32>,
+    pub lookahead_s: Option<f32>,
+    pub boundary: Option<Boundary>,
+    pub world_m: Option<[f32; 3]>,
+    pub dims: Option<u8>,
+    pub tick_hz: Option<u32>,
+}
+
+/// Named weight sets (separation : alignment : cohesion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum Preset {
+    /// 1 : 1.2 : 0.9 — the classic murmuration.
+    Balanced,
+    /// High separation, low cohesion: the flock bursts apart.
+    StarlingsScattering,
+    /// High alignment, low separation: long, straight, parallel lines.
+    ArrowFormations,
+    /// High cohesion, low alignment: a dense milling ball.
+    FishBall,
+}
+
+impl Preset {
+    /// Every preset, in display order.
+    pub const ALL: [Preset; 4] =
+        [Preset::Balanced, Preset::StarlingsScattering, Preset::ArrowFormations, Preset::FishBall];
+    /// Every accepted name, for error messages.
+    pub const ALLOWED: &'static str = "balanced | starlings-scattering | arrow-formations | fish-ball";
+
+    /// `(w_sep, w_ali, w_coh)`.
+    pub fn weights(self) -> (f32, f32, f32) {
+        match self {
+            Self::Balanced => (1.0, 1.2, 0.9),
+            Self::StarlingsScattering => (3.0, 0.8, 0.2),
+            Self::ArrowFormations => (0.6, 2.5, 0.7),
+            Self::FishBall => (1.0, 0.3, 2.5),
+        }
+    }
+
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Balanced => "balanced",
+            Self::StarlingsScattering => "starlings-scattering",
+            Self::ArrowFormations => "arrow-formations",
+            Self::FishBall => "fish-ball",
+        }
+    }
+}
+
+impl FromStr for Preset {
+    type Err = ParamError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| ParamError::new("preset", format!("{s:?}"), Self::ALLOWED))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Params::default().validate().unwrap();
+        for preset in Preset::ALL {
+            Params::default().with_preset(preset).validate().unwrap();
+            assert_eq!(preset.as_str().parse::<Preset>().unwrap(), preset);
+        }
+    }
+
+    fn check_rejects(patch: ParamsPatch, field: &str, allowed_fragment: &str) {
+        let err = Params::default().patched(&patch).unwrap_err();
+        assert_eq!(err.field, field, "{err}");
+        assert!(err.allowed.contains(allowed_fragment), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(field) && msg.contains(&err.value), "{msg}");
+    }
+
+    #[test]
+    fn rejects_bad_values_naming_the_field() {
+        check_rejects(ParamsPatch { w_sep: Some(f32::NAN), ..Default::default() }, "w_sep", "0 ..= 100");
+        check_rejects(ParamsPatch { w_coh: Some(-1.0), ..Default::default() }, "w_coh", "0 ..= 100");
+        check_rejects(
+            ParamsPatch { sep_radius_m: Some(f32::INFINITY), ..Default::default() },
+            "sep_radius_m",
+            "> 0",
+        );
+        check_rejects(ParamsPatch { ali_radius_m: Some(0.0), ..Default::default() }, "ali_radius_m", "> 0");
+        check_rejects(ParamsPatch { fov_deg: Some(361.0), ..Default::default() }, "fov_deg", "360");
+        check_rejects(ParamsPatch { k_nearest: Some(33), ..Default::default() }, "k_nearest", "0 ..= 32");
+        check_rejects(
+            ParamsPatch { min_speed_mps: Some(11.0), ..Default::default() },
+            "min_speed_mps",
+            "max_speed_mps (10)",
+        );
+        check_rejects(ParamsPatch { dims: Some(4), ..Default::default() }, "dims", "2 | 3");
+        check_rejects(ParamsPatch { tick_hz: Some(0), ..Default::default() }, "tick_hz", "1 ..= 1000");
+        check_rejects(
+            ParamsPatch { world_m: Some([100.0, -1.0, 50.0]), ..Default::default() },
+            "world_m[1]",
+            "> 0",
+        );
+        check_rejects(
+            ParamsPatch { edge_margin_m: Some(70.0), ..Default::default() },
+            "edge_margin_m",
+            "half the smallest world extent (60)",
+        );
+        check_rejects(
+            ParamsPatch {
+                boundary: Some(Boundary::Wrap),
+                world_m: Some([100.0, 100.0, 20.0]),
+                edge_margin_m: Some(5.0),
+                ..Default::default()
+            },
+            "world_m[2]",
+            "= 30.03",
+        );
+    }
+
+    #[test]
+    fn a_rejected_patch_changes_nothing_and_a_good_one_changes_only_its_fields() {
+        let base = Params::default();
+        let bad = ParamsPatch { w_sep: Some(2.0), w_ali: Some(f32::NAN), ..Default::default() };
+        assert!(base.patched(&bad).is_err());
+        let good = ParamsPatch { w_sep: Some(2.0), boundary: Some(Boundary::Bounce), ..Default::default() };
+        let p = base.patched(&good).unwrap();
+        assert_eq!(p.w_sep, 2.0);
+        assert_eq!(p.boundary, Boundary::Bounce);
+        assert_eq!(Params { w_sep: base.w_sep, boundary: base.boundary, ..p }, base);
+    }
+
+    #[test]
+    fn two_d_world_ignores_z_extent_for_wrap_and_margin() {
+        let p = Params {
+            dims: 2,
+            boundary: Boundary::Wrap,
+            world_m: [100.0, 100.0, 1.0],
+            edge_margin_m: 10.0,
+            ..Params::default()
+        };
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn names_parse_and_unknown_names_list_the_allowed() {
+        assert_eq!("wrap".parse::<Boundary>().unwrap(), Boundary::Wrap);
+        let err = "torus".parse::<Boundary>().unwrap_err();
+        assert_eq!(err.field, "boundary");
+        assert!(err.to_string().contains("soft | wrap | bounce"));
+        let err = "murmur".parse::<Preset>().unwrap_err();
+        assert!(err.to_string().contains("fish-ball"));
+    }
+}
