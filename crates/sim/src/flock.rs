@@ -126,6 +126,27 @@ impl Flock {
         Ok(flock)
     }
 
+    /// A flock with exactly these boids (ids `0 .. boids.len()`), e.g. from a
+    /// scenario file or a test fixture.
+    pub fn with_boids(params: Params, seed: u64, boids: &[Boid]) -> Result<Self, SimError> {
+        check_population(boids.len())?;
+        if let Some(b) = boids.iter().find(|b| !(b.p.is_finite() && b.v.is_finite())) {
+            return Err(ParamError::new("boids", format!("{b:?}"), "finite positions and velocities").into());
+        }
+        let mut flock = Self::new(FlockConfig { params, population: 0, seed })?;
+        for &b in boids {
+            let id = flock.take_boid_id();
+            let mut b = b;
+            if params.is_2d() {
+                b.p.z = 0.0;
+                b.v.z = 0.0;
+            }
+            flock.push(id, b);
+        }
+        flock.metrics = flock.measure_now();
+        Ok(flock)
+    }
+
     /// Current parameters.
     pub fn params(&self) -> &Params {
         &self.params

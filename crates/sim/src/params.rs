@@ -129,7 +129,7 @@ pub mod ranges {
 pub struct Params {
     /// Weight of separation (steer away from the nearest neighbours). Default 1.5, range 0 ..= 100.
     pub w_sep: f32,
-    /// Weight of alignment (match the neighbours' heading). Default 1.2, range 0 ..= 100.
+    /// Weight of alignment (match the neighbours' heading). Default 2, range 0 ..= 100.
     pub w_ali: f32,
     /// Weight of cohesion (steer to the neighbours' centre). Default 0.9, range 0 ..= 100.
     pub w_coh: f32,
@@ -141,9 +141,9 @@ pub struct Params {
     pub w_flee: f32,
     /// Weight of the slowly rotating random wander steer. Default 0.15, range 0 ..= 100.
     pub w_wander: f32,
-    /// Separation radius, metres. Default 2, range > 0 ..= 1000.
+    /// Separation radius, metres. Default 3, range > 0 ..= 1000.
     pub sep_radius_m: f32,
-    /// Alignment radius, metres. Default 6, range > 0 ..= 1000.
+    /// Alignment radius, metres. Default 8, range > 0 ..= 1000.
     pub ali_radius_m: f32,
     /// Cohesion radius, metres. Default 10, range > 0 ..= 1000.
     pub coh_radius_m: f32,
@@ -167,7 +167,7 @@ pub struct Params {
     pub lookahead_s: f32,
     /// What the world's faces do. Default `soft`.
     pub boundary: Boundary,
-    /// World box extents, metres, with its minimum corner at the origin. Default [240, 240, 120], each > 0 ..= 100000.
+    /// World box extents, metres, with its minimum corner at the origin. Default [160, 160, 80], each > 0 ..= 100000.
     /// In wrap mode every active extent must be at least 3 times the largest radius.
     pub world_m: [f32; 3],
     /// 2 keeps every boid in the z = 0 plane; 3 flies in the whole box. Default 3, allowed 2 | 3.
@@ -180,14 +180,14 @@ impl Default for Params {
     fn default() -> Self {
         Self {
             w_sep: 1.5,
-            w_ali: 1.2,
+            w_ali: 2.0,
             w_coh: 0.9,
             w_obstacle: 12.0,
             w_goal: 0.6,
             w_flee: 6.0,
             w_wander: 0.15,
-            sep_radius_m: 2.0,
-            ali_radius_m: 6.0,
+            sep_radius_m: 3.0,
+            ali_radius_m: 8.0,
             coh_radius_m: 10.0,
             fov_deg: 270.0,
             k_nearest: 7,
@@ -199,7 +199,7 @@ impl Default for Params {
             edge_margin_m: 15.0,
             lookahead_s: 1.0,
             boundary: Boundary::Soft,
-            world_m: [240.0, 240.0, 120.0],
+            world_m: [160.0, 160.0, 80.0],
             dims: 3,
             tick_hz: 60,
         }
@@ -455,9 +455,9 @@ mod tests {
             "> 0",
         );
         check_rejects(
-            ParamsPatch { edge_margin_m: Some(70.0), ..Default::default() },
+            ParamsPatch { edge_margin_m: Some(50.0), ..Default::default() },
             "edge_margin_m",
-            "half the smallest world extent (60)",
+            "half the smallest world extent (40)",
         );
         check_rejects(
             ParamsPatch {

@@ -278,12 +278,12 @@ mod tests {
     #[test]
     fn soft_boundary_pushes_inwards_harder_near_the_face() {
         let p = Params::default();
-        let mid = soft_boundary(Vec3::new(120.0, 120.0, 60.0), &p);
+        let mid = soft_boundary(Vec3::new(80.0, 80.0, 40.0), &p);
         assert_eq!(mid, Vec3::ZERO);
-        let near = soft_boundary(Vec3::new(5.0, 120.0, 60.0), &p);
-        let nearer = soft_boundary(Vec3::new(1.0, 120.0, 60.0), &p);
+        let near = soft_boundary(Vec3::new(5.0, 80.0, 40.0), &p);
+        let nearer = soft_boundary(Vec3::new(1.0, 80.0, 40.0), &p);
         assert!(near.x > 0.0 && nearer.x > near.x);
-        let far_side = soft_boundary(Vec3::new(120.0, 239.0, 60.0), &p);
+        let far_side = soft_boundary(Vec3::new(80.0, 159.0, 40.0), &p);
         assert!(far_side.y < 0.0);
         assert!((near.x - (15.0 - 5.0) / 15.0 * p.max_speed_mps).abs() < 1e-5);
     }
@@ -291,13 +291,13 @@ mod tests {
     #[test]
     fn wrap_and_bounce_keep_positions_inside() {
         let p = Params { boundary: Boundary::Wrap, ..Params::default() };
-        let (mut x, mut v) = (Vec3::new(-0.5, 240.5, 60.0), Vec3::X);
+        let (mut x, mut v) = (Vec3::new(-0.5, 160.5, 40.0), Vec3::X);
         apply_boundary(&mut x, &mut v, &p);
-        assert!((x - Vec3::new(239.5, 0.5, 60.0)).length() < 1e-4);
+        assert!((x - Vec3::new(159.5, 0.5, 40.0)).length() < 1e-4);
         let p = Params { boundary: Boundary::Bounce, ..Params::default() };
-        let (mut x, mut v) = (Vec3::new(-0.5, 240.5, 60.0), Vec3::new(-1.0, 1.0, 0.0));
+        let (mut x, mut v) = (Vec3::new(-0.5, 160.5, 40.0), Vec3::new(-1.0, 1.0, 0.0));
         apply_boundary(&mut x, &mut v, &p);
-        assert!((x - Vec3::new(0.5, 239.5, 60.0)).length() < 1e-4);
+        assert!((x - Vec3::new(0.5, 159.5, 40.0)).length() < 1e-4);
         assert_eq!(v, Vec3::new(1.0, -1.0, 0.0));
     }
 
