@@ -1,1 +1,112 @@
-fn main() {}
+//! `starling`: the Starling command line. For now it offers `bench`
+//! (scenarios A and B of SPEC §5); `serve` and `run` come with the server and
+//! prototyping work.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use starling_sim::{Flock, FlockConfig, scenarios};
+
+#[derive(Parser)]
+#[command(
+    name = "starling",
+    version,
+    about = "Networked flocking service and swarm lab"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measure the engine: prints one JSON line per (scenario, boids, threads).
+    Bench {
+        /// Scenarios to run.
+        #[arg(long, value_enum, num_args = 1.., default_values = ["kernel", "full"])]
+        scenario: Vec<Scenario>,
+        /// Flock sizes.
+        #[arg(long, num_args = 1.., default_values_t = [10_000usize, 100_000])]
+        boids: Vec<usize>,
+        /// Thread counts.
+        #[arg(long, num_args = 1.., default_values_t = [1usize, 2])]
+        threads: Vec<usize>,
+        /// Timed ticks per run (after warm-up).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        ticks: u64,
+        /// Untimed ticks first; scenario B needs them for the flock to form.
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+        warmup: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Scenario {
+    /// A: near-neighbour kernel (r = 2, density 1/m³, wrap, no FOV, k = 0).
+    Kernel,
+    /// B: full flock with default parameters.
+    Full,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Bench {
+            scenario,
+            boids,
+            threads,
+            ticks,
+            warmup,
+        } => {
+            for &s in &scenario {
+                for &n in &boids {
+                    for &t in &threads {
+                        bench(s, n, t, ticks, warmup)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
+    let (name, config): (&str, FlockConfig) = match s {
+        Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
+        Scenario::Full => ("B-full", scenarios::full_b(n)),
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("building thread pool")?;
+    let mut flock = Flock::new(config).context("benchmark config")?;
+    let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
+    let mut candidates = 0.0f64;
+    pool.install(|| {
+        for _ in 0..warmup {
+            flock.step();
+        }
+        for _ in 0..ticks {
+            let t0 = Instant::now();
+            flock.step();
+            times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            candidates += f64::from(flock.metrics().mean_candidates);
+        }
+    });
+    let total_s: f64 = times_ms.iter().sum::<f64>() / 1e3;
+    times_ms.sort_by(f64::total_cmp);
+    let pct = |q: f64| times_ms[((times_ms.len() - 1) as f64 * q).round() as usize];
+    let line = serde_json::json!({
+        "scenario": name,
+        "n_boids": n,
+        "threads": threads,
+        "ticks": ticks,
+        "boid_updates_per_s": (n as f64 * ticks as f64 / total_s).round(),
+        "candidates_per_boid": (candidates / ticks as f64 * 10.0).round() / 10.0,
+        "tick_ms_p50": (pct(0.5) * 1000.0).round() / 1000.0,
+        "tick_ms_p99": (pct(0.99) * 1000.0).round() / 1000.0,
+        "order": flock.metrics().order,
+    });
+    println!("{line}");
+    Ok(())
+}

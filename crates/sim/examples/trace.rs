@@ -4,11 +4,17 @@
 use starling_sim::{Flock, FlockConfig};
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let population = args.first().copied().unwrap_or(5_000);
     let ticks = args.get(1).copied().unwrap_or(1_200);
     let every = args.get(2).copied().unwrap_or(60).max(1);
-    let mut config = FlockConfig { population, ..FlockConfig::default() };
+    let mut config = FlockConfig {
+        population,
+        ..FlockConfig::default()
+    };
     for kv in std::env::args().skip(1).filter(|a| a.contains('=')) {
         let (k, v) = kv.split_once('=').unwrap();
         let f: f32 = v.parse().unwrap();

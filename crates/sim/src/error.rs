@@ -18,7 +18,11 @@ pub struct ParamError {
 impl ParamError {
     /// Builds an error from anything printable.
     pub fn new(field: &'static str, value: impl fmt::Display, allowed: impl Into<String>) -> Self {
-        Self { field, value: value.to_string(), allowed: allowed.into() }
+        Self {
+            field,
+            value: value.to_string(),
+            allowed: allowed.into(),
+        }
     }
 }
 

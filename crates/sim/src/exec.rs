@@ -12,11 +12,15 @@ pub(crate) fn for_each_chunk<T: Send>(
     #[cfg(feature = "parallel")]
     {
         use rayon::prelude::*;
-        data.par_chunks_mut(chunk_len).enumerate().for_each(|(k, c)| f(k * chunk_len, c));
+        data.par_chunks_mut(chunk_len)
+            .enumerate()
+            .for_each(|(k, c)| f(k * chunk_len, c));
     }
     #[cfg(not(feature = "parallel"))]
     {
-        data.chunks_mut(chunk_len).enumerate().for_each(|(k, c)| f(k * chunk_len, c));
+        data.chunks_mut(chunk_len)
+            .enumerate()
+            .for_each(|(k, c)| f(k * chunk_len, c));
     }
 }
 

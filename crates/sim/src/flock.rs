@@ -61,7 +61,11 @@ pub struct FlockConfig {
 
 impl Default for FlockConfig {
     fn default() -> Self {
-        Self { params: Params::default(), population: 5_000, seed: 1 }
+        Self {
+            params: Params::default(),
+            population: 5_000,
+            seed: 1,
+        }
     }
 }
 
@@ -131,9 +135,18 @@ impl Flock {
     pub fn with_boids(params: Params, seed: u64, boids: &[Boid]) -> Result<Self, SimError> {
         check_population(boids.len())?;
         if let Some(b) = boids.iter().find(|b| !(b.p.is_finite() && b.v.is_finite())) {
-            return Err(ParamError::new("boids", format!("{b:?}"), "finite positions and velocities").into());
+            return Err(ParamError::new(
+                "boids",
+                format!("{b:?}"),
+                "finite positions and velocities",
+            )
+            .into());
         }
-        let mut flock = Self::new(FlockConfig { params, population: 0, seed })?;
+        let mut flock = Self::new(FlockConfig {
+            params,
+            population: 0,
+            seed,
+        })?;
         for &b in boids {
             let id = flock.take_boid_id();
             let mut b = b;
@@ -230,7 +243,12 @@ impl Flock {
 
     /// Adds `count` boids uniformly inside a ball of `radius_m` around
     /// `center`, with random headings. Returns the new ids.
-    pub fn spawn_boids(&mut self, center: Vec3, radius_m: f32, count: usize) -> Result<Range<u32>, SimError> {
+    pub fn spawn_boids(
+        &mut self,
+        center: Vec3,
+        radius_m: f32,
+        count: usize,
+    ) -> Result<Range<u32>, SimError> {
         if !center.is_finite() || center.abs().max_element() > crate::params::MAX_WORLD_M * 2.0 {
             return Err(ParamError::new("center", center, "finite, inside +-200000 m").into());
         }
@@ -239,7 +257,11 @@ impl Flock {
         }
         let total = self.boids.len().saturating_add(count);
         if total > MAX_POPULATION {
-            return Err(SimError::Capacity { what: "boids", requested: total, limit: MAX_POPULATION });
+            return Err(SimError::Capacity {
+                what: "boids",
+                requested: total,
+                limit: MAX_POPULATION,
+            });
         }
         let planar = self.params.is_2d();
         let start = self.next_boid_id;
@@ -272,9 +294,17 @@ impl Flock {
         let mut wanted: Vec<u32> = ids.to_vec();
         wanted.sort_unstable();
         wanted.dedup();
-        let present = self.ids.iter().filter(|id| wanted.binary_search(id).is_ok()).count();
+        let present = self
+            .ids
+            .iter()
+            .filter(|id| wanted.binary_search(id).is_ok())
+            .count();
         if present != wanted.len() {
-            let missing = wanted.iter().find(|id| !self.ids.contains(id)).copied().unwrap_or_default();
+            let missing = wanted
+                .iter()
+                .find(|id| !self.ids.contains(id))
+                .copied()
+                .unwrap_or_default();
             return Err(SimError::UnknownBoid { id: missing });
         }
         self.retain(|id| wanted.binary_search(&id).is_err());
@@ -315,7 +345,8 @@ impl Flock {
         self.boids.reserve(count);
         for _ in 0..count {
             let id = self.take_boid_id();
-            let u = (rng::signed_vec3(self.seed, Stream::Spawn, u64::from(id), 100) + Vec3::ONE) * 0.5;
+            let u =
+                (rng::signed_vec3(self.seed, Stream::Spawn, u64::from(id), 100) + Vec3::ONE) * 0.5;
             let mut p = u * world;
             if self.params.is_2d() {
                 p.z = 0.0;
@@ -352,7 +383,12 @@ impl Flock {
     }
 
     /// Adds a goal; returns its id.
-    pub fn add_goal(&mut self, kind: GoalKind, arrive_radius_m: f32, ttl_s: Option<f32>) -> Result<u32, SimError> {
+    pub fn add_goal(
+        &mut self,
+        kind: GoalKind,
+        arrive_radius_m: f32,
+        ttl_s: Option<f32>,
+    ) -> Result<u32, SimError> {
         let exp = expiry(ttl_s, self.tick, self.params.tick_hz)?;
         self.agents.add_goal(kind, arrive_radius_m, exp)
     }
@@ -367,7 +403,8 @@ impl Flock {
     ) -> Result<u32, SimError> {
         let exp = expiry(ttl_s, self.tick, self.params.tick_hz)?;
         let speed = max_speed_mps.unwrap_or(self.params.max_speed_mps * 1.5);
-        self.agents.add_predator(mode, position, Vec3::ZERO, speed, exp)
+        self.agents
+            .add_predator(mode, position, Vec3::ZERO, speed, exp)
     }
 
     /// Moves an agent's anchor (predator, point goal, obstacle centre).
@@ -388,9 +425,28 @@ impl Flock {
         self.agents.expire(self.tick);
         self.prepare();
 
-        let Self { params, seed, tick, boids, sums, grid, sorted, agents, .. } = self;
-        let ctx = UpdateCtx { params, agents, seed: *seed, tick: *tick };
-        let nb = Neighbourhood { grid, boids: sorted, perception: Perception::new(params) };
+        let Self {
+            params,
+            seed,
+            tick,
+            boids,
+            sums,
+            grid,
+            sorted,
+            agents,
+            ..
+        } = self;
+        let ctx = UpdateCtx {
+            params,
+            agents,
+            seed: *seed,
+            tick: *tick,
+        };
+        let nb = Neighbourhood {
+            grid,
+            boids: sorted,
+            perception: Perception::new(params),
+        };
         let sorted = &*sorted;
         for_each_chunk2(boids, sums, CHUNK, |offset, out, sums| {
             nb.gather_chunk(offset, sums);
@@ -423,7 +479,12 @@ impl Flock {
         let n = self.boids.len();
         let p = &self.params;
         let cell_radius = crate::kernel::cell_radius_m(p);
-        self.grid.configure(Vec3::from(p.world_m), cell_radius, p.dims, p.boundary == crate::Boundary::Wrap);
+        self.grid.configure(
+            Vec3::from(p.world_m),
+            cell_radius,
+            p.dims,
+            p.boundary == crate::Boundary::Wrap,
+        );
         let boids = &self.boids;
         self.grid.rebuild(n, |i| boids[i].p);
         self.sorted.resize(n);
@@ -483,13 +544,23 @@ impl Flock {
     /// kernel's sums, computed exactly as the next tick will. For tests and tools.
     pub fn neighbour_report(&mut self) -> Vec<BoidNeighbours> {
         self.prepare();
-        let nb = Neighbourhood { grid: &self.grid, boids: &self.sorted, perception: Perception::new(&self.params) };
+        let nb = Neighbourhood {
+            grid: &self.grid,
+            boids: &self.sorted,
+            perception: Perception::new(&self.params),
+        };
         (0..self.sorted.len())
             .map(|i| {
                 let mut sums = [Sums::default()];
                 nb.gather_chunk(i, &mut sums);
-                let lists = nb.neighbour_lists(i).map(|l| l.into_iter().map(|j| self.sorted.id[j]).collect());
-                BoidNeighbours { id: self.sorted.id[i], lists, sums: sums[0] }
+                let lists = nb
+                    .neighbour_lists(i)
+                    .map(|l| l.into_iter().map(|j| self.sorted.id[j]).collect());
+                BoidNeighbours {
+                    id: self.sorted.id[i],
+                    lists,
+                    sums: sums[0],
+                }
             })
             .collect()
     }
@@ -497,14 +568,26 @@ impl Flock {
     /// Every boid's steering contributions right now (id, steering), as the next tick will compute them.
     pub fn steering_report(&mut self) -> Vec<(u32, Steering)> {
         self.prepare();
-        let nb = Neighbourhood { grid: &self.grid, boids: &self.sorted, perception: Perception::new(&self.params) };
-        let ctx = UpdateCtx { params: &self.params, agents: &self.agents, seed: self.seed, tick: self.tick };
+        let nb = Neighbourhood {
+            grid: &self.grid,
+            boids: &self.sorted,
+            perception: Perception::new(&self.params),
+        };
+        let ctx = UpdateCtx {
+            params: &self.params,
+            agents: &self.agents,
+            seed: self.seed,
+            tick: self.tick,
+        };
         (0..self.sorted.len())
             .map(|i| {
                 let mut sums = [Sums::default()];
                 nb.gather_chunk(i, &mut sums);
                 let id = self.sorted.id[i];
-                (id, rules::steering(&ctx, id, self.sorted.pos(i), self.sorted.vel(i), &sums[0]))
+                (
+                    id,
+                    rules::steering(&ctx, id, self.sorted.pos(i), self.sorted.vel(i), &sums[0]),
+                )
             })
             .collect()
     }
@@ -527,7 +610,12 @@ impl Flock {
         }
         for q in &self.agents.predators {
             h.u32(q.id);
-            for x in q.position.to_array().into_iter().chain(q.velocity.to_array()) {
+            for x in q
+                .position
+                .to_array()
+                .into_iter()
+                .chain(q.velocity.to_array())
+            {
                 h.u32(x.to_bits());
             }
         }
@@ -536,13 +624,20 @@ impl Flock {
 
     /// Position and velocity of the boid with this id.
     pub fn boid(&self, id: u32) -> Option<Boid> {
-        self.ids.iter().position(|&x| x == id).map(|i| self.boids[i])
+        self.ids
+            .iter()
+            .position(|&x| x == id)
+            .map(|i| self.boids[i])
     }
 }
 
 fn check_population(n: usize) -> Result<(), ParamError> {
     if n > MAX_POPULATION {
-        Err(ParamError::new("population", n, format!("0 ..= {MAX_POPULATION}")))
+        Err(ParamError::new(
+            "population",
+            n,
+            format!("0 ..= {MAX_POPULATION}"),
+        ))
     } else {
         Ok(())
     }

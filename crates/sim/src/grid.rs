@@ -97,7 +97,11 @@ impl Grid {
         let cell = Vec3::new(
             world_m.x / self.n[0] as f32,
             world_m.y / self.n[1] as f32,
-            if axes == 3 { world_m.z / self.n[2] as f32 } else { world_m.z.max(1.0) },
+            if axes == 3 {
+                world_m.z / self.n[2] as f32
+            } else {
+                world_m.z.max(1.0)
+            },
         );
         self.inv_cell = cell.recip();
         self.cell_m = cell;
@@ -189,12 +193,21 @@ impl Grid {
         let offsets = &OFFSET_ORDER[..(2 * reach + 1) as usize];
         let z_offsets = if nz == 1 { &OFFSET_ORDER[..1] } else { offsets };
         for &dz in z_offsets {
-            let Some((z, sz)) = self.axis_neighbour(c[2] + dz, nz, self.world_m.z) else { continue };
+            let Some((z, sz)) = self.axis_neighbour(c[2] + dz, nz, self.world_m.z) else {
+                continue;
+            };
             let (zlo, zhi) = self.bounds(2, z, z, sz);
             for &dy in offsets {
-                let Some((y, sy)) = self.axis_neighbour(c[1] + dy, ny, self.world_m.y) else { continue };
+                let Some((y, sy)) = self.axis_neighbour(c[1] + dy, ny, self.world_m.y) else {
+                    continue;
+                };
                 let (ylo, yhi) = self.bounds(1, y, y, sy);
-                let row = Row { base: self.n[0] * (y + ny * z), lo: [ylo, zlo], hi: [yhi, zhi], shift: [sy, sz] };
+                let row = Row {
+                    base: self.n[0] * (y + ny * z),
+                    lo: [ylo, zlo],
+                    hi: [yhi, zhi],
+                    shift: [sy, sz],
+                };
                 if dy.abs() <= inner && dz.abs() <= inner {
                     self.x_runs(&row, c[0] - reach, c[0] - inner - 1, &mut f);
                     self.x_runs(&row, c[0] + inner + 1, c[0] + reach, &mut f);
@@ -211,8 +224,16 @@ impl Grid {
     fn bounds(&self, axis: usize, a: i32, b: i32, shift: f32) -> (f32, f32) {
         let open_lo = !self.wrap && a == 0;
         let open_hi = !self.wrap && b == self.n[axis] - 1;
-        let lo = if open_lo { f32::NEG_INFINITY } else { a as f32 * self.cell_m[axis] + shift };
-        let hi = if open_hi { f32::INFINITY } else { (b + 1) as f32 * self.cell_m[axis] + shift };
+        let lo = if open_lo {
+            f32::NEG_INFINITY
+        } else {
+            a as f32 * self.cell_m[axis] + shift
+        };
+        let hi = if open_hi {
+            f32::INFINITY
+        } else {
+            (b + 1) as f32 * self.cell_m[axis] + shift
+        };
         (lo, hi)
     }
 
@@ -316,12 +337,19 @@ mod tests {
     #[test]
     fn counting_sort_orders_by_cell_and_is_stable() {
         let mut g = grid(Vec3::splat(30.0), 10.0, false);
-        let pts = [Vec3::new(25.0, 5.0, 5.0), Vec3::new(5.0, 5.0, 5.0), Vec3::new(26.0, 5.0, 5.0), Vec3::splat(-4.0)];
+        let pts = [
+            Vec3::new(25.0, 5.0, 5.0),
+            Vec3::new(5.0, 5.0, 5.0),
+            Vec3::new(26.0, 5.0, 5.0),
+            Vec3::splat(-4.0),
+        ];
         g.rebuild(pts.len(), |i| pts[i]);
         // Cells: boid 1 and the out-of-box boid 3 share cell 0; 0 and 2 share cell 1 (x = 1).
         assert_eq!(g.perm(), &[1, 3, 0, 2]);
         let mut seen = Vec::new();
-        g.for_each_run(g.cell_coords(pts[1]), Block::Near, |run| seen.extend(run.range.clone()));
+        g.for_each_run(g.cell_coords(pts[1]), Block::Near, |run| {
+            seen.extend(run.range.clone())
+        });
         seen.sort_unstable();
         assert_eq!(seen, vec![0, 1, 2, 3]);
     }
@@ -333,13 +361,17 @@ mod tests {
             let mut g = grid(Vec3::splat(70.0), 10.0, wrap);
             assert_eq!(g.cells_per_axis(), [6, 6, 6]);
             let pts: Vec<Vec3> = (0..216)
-                .map(|i| Vec3::new((i % 6) as f32, ((i / 6) % 6) as f32, (i / 36) as f32) * 11.6 + 0.5)
+                .map(|i| {
+                    Vec3::new((i % 6) as f32, ((i / 6) % 6) as f32, (i / 36) as f32) * 11.6 + 0.5
+                })
                 .collect();
             g.rebuild(pts.len(), |i| pts[i]);
             for probe in [0usize, 7, 100, 215] {
                 let mut seen = Vec::new();
                 for block in [Block::Near, Block::Ring] {
-                    g.for_each_run(g.cell_coords(pts[probe]), block, |run| seen.extend(run.range.clone()));
+                    g.for_each_run(g.cell_coords(pts[probe]), block, |run| {
+                        seen.extend(run.range.clone())
+                    });
                 }
                 seen.sort_unstable();
                 let before = seen.len();
@@ -352,7 +384,11 @@ mod tests {
                         let d = g.cell_coords(**p);
                         (0..3).all(|a| {
                             let diff = (d[a] - c[a]).abs();
-                            if wrap { diff.min(6 - diff) <= 2 } else { diff <= 2 }
+                            if wrap {
+                                diff.min(6 - diff) <= 2
+                            } else {
+                                diff <= 2
+                            }
                         })
                     })
                     .count();

@@ -32,7 +32,11 @@ pub const TOPOLOGICAL_SUBDIVISION: f32 = 2.0;
 
 /// The radius the grid's cells are sized for under these parameters.
 pub fn cell_radius_m(p: &Params) -> f32 {
-    if p.k_nearest > 0 { p.max_radius_m() / TOPOLOGICAL_SUBDIVISION } else { p.max_radius_m() }
+    if p.k_nearest > 0 {
+        p.max_radius_m() / TOPOLOGICAL_SUBDIVISION
+    } else {
+        p.max_radius_m()
+    }
 }
 
 /// The previous tick's boids, copied into cell order; read-only while a tick
@@ -58,7 +62,14 @@ pub struct SortedBoids {
 impl SortedBoids {
     /// Resizes every column to `n` (never shrinks capacity).
     pub fn resize(&mut self, n: usize) {
-        for col in [&mut self.px, &mut self.py, &mut self.pz, &mut self.vx, &mut self.vy, &mut self.vz] {
+        for col in [
+            &mut self.px,
+            &mut self.py,
+            &mut self.pz,
+            &mut self.vx,
+            &mut self.vy,
+            &mut self.vz,
+        ] {
             col.resize(n, 0.0);
         }
         self.id.resize(n, 0);
@@ -143,7 +154,11 @@ impl Neighbourhood<'_> {
         let me = Me::new(self, i);
         let mut lists = [Vec::new(), Vec::new(), Vec::new()];
         let mut push = |j: usize, d2: f32| {
-            let radii = [self.perception.sep2, self.perception.ali2, self.perception.coh2];
+            let radii = [
+                self.perception.sep2,
+                self.perception.ali2,
+                self.perception.coh2,
+            ];
             for (list, r2) in lists.iter_mut().zip(radii) {
                 if d2 <= r2 {
                     list.push(j);
@@ -187,7 +202,12 @@ impl Me {
     fn new(nb: &Neighbourhood<'_>, i: usize) -> Self {
         let p = nb.boids.pos(i);
         let (h, has_heading) = heading(nb.boids.vel(i));
-        Self { p, h, has_heading, cell: nb.grid.cell_coords(p) }
+        Self {
+            p,
+            h,
+            has_heading,
+            cell: nb.grid.cell_coords(p),
+        }
     }
 }
 
@@ -254,7 +274,11 @@ impl LaneAcc {
             sep: v(&self.sep),
             ali: v(&self.ali),
             coh: v(&self.coh),
-            counts: [sum(&self.n[0]) as u32, sum(&self.n[1]) as u32, sum(&self.n[2]) as u32],
+            counts: [
+                sum(&self.n[0]) as u32,
+                sum(&self.n[1]) as u32,
+                sum(&self.n[2]) as u32,
+            ],
             nn_d2: self.nn.iter().fold(f32::INFINITY, |m, &x| m.min(x)),
             candidates: 0,
         }
@@ -263,7 +287,6 @@ impl LaneAcc {
 
 /// One candidate in lane `l`: branch-free so the lanes vectorise.
 #[inline(always)]
-#[expect(clippy::too_many_arguments, reason = "scalar lane of a vector kernel; bundling costs registers")]
 fn lane<const CONE: bool>(
     acc: &mut LaneAcc,
     l: usize,
@@ -276,8 +299,16 @@ fn lane<const CONE: bool>(
     let [dx, dy, dz] = d;
     let d2 = dx * dx + dy * dy + dz * dz;
     let near = (d2 > 0.0) & (d2 <= per.max2);
-    acc.nn[l] = if near & (d2 < acc.nn[l]) { d2 } else { acc.nn[l] };
-    let visible = if CONE { cone_test(c, c2, dx * h.x + dy * h.y + dz * h.z, d2) } else { true };
+    acc.nn[l] = if near & (d2 < acc.nn[l]) {
+        d2
+    } else {
+        acc.nn[l]
+    };
+    let visible = if CONE {
+        cone_test(c, c2, dx * h.x + dy * h.y + dz * h.z, d2)
+    } else {
+        true
+    };
     let ok = near & visible;
     let inv = 1.0 / d2;
     let s = ok & (d2 <= per.sep2);
@@ -332,7 +363,15 @@ impl TopK {
     #[inline(always)]
     fn new(k: usize) -> Self {
         const N: usize = MAX_K_NEAREST as usize;
-        Self { k, len: 0, d2: [0.0; N], id: [0; N], j: [0; N], d: [Vec3::ZERO; N], nn_d2: f32::INFINITY }
+        Self {
+            k,
+            len: 0,
+            d2: [0.0; N],
+            id: [0; N],
+            j: [0; N],
+            d: [Vec3::ZERO; N],
+            nn_d2: f32::INFINITY,
+        }
     }
 
     #[inline(always)]
@@ -341,7 +380,11 @@ impl TopK {
         if self.len == self.k && (self.d2[self.len - 1], self.id[self.len - 1]) <= key {
             return;
         }
-        let mut t = if self.len == self.k { self.len - 1 } else { self.len };
+        let mut t = if self.len == self.k {
+            self.len - 1
+        } else {
+            self.len
+        };
         while t > 0 && (self.d2[t - 1], self.id[t - 1]) > key {
             self.d2[t] = self.d2[t - 1];
             self.id[t] = self.id[t - 1];
@@ -358,7 +401,10 @@ impl TopK {
 
     /// Sums over the chosen neighbours, nearest first.
     fn sums(&self, b: &SortedBoids, per: &Perception) -> Sums {
-        let mut s = Sums { nn_d2: self.nn_d2, ..Sums::default() };
+        let mut s = Sums {
+            nn_d2: self.nn_d2,
+            ..Sums::default()
+        };
         for t in 0..self.len {
             let (d2, d) = (self.d2[t], self.d[t]);
             if d2 <= per.sep2 {
@@ -387,7 +433,11 @@ fn top_k(nb: &Neighbourhood<'_>, me: &Me, candidates: &mut u32) -> TopK {
     let mut top = TopK::new(per.k_nearest);
     let visit = |block, top: &mut TopK, candidates: &mut u32| {
         nb.grid.for_each_run(me.cell, block, |run| {
-            let worst = if top.len == top.k { top.d2[top.len - 1] } else { per.max2 };
+            let worst = if top.len == top.k {
+                top.d2[top.len - 1]
+            } else {
+                per.max2
+            };
             if run.min_dist2(me.p) > worst {
                 return;
             }
@@ -408,16 +458,28 @@ fn top_k(nb: &Neighbourhood<'_>, me: &Me, candidates: &mut u32) -> TopK {
 /// test are computed eight at a time; only lanes that could enter the buffer
 /// take the scalar view test and insertion.
 #[inline(always)]
+#[expect(
+    clippy::needless_range_loop,
+    reason = "one lane index addresses several parallel arrays"
+)]
 fn top_k_run(b: &SortedBoids, per: &Perception, me: &Me, run: &CellRun, top: &mut TopK) {
     let base = me.p - run.shift;
     let mut j = run.range.start;
     while j < run.range.end {
         let n = LANES.min(run.range.end - j);
-        let worst = if top.len == top.k { top.d2[top.len - 1] } else { per.max2 };
+        let worst = if top.len == top.k {
+            top.d2[top.len - 1]
+        } else {
+            per.max2
+        };
         let mut d = [[0.0f32; LANES]; 3];
         let mut d2 = [f32::INFINITY; LANES];
         for l in 0..n {
-            let (dx, dy, dz) = (b.px[j + l] - base.x, b.py[j + l] - base.y, b.pz[j + l] - base.z);
+            let (dx, dy, dz) = (
+                b.px[j + l] - base.x,
+                b.py[j + l] - base.y,
+                b.pz[j + l] - base.z,
+            );
             d[0][l] = dx;
             d[1][l] = dy;
             d[2][l] = dz;
@@ -426,7 +488,11 @@ fn top_k_run(b: &SortedBoids, per: &Perception, me: &Me, run: &CellRun, top: &mu
         let mut mask = 0u32;
         for l in 0..LANES {
             let near = (d2[l] > 0.0) & (d2[l] <= per.max2);
-            top.nn_d2 = if near & (d2[l] < top.nn_d2) { d2[l] } else { top.nn_d2 };
+            top.nn_d2 = if near & (d2[l] < top.nn_d2) {
+                d2[l]
+            } else {
+                top.nn_d2
+            };
             mask |= u32::from(near & (d2[l] <= worst)) << l;
         }
         while mask != 0 {

@@ -46,7 +46,10 @@ pub(crate) struct MetricsAcc {
 
 impl MetricsAcc {
     pub(crate) fn new() -> Self {
-        Self { nn_min2: f32::INFINITY, ..Self::default() }
+        Self {
+            nn_min2: f32::INFINITY,
+            ..Self::default()
+        }
     }
 
     #[inline]

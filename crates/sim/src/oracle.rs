@@ -28,7 +28,9 @@ pub fn neighbour_lists(params: &Params, ids: &[u32], boids: &[Boid]) -> Vec<[Vec
                         let best = [-world[a], 0.0, world[a]]
                             .into_iter()
                             .min_by(|&s1, &s2| {
-                                (other.p[a] - (me.p[a] - s1)).abs().total_cmp(&(other.p[a] - (me.p[a] - s2)).abs())
+                                (other.p[a] - (me.p[a] - s1))
+                                    .abs()
+                                    .total_cmp(&(other.p[a] - (me.p[a] - s2)).abs())
                             })
                             .unwrap_or(0.0);
                         shift[a] = best;

@@ -60,7 +60,11 @@ impl FromStr for Boundary {
             "soft" => Ok(Self::Soft),
             "wrap" => Ok(Self::Wrap),
             "bounce" => Ok(Self::Bounce),
-            other => Err(ParamError::new("boundary", format!("{other:?}"), Self::ALLOWED)),
+            other => Err(ParamError::new(
+                "boundary",
+                format!("{other:?}"),
+                Self::ALLOWED,
+            )),
         }
     }
 }
@@ -78,20 +82,38 @@ pub struct FloatRange {
 
 impl FloatRange {
     const fn incl(min: f32, max: f32) -> Self {
-        Self { min, max, min_exclusive: false }
+        Self {
+            min,
+            max,
+            min_exclusive: false,
+        }
     }
     const fn excl(min: f32, max: f32) -> Self {
-        Self { min, max, min_exclusive: true }
+        Self {
+            min,
+            max,
+            min_exclusive: true,
+        }
     }
 
     /// Whether `v` is a finite number inside the range.
     pub fn contains(&self, v: f32) -> bool {
-        v.is_finite() && v <= self.max && if self.min_exclusive { v > self.min } else { v >= self.min }
+        v.is_finite()
+            && v <= self.max
+            && if self.min_exclusive {
+                v > self.min
+            } else {
+                v >= self.min
+            }
     }
 
     /// Checks `v`, producing an error that names `field` when it is outside.
     pub fn check(&self, field: &'static str, v: f32) -> Result<f32, ParamError> {
-        if self.contains(v) { Ok(v) } else { Err(ParamError::new(field, v, self.to_string())) }
+        if self.contains(v) {
+            Ok(v)
+        } else {
+            Err(ParamError::new(field, v, self.to_string()))
+        }
     }
 }
 
@@ -106,7 +128,10 @@ impl fmt::Display for FloatRange {
 }
 
 /// Valid ranges, one per float field (see the field docs for their meaning).
-#[expect(missing_docs, reason = "each constant is the range of the Params field of the same name")]
+#[expect(
+    missing_docs,
+    reason = "each constant is the range of the Params field of the same name"
+)]
 pub mod ranges {
     use super::{FloatRange, MAX_RADIUS_M, MAX_WORLD_M};
     pub const WEIGHT: FloatRange = FloatRange::incl(0.0, 100.0);
@@ -214,7 +239,9 @@ impl Params {
 
     /// The largest social radius: the grid's cell size.
     pub fn max_radius_m(&self) -> f32 {
-        self.sep_radius_m.max(self.ali_radius_m).max(self.coh_radius_m)
+        self.sep_radius_m
+            .max(self.ali_radius_m)
+            .max(self.coh_radius_m)
     }
 
     /// Whether boids live in the z = 0 plane.
@@ -247,7 +274,11 @@ impl Params {
         RADIUS_M.check("coh_radius_m", self.coh_radius_m)?;
         FOV_DEG.check("fov_deg", self.fov_deg)?;
         if self.k_nearest > MAX_K_NEAREST {
-            return Err(ParamError::new("k_nearest", self.k_nearest, format!("0 ..= {MAX_K_NEAREST}")));
+            return Err(ParamError::new(
+                "k_nearest",
+                self.k_nearest,
+                format!("0 ..= {MAX_K_NEAREST}"),
+            ));
         }
         MAX_SPEED_MPS.check("max_speed_mps", self.max_speed_mps)?;
         MIN_SPEED_MPS.check("min_speed_mps", self.min_speed_mps)?;
@@ -266,7 +297,11 @@ impl Params {
             return Err(ParamError::new("dims", self.dims, "2 | 3"));
         }
         if self.tick_hz == 0 || self.tick_hz > MAX_TICK_HZ {
-            return Err(ParamError::new("tick_hz", self.tick_hz, format!("1 ..= {MAX_TICK_HZ}")));
+            return Err(ParamError::new(
+                "tick_hz",
+                self.tick_hz,
+                format!("1 ..= {MAX_TICK_HZ}"),
+            ));
         }
         const WORLD_FIELDS: [&str; 3] = ["world_m[0]", "world_m[1]", "world_m[2]"];
         for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m) {
@@ -291,7 +326,10 @@ impl Params {
                     return Err(ParamError::new(
                         field,
                         v,
-                        format!(">= 3 grid cells (3 x the largest radius x {}) = {need} when boundary = wrap", crate::grid::GRID_SLACK),
+                        format!(
+                            ">= 3 grid cells (3 x the largest radius x {}) = {need} when boundary = wrap",
+                            crate::grid::GRID_SLACK
+                        ),
                     ));
                 }
             }
@@ -306,9 +344,29 @@ impl Params {
             ($($f:ident),* $(,)?) => { $( if let Some(v) = patch.$f { p.$f = v; } )* };
         }
         take!(
-            w_sep, w_ali, w_coh, w_obstacle, w_goal, w_flee, w_wander, sep_radius_m, ali_radius_m,
-            coh_radius_m, fov_deg, k_nearest, max_speed_mps, min_speed_mps, max_force_mps2,
-            panic_factor, flee_radius_m, edge_margin_m, lookahead_s, boundary, world_m, dims, tick_hz,
+            w_sep,
+            w_ali,
+            w_coh,
+            w_obstacle,
+            w_goal,
+            w_flee,
+            w_wander,
+            sep_radius_m,
+            ali_radius_m,
+            coh_radius_m,
+            fov_deg,
+            k_nearest,
+            max_speed_mps,
+            min_speed_mps,
+            max_force_mps2,
+            panic_factor,
+            flee_radius_m,
+            edge_margin_m,
+            lookahead_s,
+            boundary,
+            world_m,
+            dims,
+            tick_hz,
         );
         p.validate()?;
         Ok(p)
@@ -329,7 +387,10 @@ impl Params {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
-#[expect(missing_docs, reason = "each field patches the Params field of the same name")]
+#[expect(
+    missing_docs,
+    reason = "each field patches the Params field of the same name"
+)]
 pub struct ParamsPatch {
     pub w_sep: Option<f32>,
     pub w_ali: Option<f32>,
@@ -373,10 +434,15 @@ pub enum Preset {
 
 impl Preset {
     /// Every preset, in display order.
-    pub const ALL: [Preset; 4] =
-        [Preset::Balanced, Preset::StarlingsScattering, Preset::ArrowFormations, Preset::FishBall];
+    pub const ALL: [Preset; 4] = [
+        Preset::Balanced,
+        Preset::StarlingsScattering,
+        Preset::ArrowFormations,
+        Preset::FishBall,
+    ];
     /// Every accepted name, for error messages.
-    pub const ALLOWED: &'static str = "balanced | starlings-scattering | arrow-formations | fish-ball";
+    pub const ALLOWED: &'static str =
+        "balanced | starlings-scattering | arrow-formations | fish-ball";
 
     /// `(w_sep, w_ali, w_coh)`.
     pub fn weights(self) -> (f32, f32, f32) {
@@ -432,30 +498,91 @@ mod tests {
 
     #[test]
     fn rejects_bad_values_naming_the_field() {
-        check_rejects(ParamsPatch { w_sep: Some(f32::NAN), ..Default::default() }, "w_sep", "0 ..= 100");
-        check_rejects(ParamsPatch { w_coh: Some(-1.0), ..Default::default() }, "w_coh", "0 ..= 100");
         check_rejects(
-            ParamsPatch { sep_radius_m: Some(f32::INFINITY), ..Default::default() },
+            ParamsPatch {
+                w_sep: Some(f32::NAN),
+                ..Default::default()
+            },
+            "w_sep",
+            "0 ..= 100",
+        );
+        check_rejects(
+            ParamsPatch {
+                w_coh: Some(-1.0),
+                ..Default::default()
+            },
+            "w_coh",
+            "0 ..= 100",
+        );
+        check_rejects(
+            ParamsPatch {
+                sep_radius_m: Some(f32::INFINITY),
+                ..Default::default()
+            },
             "sep_radius_m",
             "> 0",
         );
-        check_rejects(ParamsPatch { ali_radius_m: Some(0.0), ..Default::default() }, "ali_radius_m", "> 0");
-        check_rejects(ParamsPatch { fov_deg: Some(361.0), ..Default::default() }, "fov_deg", "360");
-        check_rejects(ParamsPatch { k_nearest: Some(33), ..Default::default() }, "k_nearest", "0 ..= 32");
         check_rejects(
-            ParamsPatch { min_speed_mps: Some(11.0), ..Default::default() },
+            ParamsPatch {
+                ali_radius_m: Some(0.0),
+                ..Default::default()
+            },
+            "ali_radius_m",
+            "> 0",
+        );
+        check_rejects(
+            ParamsPatch {
+                fov_deg: Some(361.0),
+                ..Default::default()
+            },
+            "fov_deg",
+            "360",
+        );
+        check_rejects(
+            ParamsPatch {
+                k_nearest: Some(33),
+                ..Default::default()
+            },
+            "k_nearest",
+            "0 ..= 32",
+        );
+        check_rejects(
+            ParamsPatch {
+                min_speed_mps: Some(11.0),
+                ..Default::default()
+            },
             "min_speed_mps",
             "max_speed_mps (10)",
         );
-        check_rejects(ParamsPatch { dims: Some(4), ..Default::default() }, "dims", "2 | 3");
-        check_rejects(ParamsPatch { tick_hz: Some(0), ..Default::default() }, "tick_hz", "1 ..= 1000");
         check_rejects(
-            ParamsPatch { world_m: Some([100.0, -1.0, 50.0]), ..Default::default() },
+            ParamsPatch {
+                dims: Some(4),
+                ..Default::default()
+            },
+            "dims",
+            "2 | 3",
+        );
+        check_rejects(
+            ParamsPatch {
+                tick_hz: Some(0),
+                ..Default::default()
+            },
+            "tick_hz",
+            "1 ..= 1000",
+        );
+        check_rejects(
+            ParamsPatch {
+                world_m: Some([100.0, -1.0, 50.0]),
+                ..Default::default()
+            },
             "world_m[1]",
             "> 0",
         );
         check_rejects(
-            ParamsPatch { edge_margin_m: Some(50.0), ..Default::default() },
+            ParamsPatch {
+                edge_margin_m: Some(50.0),
+                ..Default::default()
+            },
             "edge_margin_m",
             "half the smallest world extent (40)",
         );
@@ -474,13 +601,28 @@ mod tests {
     #[test]
     fn a_rejected_patch_changes_nothing_and_a_good_one_changes_only_its_fields() {
         let base = Params::default();
-        let bad = ParamsPatch { w_sep: Some(2.0), w_ali: Some(f32::NAN), ..Default::default() };
+        let bad = ParamsPatch {
+            w_sep: Some(2.0),
+            w_ali: Some(f32::NAN),
+            ..Default::default()
+        };
         assert!(base.patched(&bad).is_err());
-        let good = ParamsPatch { w_sep: Some(2.0), boundary: Some(Boundary::Bounce), ..Default::default() };
+        let good = ParamsPatch {
+            w_sep: Some(2.0),
+            boundary: Some(Boundary::Bounce),
+            ..Default::default()
+        };
         let p = base.patched(&good).unwrap();
         assert_eq!(p.w_sep, 2.0);
         assert_eq!(p.boundary, Boundary::Bounce);
-        assert_eq!(Params { w_sep: base.w_sep, boundary: base.boundary, ..p }, base);
+        assert_eq!(
+            Params {
+                w_sep: base.w_sep,
+                boundary: base.boundary,
+                ..p
+            },
+            base
+        );
     }
 
     #[test]

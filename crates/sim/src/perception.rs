@@ -61,14 +61,22 @@ impl Perception {
 #[inline(always)]
 pub(crate) fn cone_test(c: f32, c2: f32, dot: f32, d2: f32) -> bool {
     let sq = dot * dot;
-    if c >= 0.0 { (dot >= 0.0) & (sq >= c2 * d2) } else { (dot >= 0.0) | (sq <= c2 * d2) }
+    if c >= 0.0 {
+        (dot >= 0.0) & (sq >= c2 * d2)
+    } else {
+        (dot >= 0.0) | (sq <= c2 * d2)
+    }
 }
 
 /// A boid's unit heading and whether it has one (speed > 0).
 #[inline]
 pub fn heading(v: Vec3) -> (Vec3, bool) {
     let l2 = v.length_squared();
-    if l2 > 0.0 { (v / l2.sqrt(), true) } else { (Vec3::ZERO, false) }
+    if l2 > 0.0 {
+        (v / l2.sqrt(), true)
+    } else {
+        (Vec3::ZERO, false)
+    }
 }
 
 #[cfg(test)]
@@ -79,26 +87,40 @@ mod tests {
     #[test]
     fn cone_test_matches_normalised_dot_product() {
         for fov in [30.0f32, 90.0, 180.0, 270.0, 350.0] {
-            let p = Perception::new(&Params { fov_deg: fov, ..Params::default() });
+            let p = Perception::new(&Params {
+                fov_deg: fov,
+                ..Params::default()
+            });
             let c = (fov * 0.5).to_radians().cos();
             let h = Vec3::new(0.6, 0.8, 0.0);
             for i in 0..720 {
                 let a = (i as f32 * 0.5).to_radians();
-                let d = Vec3::new(a.cos(), a.sin(), 0.3 * (a * 3.0).sin()) * (1.0 + i as f32 * 0.01);
+                let d =
+                    Vec3::new(a.cos(), a.sin(), 0.3 * (a * 3.0).sin()) * (1.0 + i as f32 * 0.01);
                 let exact = h.dot(d.normalize());
                 if (exact - c).abs() < 1e-4 {
                     continue;
                 }
-                assert_eq!(p.in_view(h.dot(d), d.length_squared(), true), exact >= c, "fov {fov} angle {i}");
+                assert_eq!(
+                    p.in_view(h.dot(d), d.length_squared(), true),
+                    exact >= c,
+                    "fov {fov} angle {i}"
+                );
             }
         }
     }
 
     #[test]
     fn full_circle_and_headless_boids_see_everything() {
-        let p = Perception::new(&Params { fov_deg: 360.0, ..Params::default() });
+        let p = Perception::new(&Params {
+            fov_deg: 360.0,
+            ..Params::default()
+        });
         assert!(p.in_view(-1.0, 1.0, true));
-        let p = Perception::new(&Params { fov_deg: 10.0, ..Params::default() });
+        let p = Perception::new(&Params {
+            fov_deg: 10.0,
+            ..Params::default()
+        });
         assert!(!p.in_view(-1.0, 1.0, true));
         assert!(p.in_view(-1.0, 1.0, false));
     }

@@ -18,7 +18,11 @@ pub const WANDER_PERIOD_S: f32 = 1.0;
 #[inline]
 pub fn clamp_length(v: Vec3, max: f32) -> Vec3 {
     let l2 = v.length_squared();
-    if l2 > max * max { v * (max / l2.sqrt()) } else { v }
+    if l2 > max * max {
+        v * (max / l2.sqrt())
+    } else {
+        v
+    }
 }
 
 /// Reynolds steering towards heading `x` at `speed`: `clamp(normalize(x) * speed - v, max_force)`.
@@ -198,12 +202,11 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
         }
     }
 
-    if let Some(goal) = ctx
-        .agents
-        .goals
-        .iter()
-        .min_by(|a, b| (a.target() - p).length_squared().total_cmp(&(b.target() - p).length_squared()))
-    {
+    if let Some(goal) = ctx.agents.goals.iter().min_by(|a, b| {
+        (a.target() - p)
+            .length_squared()
+            .total_cmp(&(b.target() - p).length_squared())
+    }) {
         let to = goal.target() - p;
         let dist = to.length();
         let speed = vmax * (dist / goal.arrive_radius_m).min(1.0);
@@ -230,7 +233,15 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
         s.boundary = soft_boundary(p, pr);
     }
     if pr.is_2d() {
-        for steer in [&mut s.sep, &mut s.ali, &mut s.coh, &mut s.obstacle, &mut s.goal, &mut s.flee, &mut s.boundary] {
+        for steer in [
+            &mut s.sep,
+            &mut s.ali,
+            &mut s.coh,
+            &mut s.obstacle,
+            &mut s.goal,
+            &mut s.flee,
+            &mut s.boundary,
+        ] {
             steer.z = 0.0;
         }
     }
@@ -242,7 +253,11 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
 pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, Vec3) {
     let pr = ctx.params;
     let dt = pr.dt_s();
-    let vmax = if s.fleeing { pr.max_speed_mps * pr.panic_factor } else { pr.max_speed_mps };
+    let vmax = if s.fleeing {
+        pr.max_speed_mps * pr.panic_factor
+    } else {
+        pr.max_speed_mps
+    };
     let mut v1 = clamp_speed(v + s.acceleration(pr) * dt, pr.min_speed_mps, vmax, v);
     if pr.is_2d() {
         v1.z = 0.0;
@@ -272,7 +287,10 @@ mod tests {
         assert!((clamp_speed(Vec3::X * 50.0, 2.0, 10.0, Vec3::X).length() - 10.0).abs() < 1e-5);
         assert!((clamp_speed(Vec3::Y * 0.5, 2.0, 10.0, Vec3::X).length() - 2.0).abs() < 1e-5);
         assert_eq!(clamp_speed(Vec3::ZERO, 2.0, 10.0, Vec3::Z), Vec3::Z * 2.0);
-        assert_eq!(clamp_speed(Vec3::X * 5.0, 2.0, 10.0, Vec3::Z), Vec3::X * 5.0);
+        assert_eq!(
+            clamp_speed(Vec3::X * 5.0, 2.0, 10.0, Vec3::Z),
+            Vec3::X * 5.0
+        );
     }
 
     #[test]
@@ -290,11 +308,17 @@ mod tests {
 
     #[test]
     fn wrap_and_bounce_keep_positions_inside() {
-        let p = Params { boundary: Boundary::Wrap, ..Params::default() };
+        let p = Params {
+            boundary: Boundary::Wrap,
+            ..Params::default()
+        };
         let (mut x, mut v) = (Vec3::new(-0.5, 160.5, 40.0), Vec3::X);
         apply_boundary(&mut x, &mut v, &p);
         assert!((x - Vec3::new(159.5, 0.5, 40.0)).length() < 1e-4);
-        let p = Params { boundary: Boundary::Bounce, ..Params::default() };
+        let p = Params {
+            boundary: Boundary::Bounce,
+            ..Params::default()
+        };
         let (mut x, mut v) = (Vec3::new(-0.5, 160.5, 40.0), Vec3::new(-1.0, 1.0, 0.0));
         apply_boundary(&mut x, &mut v, &p);
         assert!((x - Vec3::new(0.5, 159.5, 40.0)).length() < 1e-4);
@@ -312,8 +336,14 @@ mod tests {
             mean += w;
             prev = w;
         }
-        assert!(mean.length() / 6000.0 < 0.3, "wander has no preferred direction: {mean}");
-        assert_ne!(wander_vec(1, 7, 0, 60, false), wander_vec(1, 8, 0, 60, false));
+        assert!(
+            mean.length() / 6000.0 < 0.3,
+            "wander has no preferred direction: {mean}"
+        );
+        assert_ne!(
+            wander_vec(1, 7, 0, 60, false),
+            wander_vec(1, 8, 0, 60, false)
+        );
         assert_eq!(wander_vec(1, 7, 5, 60, true).z, 0.0);
     }
 }

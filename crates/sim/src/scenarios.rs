@@ -22,7 +22,11 @@ pub fn kernel_a(n_boids: usize) -> FlockConfig {
         world_m: [side; 3],
         ..Params::default()
     };
-    FlockConfig { params, population: n_boids, seed: 42 }
+    FlockConfig {
+        params,
+        population: n_boids,
+        seed: 42,
+    }
 }
 
 /// Scenario B, the full flock: default parameters (field of view,
@@ -33,5 +37,9 @@ pub fn full_b(n_boids: usize) -> FlockConfig {
     let scale = (n_boids as f32 / base.population as f32).cbrt();
     let mut params = base.params;
     params.world_m = params.world_m.map(|w| w * scale);
-    FlockConfig { params, population: n_boids, seed: 42 }
+    FlockConfig {
+        params,
+        population: n_boids,
+        seed: 42,
+    }
 }

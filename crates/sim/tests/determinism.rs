@@ -7,14 +7,47 @@ use starling_sim::{Flock, FlockConfig, GoalKind, Params, PredatorMode, Shape, Ve
 /// A world exercising every rule: topological neighbours, FOV, wander,
 /// a hunter, an obstacle and a goal.
 fn busy_run(ticks: usize, seed: u64) -> Flock {
-    let params = Params { world_m: [64.0, 64.0, 32.0], ..Params::default() };
-    let mut flock = Flock::new(FlockConfig { params, population: 3000, seed }).unwrap();
-    flock.add_predator(PredatorMode::Hunter, Vec3::new(10.0, 10.0, 10.0), None, None).unwrap();
-    flock.add_obstacle(Shape::Sphere { center: Vec3::new(32.0, 32.0, 16.0), radius_m: 6.0 }, Some(2.0)).unwrap();
-    flock.add_goal(GoalKind::Point { at: Vec3::new(50.0, 20.0, 16.0) }, 8.0, None).unwrap();
+    let params = Params {
+        world_m: [64.0, 64.0, 32.0],
+        ..Params::default()
+    };
+    let mut flock = Flock::new(FlockConfig {
+        params,
+        population: 3000,
+        seed,
+    })
+    .unwrap();
+    flock
+        .add_predator(
+            PredatorMode::Hunter,
+            Vec3::new(10.0, 10.0, 10.0),
+            None,
+            None,
+        )
+        .unwrap();
+    flock
+        .add_obstacle(
+            Shape::Sphere {
+                center: Vec3::new(32.0, 32.0, 16.0),
+                radius_m: 6.0,
+            },
+            Some(2.0),
+        )
+        .unwrap();
+    flock
+        .add_goal(
+            GoalKind::Point {
+                at: Vec3::new(50.0, 20.0, 16.0),
+            },
+            8.0,
+            None,
+        )
+        .unwrap();
     for t in 0..ticks {
         if t == 50 {
-            flock.spawn_boids(Vec3::new(20.0, 40.0, 16.0), 4.0, 200).unwrap();
+            flock
+                .spawn_boids(Vec3::new(20.0, 40.0, 16.0), 4.0, 200)
+                .unwrap();
         }
         flock.step();
     }
@@ -22,7 +55,11 @@ fn busy_run(ticks: usize, seed: u64) -> Flock {
 }
 
 fn on_threads(n: usize, f: impl FnOnce() -> u64 + Send) -> u64 {
-    rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap().install(f)
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build()
+        .unwrap()
+        .install(f)
 }
 
 #[test]
@@ -48,5 +85,10 @@ const GOLDEN_DIGEST: u64 = 0x13dc_ac8a_1e81_511c;
 
 #[test]
 fn golden_digest_is_stable_across_builds() {
-    assert_eq!(busy_run(200, 9).digest(), GOLDEN_DIGEST, "digest {:#018x}", busy_run(200, 9).digest());
+    assert_eq!(
+        busy_run(200, 9).digest(),
+        GOLDEN_DIGEST,
+        "digest {:#018x}",
+        busy_run(200, 9).digest()
+    );
 }

@@ -13,57 +13,64 @@ struct World {
 fn world() -> impl Strategy<Value = World> {
     (
         (2usize..=3, 0u8..3, 1.0f32..6.0, 1.0f32..6.0, 1.0f32..6.0),
-        (prop_oneof![Just(360.0f32), 20.0f32..359.0], prop_oneof![Just(0u32), 1u32..12]),
+        (
+            prop_oneof![Just(360.0f32), 20.0f32..359.0],
+            prop_oneof![Just(0u32), 1u32..12],
+        ),
         (20.0f32..60.0, 20.0f32..60.0, 20.0f32..60.0),
         2usize..250,
         any::<u64>(),
     )
-        .prop_map(|((dims, b, sep, ali, coh), (fov, k), (wx, wy, wz), n, seed)| {
-            let boundary = [Boundary::Soft, Boundary::Wrap, Boundary::Bounce][b as usize];
-            let params = Params {
-                dims: dims as u8,
-                boundary,
-                sep_radius_m: sep,
-                ali_radius_m: ali,
-                coh_radius_m: coh,
-                fov_deg: fov,
-                k_nearest: k,
-                world_m: [wx, wy, wz],
-                edge_margin_m: 2.0,
-                ..Params::default()
-            };
-            // Positions from a cheap LCG keyed by the seed; soft worlds also get
-            // boids outside the box (they must still be found). Some pairs coincide.
-            let mut s = seed | 1;
-            let mut next = move || {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (s >> 40) as f32 / (1u64 << 24) as f32
-            };
-            let spill = if boundary == Boundary::Soft { 0.2 } else { 0.0 };
-            let mut boids = Vec::with_capacity(n);
-            for i in 0..n {
-                let mut p = Vec3::new(
-                    (next() * (1.0 + 2.0 * spill) - spill) * wx,
-                    (next() * (1.0 + 2.0 * spill) - spill) * wy,
-                    (next() * (1.0 + 2.0 * spill) - spill) * wz,
-                );
-                if boundary != Boundary::Soft {
-                    p = p.clamp(Vec3::ZERO, Vec3::new(wx, wy, wz) * 0.9999);
-                }
-                if i % 17 == 3 {
-                    if let Some(&(q, _)) = boids.first() {
+        .prop_map(
+            |((dims, b, sep, ali, coh), (fov, k), (wx, wy, wz), n, seed)| {
+                let boundary = [Boundary::Soft, Boundary::Wrap, Boundary::Bounce][b as usize];
+                let params = Params {
+                    dims: dims as u8,
+                    boundary,
+                    sep_radius_m: sep,
+                    ali_radius_m: ali,
+                    coh_radius_m: coh,
+                    fov_deg: fov,
+                    k_nearest: k,
+                    world_m: [wx, wy, wz],
+                    edge_margin_m: 2.0,
+                    ..Params::default()
+                };
+                // Positions from a cheap LCG keyed by the seed; soft worlds also get
+                // boids outside the box (they must still be found). Some pairs coincide.
+                let mut s = seed | 1;
+                let mut next = move || {
+                    s = s
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (s >> 40) as f32 / (1u64 << 24) as f32
+                };
+                let spill = if boundary == Boundary::Soft { 0.2 } else { 0.0 };
+                let mut boids = Vec::with_capacity(n);
+                for i in 0..n {
+                    let mut p = Vec3::new(
+                        (next() * (1.0 + 2.0 * spill) - spill) * wx,
+                        (next() * (1.0 + 2.0 * spill) - spill) * wy,
+                        (next() * (1.0 + 2.0 * spill) - spill) * wz,
+                    );
+                    if boundary != Boundary::Soft {
+                        p = p.clamp(Vec3::ZERO, Vec3::new(wx, wy, wz) * 0.9999);
+                    }
+                    if i % 17 == 3
+                        && let Some(&(q, _)) = boids.first()
+                    {
                         p = q;
                     }
+                    let mut v = Vec3::new(next() - 0.5, next() - 0.5, next() - 0.5) * 10.0;
+                    if dims == 2 {
+                        p.z = 0.0;
+                        v.z = 0.0;
+                    }
+                    boids.push((p, v));
                 }
-                let mut v = Vec3::new(next() - 0.5, next() - 0.5, next() - 0.5) * 10.0;
-                if dims == 2 {
-                    p.z = 0.0;
-                    v.z = 0.0;
-                }
-                boids.push((p, v));
-            }
-            World { params, boids }
-        })
+                World { params, boids }
+            },
+        )
         .prop_filter("valid parameters", |w| w.params.validate().is_ok())
 }
 
@@ -85,9 +92,9 @@ proptest! {
         prop_assert_eq!(report.len(), ids.len());
         for got in report {
             let idx = ids.iter().position(|&x| x == got.id).unwrap();
-            for rule in 0..3 {
+            for (rule, want) in expected[idx].iter().enumerate() {
                 let mut g = got.lists[rule].clone();
-                let mut e = expected[idx][rule].clone();
+                let mut e = want.clone();
                 g.sort_unstable();
                 e.sort_unstable();
                 prop_assert_eq!(&g, &e, "boid {} rule {}", got.id, rule);

@@ -11,7 +11,10 @@ pub const MAX_WAYPOINTS: usize = 64;
 /// Where a goal pulls.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)
+)]
 pub enum GoalKind {
     /// A fixed attractor (migration target, a cursor).
     Point {
@@ -35,7 +38,11 @@ impl GoalKind {
             if v.is_finite() && v.abs().max_element() <= MAX_WORLD_M * 2.0 {
                 Ok(())
             } else {
-                Err(ParamError::new(field, v, format!("finite, |x| <= {}", MAX_WORLD_M * 2.0)))
+                Err(ParamError::new(
+                    field,
+                    v,
+                    format!("finite, |x| <= {}", MAX_WORLD_M * 2.0),
+                ))
             }
         };
         match self {
@@ -78,13 +85,16 @@ impl Goal {
     pub fn target(&self) -> Vec3 {
         match &self.kind {
             GoalKind::Point { at } => *at,
-            GoalKind::Path { waypoints, .. } => waypoints[self.next_waypoint.min(waypoints.len() - 1)],
+            GoalKind::Path { waypoints, .. } => {
+                waypoints[self.next_waypoint.min(waypoints.len() - 1)]
+            }
         }
     }
 
     /// Advances along the path when the flock's centroid has arrived.
     pub(crate) fn update(&mut self, centroid: Vec3) {
-        let arrived = (centroid - self.target()).length_squared() <= self.arrive_radius_m * self.arrive_radius_m;
+        let arrived = (centroid - self.target()).length_squared()
+            <= self.arrive_radius_m * self.arrive_radius_m;
         if !arrived {
             return;
         }
@@ -112,7 +122,10 @@ mod tests {
         let wps = vec![Vec3::ZERO, Vec3::X * 100.0];
         let mk = |looping| Goal {
             id: 1,
-            kind: GoalKind::Path { waypoints: wps.clone(), looping },
+            kind: GoalKind::Path {
+                waypoints: wps.clone(),
+                looping,
+            },
             arrive_radius_m: 5.0,
             next_waypoint: 0,
             reached: false,
@@ -136,9 +149,19 @@ mod tests {
 
     #[test]
     fn empty_or_huge_paths_are_rejected() {
-        let err = GoalKind::Path { waypoints: vec![], looping: false }.validate().unwrap_err();
+        let err = GoalKind::Path {
+            waypoints: vec![],
+            looping: false,
+        }
+        .validate()
+        .unwrap_err();
         assert_eq!(err.field, "waypoints");
-        let err = GoalKind::Path { waypoints: vec![Vec3::ZERO; 65], looping: false }.validate().unwrap_err();
+        let err = GoalKind::Path {
+            waypoints: vec![Vec3::ZERO; 65],
+            looping: false,
+        }
+        .validate()
+        .unwrap_err();
         assert!(err.to_string().contains("1 ..= 64"));
     }
 }

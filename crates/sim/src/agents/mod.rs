@@ -76,10 +76,18 @@ pub struct Agents {
 }
 
 /// Converts an optional time-to-live into an expiry tick.
-pub(crate) fn expiry(ttl_s: Option<f32>, now_tick: u64, tick_hz: u32) -> Result<Option<u64>, ParamError> {
+pub(crate) fn expiry(
+    ttl_s: Option<f32>,
+    now_tick: u64,
+    tick_hz: u32,
+) -> Result<Option<u64>, ParamError> {
     let Some(ttl) = ttl_s else { return Ok(None) };
     if !(ttl.is_finite() && ttl > 0.0 && ttl <= MAX_TTL_S) {
-        return Err(ParamError::new("ttl_s", ttl, format!("finite, > 0 and <= {MAX_TTL_S}")));
+        return Err(ParamError::new(
+            "ttl_s",
+            ttl,
+            format!("finite, > 0 and <= {MAX_TTL_S}"),
+        ));
     }
     let ticks = (f64::from(ttl) * f64::from(tick_hz)).ceil().max(1.0) as u64;
     Ok(Some(now_tick + ticks))
@@ -95,7 +103,15 @@ fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamError> {
 }
 
 fn capacity(what: &'static str, len: usize, limit: usize) -> Result<(), SimError> {
-    if len >= limit { Err(SimError::Capacity { what, requested: len + 1, limit }) } else { Ok(()) }
+    if len >= limit {
+        Err(SimError::Capacity {
+            what,
+            requested: len + 1,
+            limit,
+        })
+    } else {
+        Ok(())
+    }
 }
 
 impl Agents {
@@ -118,11 +134,19 @@ impl Agents {
         id
     }
 
-    pub(crate) fn add_obstacle(&mut self, shape: Shape, expires_at_tick: Option<u64>) -> Result<u32, SimError> {
+    pub(crate) fn add_obstacle(
+        &mut self,
+        shape: Shape,
+        expires_at_tick: Option<u64>,
+    ) -> Result<u32, SimError> {
         shape.validate()?;
         capacity("obstacles", self.obstacles.len(), MAX_OBSTACLES)?;
         let id = self.take_id();
-        self.obstacles.push(Obstacle { id, shape, expires_at_tick });
+        self.obstacles.push(Obstacle {
+            id,
+            shape,
+            expires_at_tick,
+        });
         Ok(id)
     }
 
@@ -133,7 +157,10 @@ impl Agents {
         expires_at_tick: Option<u64>,
     ) -> Result<u32, SimError> {
         kind.validate()?;
-        if !(arrive_radius_m.is_finite() && arrive_radius_m > 0.0 && arrive_radius_m <= MAX_ARRIVE_RADIUS_M) {
+        if !(arrive_radius_m.is_finite()
+            && arrive_radius_m > 0.0
+            && arrive_radius_m <= MAX_ARRIVE_RADIUS_M)
+        {
             return Err(ParamError::new(
                 "arrive_radius_m",
                 arrive_radius_m,
@@ -143,7 +170,14 @@ impl Agents {
         }
         capacity("goals", self.goals.len(), MAX_GOALS)?;
         let id = self.take_id();
-        self.goals.push(Goal { id, kind, arrive_radius_m, next_waypoint: 0, reached: false, expires_at_tick });
+        self.goals.push(Goal {
+            id,
+            kind,
+            arrive_radius_m,
+            next_waypoint: 0,
+            reached: false,
+            expires_at_tick,
+        });
         Ok(id)
     }
 
@@ -157,12 +191,24 @@ impl Agents {
     ) -> Result<u32, SimError> {
         check_point("position", position)?;
         if !velocity.is_finite() || velocity.length() > MAX_PREDATOR_SPEED_MPS {
-            return Err(ParamError::new("velocity", velocity, format!("finite, |v| <= {MAX_PREDATOR_SPEED_MPS}")).into());
+            return Err(ParamError::new(
+                "velocity",
+                velocity,
+                format!("finite, |v| <= {MAX_PREDATOR_SPEED_MPS}"),
+            )
+            .into());
         }
         predator::check_speed(max_speed_mps)?;
         capacity("predators", self.predators.len(), MAX_PREDATORS)?;
         let id = self.take_id();
-        self.predators.push(Predator { id, mode, position, velocity, max_speed_mps, expires_at_tick });
+        self.predators.push(Predator {
+            id,
+            mode,
+            position,
+            velocity,
+            max_speed_mps,
+            expires_at_tick,
+        });
         Ok(id)
     }
 
@@ -209,7 +255,9 @@ impl Agents {
 
     /// Removes an agent of any kind.
     pub(crate) fn remove(&mut self, id: u32) -> Result<AgentKind, SimError> {
-        let kind = self.kind_of(id).ok_or(SimError::UnknownAgent { kind: "agent", id })?;
+        let kind = self
+            .kind_of(id)
+            .ok_or(SimError::UnknownAgent { kind: "agent", id })?;
         self.predators.retain(|a| a.id != id);
         self.goals.retain(|a| a.id != id);
         self.obstacles.retain(|a| a.id != id);

@@ -8,7 +8,10 @@ use crate::params::MAX_WORLD_M;
 /// Obstacle geometry.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields)
+)]
 pub enum Shape {
     /// A ball.
     Sphere {
@@ -42,21 +45,33 @@ impl Shape {
             if v.is_finite() && v.abs().max_element() <= MAX_WORLD_M * 2.0 {
                 Ok(())
             } else {
-                Err(ParamError::new(field, v, format!("finite, |x| <= {}", MAX_WORLD_M * 2.0)))
+                Err(ParamError::new(
+                    field,
+                    v,
+                    format!("finite, |x| <= {}", MAX_WORLD_M * 2.0),
+                ))
             }
         };
         match *self {
             Shape::Sphere { center, radius_m } => {
                 finite("center", center)?;
                 if !(radius_m.is_finite() && radius_m > 0.0 && radius_m <= MAX_WORLD_M) {
-                    return Err(ParamError::new("radius_m", radius_m, format!("finite, > 0 and <= {MAX_WORLD_M}")));
+                    return Err(ParamError::new(
+                        "radius_m",
+                        radius_m,
+                        format!("finite, > 0 and <= {MAX_WORLD_M}"),
+                    ));
                 }
             }
             Shape::Box { min, max } => {
                 finite("min", min)?;
                 finite("max", max)?;
                 if !max.cmpgt(min).all() {
-                    return Err(ParamError::new("max", max, format!("every coordinate > min {min}")));
+                    return Err(ParamError::new(
+                        "max",
+                        max,
+                        format!("every coordinate > min {min}"),
+                    ));
                 }
             }
         }
@@ -74,10 +89,16 @@ impl Shape {
     /// The same shape moved so its centre is at `to`.
     pub fn moved_to(&self, to: Vec3) -> Shape {
         match *self {
-            Shape::Sphere { radius_m, .. } => Shape::Sphere { center: to, radius_m },
+            Shape::Sphere { radius_m, .. } => Shape::Sphere {
+                center: to,
+                radius_m,
+            },
             Shape::Box { min, max } => {
                 let half = (max - min) * 0.5;
-                Shape::Box { min: to - half, max: to + half }
+                Shape::Box {
+                    min: to - half,
+                    max: to + half,
+                }
             }
         }
     }
@@ -122,7 +143,10 @@ impl Shape {
     /// Starting inside counts as a hit at 0 with the nearest face's normal.
     pub fn probe(&self, origin: Vec3, dir: Vec3, len_m: f32) -> Option<Hit> {
         if self.contains(origin) {
-            return Some(Hit { t_m: 0.0, normal: self.normal_near(origin) });
+            return Some(Hit {
+                t_m: 0.0,
+                normal: self.normal_near(origin),
+            });
         }
         let t = match *self {
             Shape::Sphere { center, radius_m } => {
@@ -147,7 +171,10 @@ impl Shape {
                 near.max(0.0)
             }
         };
-        (t >= 0.0 && t <= len_m).then(|| Hit { t_m: t, normal: self.normal_near(origin + dir * t) })
+        (t >= 0.0 && t <= len_m).then(|| Hit {
+            t_m: t,
+            normal: self.normal_near(origin + dir * t),
+        })
     }
 }
 
@@ -157,15 +184,24 @@ mod tests {
 
     #[test]
     fn probes_hit_the_near_face_and_miss_what_is_beside_them() {
-        let s = Shape::Sphere { center: Vec3::new(10.0, 0.0, 0.0), radius_m: 2.0 };
+        let s = Shape::Sphere {
+            center: Vec3::new(10.0, 0.0, 0.0),
+            radius_m: 2.0,
+        };
         let hit = s.probe(Vec3::ZERO, Vec3::X, 20.0).unwrap();
         assert!((hit.t_m - 8.0).abs() < 1e-4);
         assert!((hit.normal - -Vec3::X).length() < 1e-4);
         assert!(s.probe(Vec3::ZERO, Vec3::X, 5.0).is_none(), "too short");
         assert!(s.probe(Vec3::ZERO, -Vec3::X, 20.0).is_none(), "behind");
-        assert!(s.probe(Vec3::new(0.0, 3.0, 0.0), Vec3::X, 20.0).is_none(), "beside");
+        assert!(
+            s.probe(Vec3::new(0.0, 3.0, 0.0), Vec3::X, 20.0).is_none(),
+            "beside"
+        );
 
-        let b = Shape::Box { min: Vec3::new(5.0, -1.0, -1.0), max: Vec3::new(6.0, 1.0, 1.0) };
+        let b = Shape::Box {
+            min: Vec3::new(5.0, -1.0, -1.0),
+            max: Vec3::new(6.0, 1.0, 1.0),
+        };
         let hit = b.probe(Vec3::ZERO, Vec3::X, 20.0).unwrap();
         assert!((hit.t_m - 5.0).abs() < 1e-4);
         assert_eq!(hit.normal, -Vec3::X);
@@ -174,7 +210,10 @@ mod tests {
 
     #[test]
     fn inside_is_a_hit_at_zero_pointing_out() {
-        let b = Shape::Box { min: Vec3::ZERO, max: Vec3::splat(10.0) };
+        let b = Shape::Box {
+            min: Vec3::ZERO,
+            max: Vec3::splat(10.0),
+        };
         let hit = b.probe(Vec3::new(9.0, 5.0, 5.0), Vec3::Y, 1.0).unwrap();
         assert_eq!(hit.t_m, 0.0);
         assert_eq!(hit.normal, Vec3::X);
@@ -184,11 +223,26 @@ mod tests {
 
     #[test]
     fn degenerate_shapes_are_rejected_by_field() {
-        let err = Shape::Sphere { center: Vec3::ZERO, radius_m: 0.0 }.validate().unwrap_err();
+        let err = Shape::Sphere {
+            center: Vec3::ZERO,
+            radius_m: 0.0,
+        }
+        .validate()
+        .unwrap_err();
         assert_eq!(err.field, "radius_m");
-        let err = Shape::Box { min: Vec3::ZERO, max: Vec3::new(1.0, 0.0, 1.0) }.validate().unwrap_err();
+        let err = Shape::Box {
+            min: Vec3::ZERO,
+            max: Vec3::new(1.0, 0.0, 1.0),
+        }
+        .validate()
+        .unwrap_err();
         assert_eq!(err.field, "max");
-        let err = Shape::Sphere { center: Vec3::new(f32::NAN, 0.0, 0.0), radius_m: 1.0 }.validate().unwrap_err();
+        let err = Shape::Sphere {
+            center: Vec3::new(f32::NAN, 0.0, 0.0),
+            radius_m: 1.0,
+        }
+        .validate()
+        .unwrap_err();
         assert_eq!(err.field, "center");
     }
 }

@@ -77,6 +77,10 @@ pub(super) fn check_speed(v: f32) -> Result<f32, ParamError> {
     if v.is_finite() && v > 0.0 && v <= MAX_PREDATOR_SPEED_MPS {
         Ok(v)
     } else {
-        Err(ParamError::new("max_speed_mps", v, format!("finite, > 0 and <= {MAX_PREDATOR_SPEED_MPS}")))
+        Err(ParamError::new(
+            "max_speed_mps",
+            v,
+            format!("finite, > 0 and <= {MAX_PREDATOR_SPEED_MPS}"),
+        ))
     }
 }
