@@ -249,9 +249,7 @@ impl Flock {
         radius_m: f32,
         count: usize,
     ) -> Result<Range<u32>, SimError> {
-        if !center.is_finite() || center.abs().max_element() > crate::params::MAX_WORLD_M * 2.0 {
-            return Err(ParamError::new("center", center, "finite, inside +-200000 m").into());
-        }
+        crate::agents::check_point("center", center)?;
         if !(radius_m.is_finite() && (0.0..=crate::params::MAX_WORLD_M).contains(&radius_m)) {
             return Err(ParamError::new("radius_m", radius_m, "finite, 0 ..= 100000").into());
         }

@@ -3,7 +3,6 @@
 use glam::Vec3;
 
 use crate::error::ParamError;
-use crate::params::MAX_WORLD_M;
 
 /// Most waypoints one path may hold.
 pub const MAX_WAYPOINTS: usize = 64;
@@ -34,17 +33,7 @@ pub enum GoalKind {
 impl GoalKind {
     /// Checks points and path length.
     pub fn validate(&self) -> Result<(), ParamError> {
-        let check = |field: &'static str, v: Vec3| {
-            if v.is_finite() && v.abs().max_element() <= MAX_WORLD_M * 2.0 {
-                Ok(())
-            } else {
-                Err(ParamError::new(
-                    field,
-                    v,
-                    format!("finite, |x| <= {}", MAX_WORLD_M * 2.0),
-                ))
-            }
-        };
+        let check = |field, v| super::check_point(field, v).map(|_| ());
         match self {
             GoalKind::Point { at } => check("at", *at),
             GoalKind::Path { waypoints, .. } => {

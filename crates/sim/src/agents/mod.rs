@@ -93,7 +93,8 @@ pub(crate) fn expiry(
     Ok(Some(now_tick + ticks))
 }
 
-fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamError> {
+/// Checks that a point is finite and within twice the largest world extent.
+pub(crate) fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamError> {
     let lim = crate::params::MAX_WORLD_M * 2.0;
     if v.is_finite() && v.abs().max_element() <= lim {
         Ok(v)

@@ -41,17 +41,7 @@ pub struct Hit {
 impl Shape {
     /// Checks that the geometry is finite and non-degenerate.
     pub fn validate(&self) -> Result<(), ParamError> {
-        let finite = |field: &'static str, v: Vec3| {
-            if v.is_finite() && v.abs().max_element() <= MAX_WORLD_M * 2.0 {
-                Ok(())
-            } else {
-                Err(ParamError::new(
-                    field,
-                    v,
-                    format!("finite, |x| <= {}", MAX_WORLD_M * 2.0),
-                ))
-            }
-        };
+        let finite = |field, v| super::check_point(field, v).map(|_| ());
         match *self {
             Shape::Sphere { center, radius_m } => {
                 finite("center", center)?;
