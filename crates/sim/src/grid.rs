@@ -47,6 +47,42 @@ impl CellRun {
     }
 }
 
+/// Most runs one block can produce: every row of cells yields at most two
+/// runs (split at a wrapped face), and the ring has up to 9 rows cut in two
+/// around the near block plus 16 whole rows.
+pub const MAX_RUNS: usize = 9 * 2 * 2 + 16 * 2;
+
+/// The runs of one block, collected into a fixed array so the kernel can
+/// loop over them in one place (a closure called from several sites is not
+/// inlined into the SIMD kernel, which then runs scalar). PERF: no heap.
+#[derive(Debug, Clone)]
+pub struct RunList {
+    runs: [CellRun; MAX_RUNS],
+    len: usize,
+}
+
+impl Default for RunList {
+    fn default() -> Self {
+        Self {
+            runs: std::array::from_fn(|_| CellRun {
+                range: 0..0,
+                shift: Vec3::ZERO,
+                lo: Vec3::ZERO,
+                hi: Vec3::ZERO,
+            }),
+            len: 0,
+        }
+    }
+}
+
+impl RunList {
+    /// The runs collected by the last [`Grid::collect_runs`].
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[CellRun] {
+        &self.runs[..self.len]
+    }
+}
+
 /// Visit order of offsets along an axis: the boid's own cell first, so the
 /// nearest candidates come first and distance pruning bites early.
 const OFFSET_ORDER: [i32; 5] = [0, -1, 1, -2, 2];
@@ -216,6 +252,18 @@ impl Grid {
                 }
             }
         }
+    }
+
+    /// Replaces `out` with the runs of `block` around cell `c`, in the same
+    /// order [`Grid::for_each_run`] visits them.
+    #[inline(always)]
+    pub fn collect_runs(&self, c: [i32; 3], block: Block, out: &mut RunList) {
+        out.len = 0;
+        self.for_each_run(c, block, |run| {
+            // MAX_RUNS bounds what one block can yield (see its comment).
+            out.runs[out.len] = run;
+            out.len += 1;
+        });
     }
 
     /// Image-space extent of cells `a ..= b` along `axis`, open-ended at a

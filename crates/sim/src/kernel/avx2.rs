@@ -1,0 +1,288 @@
+//! The lane kernel in explicit AVX2 intrinsics.
+//!
+//! Same arithmetic as the portable `lanes8` in `kernel.rs`, one `__m256` per
+//! quantity instead of eight-element arrays, so the 13 accumulators stay in
+//! registers. PERF: written by hand because LLVM vectorises the portable
+//! loop into masked stores to the stack (`vmaskmovps`), microcoded on AMD
+//! and about ten times slower than this.
+//!
+//! Every lane does the IEEE operations of the portable path in the same
+//! order (products and sums left to right, no FMA), so the two agree bit
+//! for bit; `kernel::tests` compares them on random worlds.
+
+#![expect(
+    unsafe_code,
+    reason = "AVX2 loads from checked slices and the call into a target_feature function after detection"
+)]
+
+use std::arch::x86_64::{
+    __m256, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps, _mm256_and_ps,
+    _mm256_blendv_ps, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps,
+    _mm256_mul_ps, _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm256_sub_ps,
+};
+
+use super::{
+    Block, CellRun, Columns, LANES, LaneAcc, Me, Neighbourhood, Perception, RunList, Sums,
+    top_k_sums,
+};
+
+/// [`gather_chunk`] after checking that the CPU has AVX2.
+pub(super) fn gather_chunk_checked(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 is available on this CPU (checked on the line above).
+    unsafe { gather_chunk(nb, offset, out) }
+}
+
+/// The AVX2 twin of `kernel::gather_portable`. The topological path is
+/// shared code, compiled here with AVX2 enabled.
+#[target_feature(enable = "avx2")]
+fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+    let mut runs = RunList::default();
+    for (k, slot) in out.iter_mut().enumerate() {
+        let me = Me::new(nb, offset + k);
+        *slot = if nb.perception.k_nearest > 0 {
+            top_k_sums(nb, &me, &mut runs)
+        } else {
+            lane_sums(nb, &me, &mut runs)
+        };
+    }
+}
+
+/// Eight-lane accumulators, one register each.
+struct Acc {
+    sep: [__m256; 3],
+    ali: [__m256; 3],
+    coh: [__m256; 3],
+    n: [__m256; 3],
+    nn: __m256,
+}
+
+impl Acc {
+    #[target_feature(enable = "avx2")]
+    fn new() -> Self {
+        let z = _mm256_setzero_ps();
+        Self {
+            sep: [z; 3],
+            ali: [z; 3],
+            coh: [z; 3],
+            n: [z; 3],
+            nn: _mm256_set1_ps(f32::INFINITY),
+        }
+    }
+
+    /// Spills the registers into the portable accumulator, whose fixed-order
+    /// reduction both paths share.
+    #[target_feature(enable = "avx2")]
+    fn into_lanes(self) -> LaneAcc {
+        let mut out = LaneAcc::new();
+        let store = |dst: &mut [f32; LANES], v: __m256| {
+            // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
+        };
+        for axis in 0..3 {
+            store(&mut out.sep[axis], self.sep[axis]);
+            store(&mut out.ali[axis], self.ali[axis]);
+            store(&mut out.coh[axis], self.coh[axis]);
+            store(&mut out.n[axis], self.n[axis]);
+        }
+        store(&mut out.nn, self.nn);
+        out
+    }
+}
+
+/// The AVX2 twin of `kernel::lane_sums`.
+#[target_feature(enable = "avx2")]
+fn lane_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList) -> Sums {
+    let per = &nb.perception;
+    let mut candidates = 0u32;
+    let mut acc = Acc::new();
+    let cone = if me.has_heading { per.cone } else { None };
+    nb.grid.collect_runs(me.cell, Block::Near, runs);
+    for run in runs.as_slice() {
+        if run.min_dist2(me.p) > per.max2 {
+            continue;
+        }
+        candidates += run.range.len() as u32;
+        lane_run(nb, per, cone, me, run, &mut acc);
+    }
+    let mut sums = acc.into_lanes().reduce();
+    sums.candidates = candidates.saturating_sub(1);
+    sums
+}
+
+/// Loads eight f32s.
+#[target_feature(enable = "avx2")]
+fn load(src: &[f32; LANES]) -> __m256 {
+    // SAFETY: `src` is 8 f32s, exactly one unaligned 256-bit load.
+    unsafe { _mm256_loadu_ps(src.as_ptr()) }
+}
+
+/// Loads `c[j .. j + 8]` (bounds-checked).
+#[target_feature(enable = "avx2")]
+fn load_at(c: &[f32], j: usize) -> __m256 {
+    let lanes: &[f32; LANES] = c[j..j + LANES].try_into().expect("slice of LANES");
+    load(lanes)
+}
+
+/// Per-run constants broadcast to all lanes.
+struct Consts {
+    base: [__m256; 3],
+    h: [__m256; 3],
+    max2: __m256,
+    sep2: __m256,
+    ali2: __m256,
+    coh2: __m256,
+    /// `Some((cos(fov/2) >= 0, cos²(fov/2)))` when the view cone applies.
+    cone: Option<(bool, __m256)>,
+}
+
+#[target_feature(enable = "avx2")]
+fn lane_run(
+    nb: &Neighbourhood<'_>,
+    per: &Perception,
+    cone: Option<(f32, f32)>,
+    me: &Me,
+    run: &CellRun,
+    acc: &mut Acc,
+) {
+    let base = me.p - run.shift;
+    let k = Consts {
+        base: [
+            _mm256_set1_ps(base.x),
+            _mm256_set1_ps(base.y),
+            _mm256_set1_ps(base.z),
+        ],
+        h: [
+            _mm256_set1_ps(me.h.x),
+            _mm256_set1_ps(me.h.y),
+            _mm256_set1_ps(me.h.z),
+        ],
+        max2: _mm256_set1_ps(per.max2),
+        sep2: _mm256_set1_ps(per.sep2),
+        ali2: _mm256_set1_ps(per.ali2),
+        coh2: _mm256_set1_ps(per.coh2),
+        cone: cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
+    };
+    let b = nb.boids;
+    let r = run.range.clone();
+    let cols = Columns {
+        px: &b.px[r.clone()],
+        py: &b.py[r.clone()],
+        pz: &b.pz[r.clone()],
+        vx: &b.vx[r.clone()],
+        vy: &b.vy[r.clone()],
+        vz: &b.vz[r.clone()],
+    };
+    let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    let n = cols.px.len();
+    let full = n - n % LANES;
+    let mut j = 0;
+    while j < full {
+        let at = |c: &[f32]| load_at(c, j);
+        lanes8(
+            acc,
+            &k,
+            all,
+            group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
+            [at(cols.vx), at(cols.vy), at(cols.vz)],
+        );
+        j += LANES;
+    }
+    if full == n {
+        return;
+    }
+    let tail = r.start + full;
+    if tail + LANES <= b.len() {
+        // PERF: read the next boids past the run's end and mask those lanes
+        // off, rather than pad through the stack (a store-forwarding stall
+        // per column). Masked lanes add +0.0, as the portable padding does.
+        let at = |c: &[f32]| load_at(c, tail);
+        let live =
+            _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
+        lanes8(
+            acc,
+            &k,
+            live,
+            group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
+            [at(&b.vx), at(&b.vy), at(&b.vz)],
+        );
+    } else {
+        // The last run of the flock: padded, lanes past it at infinity.
+        let (d, v) = cols.lanes(full, n - full, base);
+        let d = [load(&d[0]), load(&d[1]), load(&d[2])];
+        let v = [load(&v[0]), load(&v[1]), load(&v[2])];
+        lanes8(acc, &k, all, d, v);
+    }
+}
+
+/// Lane numbers as floats, to mask off lanes past a run's end.
+const LANE_INDEX: [f32; LANES] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
+
+/// Offsets of eight loaded positions from the querying boid's image.
+#[target_feature(enable = "avx2")]
+fn group(k: &Consts, p: [__m256; 3]) -> [__m256; 3] {
+    [
+        _mm256_sub_ps(p[0], k.base[0]),
+        _mm256_sub_ps(p[1], k.base[1]),
+        _mm256_sub_ps(p[2], k.base[2]),
+    ]
+}
+
+/// `a` where `mask` is set, `+0.0` elsewhere (the portable `keep`).
+#[target_feature(enable = "avx2")]
+fn keep(a: __m256, mask: __m256) -> __m256 {
+    _mm256_and_ps(a, mask)
+}
+
+/// `a + b + c` left to right, as the portable path sums three products.
+#[target_feature(enable = "avx2")]
+fn dot3(a: [__m256; 3], b: [__m256; 3]) -> __m256 {
+    _mm256_add_ps(
+        _mm256_add_ps(_mm256_mul_ps(a[0], b[0]), _mm256_mul_ps(a[1], b[1])),
+        _mm256_mul_ps(a[2], b[2]),
+    )
+}
+
+/// Eight candidates: the portable `lanes8`, operation for operation.
+#[target_feature(enable = "avx2")]
+fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
+    let d2 = dot3(d, d);
+    let near = _mm256_and_ps(
+        live,
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
+        ),
+    );
+    let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
+    acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
+    let ok = match k.cone {
+        None => near,
+        Some((c_nonneg, c2)) => {
+            let dot = dot3(d, k.h);
+            let sq = _mm256_mul_ps(dot, dot);
+            let lim = _mm256_mul_ps(c2, d2);
+            let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
+            let visible = if c_nonneg {
+                _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
+            } else {
+                _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
+            };
+            _mm256_and_ps(near, visible)
+        }
+    };
+    let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
+    let s = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.sep2));
+    let a = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.ali2));
+    let c = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.coh2));
+    for axis in 0..3 {
+        acc.sep[axis] = _mm256_sub_ps(acc.sep[axis], keep(_mm256_mul_ps(d[axis], inv), s));
+        acc.ali[axis] = _mm256_add_ps(acc.ali[axis], keep(v[axis], a));
+        acc.coh[axis] = _mm256_add_ps(acc.coh[axis], keep(d[axis], c));
+    }
+    let one = _mm256_set1_ps(1.0);
+    acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
+    acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
+    acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+}
