@@ -59,6 +59,10 @@ pub const MAX_RUNS: usize = 9 * 2 * 2 + 16 * 2;
 pub struct RunList {
     runs: [CellRun; MAX_RUNS],
     len: usize,
+    /// The cell and block the runs were collected for. PERF: boids come in
+    /// cell order, so consecutive boids usually share a cell and reuse the
+    /// list. Only valid for one grid rebuild: make a new list per tick.
+    key: Option<([i32; 3], Block)>,
 }
 
 impl Default for RunList {
@@ -71,6 +75,7 @@ impl Default for RunList {
                 hi: Vec3::ZERO,
             }),
             len: 0,
+            key: None,
         }
     }
 }
@@ -255,9 +260,14 @@ impl Grid {
     }
 
     /// Replaces `out` with the runs of `block` around cell `c`, in the same
-    /// order [`Grid::for_each_run`] visits them.
+    /// order [`Grid::for_each_run`] visits them (kept as they are when `out`
+    /// already holds that cell and block: `out` must not outlive a rebuild).
     #[inline(always)]
     pub fn collect_runs(&self, c: [i32; 3], block: Block, out: &mut RunList) {
+        if out.key == Some((c, block)) {
+            return;
+        }
+        out.key = Some((c, block));
         out.len = 0;
         self.for_each_run(c, block, |run| {
             // MAX_RUNS bounds what one block can yield (see its comment).

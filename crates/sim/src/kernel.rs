@@ -174,7 +174,7 @@ impl Neighbourhood<'_> {
             }
         };
         if self.perception.k_nearest > 0 {
-            let top = top_k(self, &me, &mut RunList::default(), &mut 0);
+            let top = top_k(self, &me, &mut Default::default(), &mut 0);
             for t in 0..top.len {
                 push(top.j[t] as usize, top.d2[t]);
             }
@@ -259,20 +259,20 @@ fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
 }
 
 fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    let mut runs = RunList::default();
+    let mut runs: [RunList; 2] = Default::default();
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
             top_k_sums(nb, &me, &mut runs)
         } else {
-            lane_sums(nb, &me, &mut runs)
+            lane_sums(nb, &me, &mut runs[0])
         };
     }
 }
 
 /// The sums over the k nearest (the topological path; both lane paths share it).
 #[inline(always)]
-fn top_k_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList) -> Sums {
+fn top_k_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut [RunList; 2]) -> Sums {
     let mut candidates = 0u32;
     let mut sums = top_k(nb, me, runs, &mut candidates).sums(nb.boids, &nb.perception);
     sums.candidates = candidates.saturating_sub(1);
@@ -574,14 +574,14 @@ impl TopK {
 /// only if the near block did not prove the answer (k found, all closer
 /// than the distance the near block covers). Counts candidates examined.
 #[inline(always)]
-fn top_k(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList, candidates: &mut u32) -> TopK {
+fn top_k(nb: &Neighbourhood<'_>, me: &Me, runs: &mut [RunList; 2], candidates: &mut u32) -> TopK {
     let per = &nb.perception;
     let mut top = TopK::new(per.k_nearest);
     let covered = nb.grid.covered_radius_m();
     let covered2 = covered * covered;
     // PERF: one loop over both blocks rather than a closure called twice,
     // which LLVM would not inline into the AVX2 build.
-    for block in [Block::Near, Block::Ring] {
+    for (block, runs) in [Block::Near, Block::Ring].into_iter().zip(runs) {
         if block == Block::Ring {
             let proven = top.len == top.k && top.d2[top.len - 1] <= covered2;
             if proven || covered2 >= per.max2 {

@@ -38,13 +38,13 @@ pub(super) fn gather_chunk_checked(nb: &Neighbourhood<'_>, offset: usize, out: &
 /// shared code, compiled here with AVX2 enabled.
 #[target_feature(enable = "avx2")]
 fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    let mut runs = RunList::default();
+    let mut runs: [RunList; 2] = Default::default();
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
             top_k_sums(nb, &me, &mut runs)
         } else {
-            lane_sums(nb, &me, &mut runs)
+            lane_sums(nb, &me, &mut runs[0])
         };
     }
 }
