@@ -1,0 +1,22 @@
+//! Every bound a decoder enforces. A message that exceeds one is rejected
+//! with a [`crate::DecodeError`] before anything is allocated for it.
+
+/// Largest WebSocket message either side sends or accepts, bytes. A
+/// keyframe of [`MAX_BOIDS`] boids with fully fragmented ids fits.
+pub const MAX_MESSAGE_BYTES: usize = 24 << 20;
+/// Most boids in one snapshot.
+pub const MAX_BOIDS: usize = 1 << 20;
+/// Most id runs in a keyframe (each run is 8 bytes; ids fully fragmented
+/// need one run per boid).
+pub const MAX_ID_RUNS: usize = MAX_BOIDS;
+/// Most agents of each kind in an agent list.
+pub const MAX_AGENTS: usize = 4096;
+/// Most parameters in a parameter list or patch.
+pub const MAX_PARAMS: usize = 64;
+/// Longest string field (names, details, tokens, build strings), bytes.
+pub const MAX_STRING_BYTES: usize = 4096;
+/// Most waypoints in one goal path.
+pub const MAX_WAYPOINTS: usize = 256;
+/// Largest bincode-encoded control message, bytes: control messages are
+/// small; only snapshots are large.
+pub const MAX_CONTROL_BYTES: usize = 1 << 20;

@@ -1,0 +1,451 @@
+//! Control messages in both directions: small serde types, encoded by
+//! `codec.rs`. Snapshots are not here: see `frame.rs`.
+//!
+//! Coordinates are metres in the world frame, `[x, y, z]`; times are
+//! seconds unless the name says otherwise.
+
+use serde::{Deserialize, Serialize};
+
+use crate::quant::QuantBox;
+
+/// Protocol major version: a client with another major gets an error and
+/// a close. Bumped on any incompatible change.
+pub const PROTOCOL_MAJOR: u16 = 1;
+/// Protocol minor version: additions an older peer can ignore.
+pub const PROTOCOL_MINOR: u16 = 0;
+
+/// What a connection may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Role {
+    /// Watch only.
+    Viewer,
+    /// Inject and move agents (rate-limited, capped count).
+    Pilot,
+    /// Everything: parameters, population, pause/reset.
+    Operator,
+}
+
+impl Role {
+    /// Lower-case name, as used in tokens and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Pilot => "pilot",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+/// A parameter's value: numbers for weights, radii, speeds and counts;
+/// text for choices such as `boundary`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ParamValue {
+    /// A number.
+    Number(f64),
+    /// One of a fixed set of words.
+    Text(String),
+}
+
+/// One parameter with what a slider needs to show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParamInfo {
+    /// Name, as in the REST API (`w_sep`, `sep_radius_m`, ...).
+    pub name: String,
+    /// Current value.
+    pub value: ParamValue,
+    /// Smallest allowed number (numbers only).
+    pub min: Option<f64>,
+    /// Largest allowed number (numbers only).
+    pub max: Option<f64>,
+    /// Allowed words (text only).
+    pub choices: Vec<String>,
+    /// Whether changing it live is allowed (some need a reset).
+    pub live: bool,
+}
+
+/// The world as the viewer should draw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WorldInfo {
+    /// World box extents, metres; the minimum corner is the origin.
+    pub world_m: [f32; 3],
+    /// 2 (flat, z = 0) or 3.
+    pub dims: u8,
+    /// The box snapshot positions are quantised over.
+    pub quant: QuantBox,
+    /// Simulation ticks per second.
+    pub tick_hz: u32,
+}
+
+/// The first message on every connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL_MAJOR`] of the server. Stays the first field in every version.
+    pub major: u16,
+    /// [`PROTOCOL_MINOR`] of the server.
+    pub minor: u16,
+    /// Server name and build, for display and bug reports.
+    pub server: String,
+    /// World and quantisation.
+    pub world: WorldInfo,
+    /// Every parameter.
+    pub params: Vec<ParamInfo>,
+    /// This connection's role.
+    pub role: Role,
+    /// The commands this role may send.
+    pub allowed: Vec<CommandKind>,
+    /// Largest snapshot rate the server sends, frames per second.
+    pub max_fps: u16,
+}
+
+/// Predator behaviours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PredatorMode {
+    /// Stays where it is put.
+    Static,
+    /// Moved by a client (predator mode follows the mouse).
+    Pointer,
+    /// Chases the nearest boid by itself.
+    Hunter,
+}
+
+/// A predator as listed to viewers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredatorInfo {
+    /// Agent id.
+    pub id: u32,
+    /// Behaviour.
+    pub mode: PredatorMode,
+    /// Position, metres.
+    pub position: [f32; 3],
+    /// Velocity, m/s.
+    pub velocity: [f32; 3],
+}
+
+/// A goal as listed to viewers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalInfo {
+    /// Agent id.
+    pub id: u32,
+    /// The point the flock is drawn to now.
+    pub target: [f32; 3],
+    /// Waypoints of a path (empty for a point goal).
+    pub waypoints: Vec<[f32; 3]>,
+    /// Whether a path loops.
+    pub looping: bool,
+    /// Arrive radius, metres.
+    pub arrive_radius_m: f32,
+}
+
+/// Obstacle shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Shape {
+    /// A sphere.
+    Sphere {
+        /// Centre, metres.
+        center: [f32; 3],
+        /// Radius, metres.
+        radius_m: f32,
+    },
+    /// An axis-aligned box.
+    Box {
+        /// Minimum corner, metres.
+        min: [f32; 3],
+        /// Maximum corner, metres.
+        max: [f32; 3],
+    },
+}
+
+/// An obstacle as listed to viewers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObstacleInfo {
+    /// Agent id.
+    pub id: u32,
+    /// Its shape.
+    pub shape: Shape,
+}
+
+/// Every agent, sent when any changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentList {
+    /// The tick the list describes.
+    pub tick: u64,
+    /// Predators.
+    pub predators: Vec<PredatorInfo>,
+    /// Goals.
+    pub goals: Vec<GoalInfo>,
+    /// Obstacles.
+    pub obstacles: Vec<ObstacleInfo>,
+}
+
+/// Per-tick flock metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// The tick measured.
+    pub tick: u64,
+    /// Boids alive.
+    pub boids: u32,
+    /// Order (polarisation): |mean heading|, 0 (disordered) ..= 1 (aligned).
+    pub order: f32,
+    /// Mean speed, m/s.
+    pub mean_speed_mps: f32,
+    /// Smallest nearest-neighbour distance, metres (None: no pairs in range).
+    pub min_nn_m: Option<f32>,
+    /// Mean nearest-neighbour distance, metres.
+    pub mean_nn_m: Option<f32>,
+    /// Time the last tick took, milliseconds.
+    pub tick_ms: f32,
+    /// Whether the simulation is paused.
+    pub paused: bool,
+}
+
+/// The kinds of command, for permissions and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CommandKind {
+    /// Add, move or remove predators.
+    Predator,
+    /// Add, move or remove goals.
+    Goal,
+    /// Add, move or remove obstacles.
+    Obstacle,
+    /// Spawn or remove boids, set the population.
+    Boids,
+    /// Change parameters or apply a preset.
+    Params,
+    /// Pause, resume, step, reset.
+    Control,
+}
+
+/// What a client asks the simulation to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Add a predator.
+    AddPredator {
+        /// Behaviour.
+        mode: PredatorMode,
+        /// Where, metres.
+        position: [f32; 3],
+        /// Removed after this many seconds (None: stays).
+        ttl_s: Option<f32>,
+    },
+    /// Add a point goal, or a waypoint path when `waypoints` is not empty.
+    AddGoal {
+        /// The point (ignored for paths: the first waypoint is used).
+        position: [f32; 3],
+        /// Waypoints of a path.
+        waypoints: Vec<[f32; 3]>,
+        /// Whether a path loops.
+        looping: bool,
+        /// Removed after this many seconds (None: stays).
+        ttl_s: Option<f32>,
+    },
+    /// Add an obstacle.
+    AddObstacle {
+        /// Its shape.
+        shape: Shape,
+        /// Removed after this many seconds (None: stays).
+        ttl_s: Option<f32>,
+    },
+    /// Move an agent's anchor (predator, point goal, obstacle centre).
+    MoveAgent {
+        /// Agent id.
+        id: u32,
+        /// New position, metres.
+        to: [f32; 3],
+    },
+    /// Remove an agent.
+    RemoveAgent {
+        /// Agent id.
+        id: u32,
+    },
+    /// Spawn boids around a point.
+    SpawnBoids {
+        /// Centre, metres.
+        center: [f32; 3],
+        /// How many.
+        count: u32,
+        /// Radius of the ball they appear in, metres.
+        spread_m: f32,
+    },
+    /// Change parameters; all or nothing.
+    PatchParams {
+        /// Name and new value of each parameter to change.
+        changes: Vec<(String, ParamValue)>,
+    },
+    /// Apply a named preset.
+    Preset {
+        /// Preset name.
+        name: String,
+    },
+    /// Stop ticking.
+    Pause,
+    /// Tick again.
+    Resume,
+    /// Advance `n` ticks while paused.
+    Step {
+        /// Ticks, at least 1.
+        n: u32,
+    },
+    /// Start over with the configured population (and this seed, if given).
+    Reset {
+        /// New seed.
+        seed: Option<u64>,
+    },
+}
+
+impl Command {
+    /// Which permission the command needs.
+    pub fn kind(&self) -> CommandKind {
+        match self {
+            Command::AddPredator { .. } => CommandKind::Predator,
+            Command::AddGoal { .. } => CommandKind::Goal,
+            Command::AddObstacle { .. } => CommandKind::Obstacle,
+            // Moving or removing an agent needs the agent's kind, which
+            // only the server knows; the server checks it.
+            Command::MoveAgent { .. } | Command::RemoveAgent { .. } => CommandKind::Predator,
+            Command::SpawnBoids { .. } => CommandKind::Boids,
+            Command::PatchParams { .. } | Command::Preset { .. } => CommandKind::Params,
+            Command::Pause | Command::Resume | Command::Step { .. } | Command::Reset { .. } => {
+                CommandKind::Control
+            }
+        }
+    }
+}
+
+/// A region of interest (reserved: servers of this version refuse it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Region {
+    /// Minimum corner, metres.
+    pub min: [f32; 3],
+    /// Maximum corner, metres.
+    pub max: [f32; 3],
+}
+
+/// Messages a client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// Must be the first message: versions and the snapshot stream wanted.
+    Subscribe {
+        /// The client's [`PROTOCOL_MAJOR`]. Stays the first field in every version.
+        major: u16,
+        /// The client's [`PROTOCOL_MINOR`].
+        minor: u16,
+        /// Most snapshots per second wanted (1 ..= the server's max).
+        max_fps: u16,
+        /// Region of interest (reserved; must be None in this version).
+        region: Option<Region>,
+    },
+    /// Change the snapshot rate.
+    SetRate {
+        /// Frames per second.
+        max_fps: u16,
+    },
+    /// A command with the id its ack or error will carry.
+    Command {
+        /// Chosen by the client; echoed in the reply.
+        request_id: u32,
+        /// What to do.
+        command: Command,
+    },
+    /// Ask for a keyframe (after a delta could not be applied).
+    Resync,
+    /// Latency probe; answered with [`ServerMsg::Pong`].
+    Ping {
+        /// Echoed back.
+        nonce: u64,
+    },
+}
+
+/// Error classes, each with an HTTP status twin in the REST API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// Malformed or out-of-range input (400 / 422).
+    BadRequest,
+    /// The role may not do this (403); the detail names the role needed.
+    Forbidden,
+    /// No such agent or boid (404).
+    NotFound,
+    /// A cap was reached: agents, population, message size (409 / 413).
+    LimitReached,
+    /// Too many commands too fast (429).
+    RateLimited,
+    /// Protocol major versions differ.
+    VersionMismatch,
+    /// Valid but not supported by this server.
+    Unsupported,
+    /// The command queue is full; retry shortly (503).
+    Busy,
+}
+
+/// A command's outcome when it succeeded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ack {
+    /// The request this answers.
+    pub request_id: u32,
+    /// The tick at whose boundary the command took effect.
+    pub tick: u64,
+    /// The id of what was created, if anything.
+    pub created_id: Option<u32>,
+}
+
+/// Something the client sent was refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorMsg {
+    /// The request this answers (None: not a command, e.g. a bad frame).
+    pub request_id: Option<u32>,
+    /// Error class.
+    pub code: ErrorCode,
+    /// The field at fault, if one is.
+    pub field: Option<String>,
+    /// What was wrong and what is allowed, for people.
+    pub detail: String,
+}
+
+/// Why the server closes a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CloseReason {
+    /// The server is shutting down.
+    Shutdown,
+    /// Protocol versions are incompatible.
+    VersionMismatch,
+    /// The client sent something that breaks the protocol.
+    ProtocolError,
+    /// The client did not keep up for too long.
+    TooSlow,
+    /// The token was refused.
+    Unauthorized,
+}
+
+/// Sent just before the server closes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Close {
+    /// Why.
+    pub reason: CloseReason,
+    /// Details for people.
+    pub detail: String,
+}
+
+/// Control messages the server sends (snapshots are `frame.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    /// First message on every connection.
+    Hello(Hello),
+    /// Parameters changed.
+    Params(Vec<ParamInfo>),
+    /// Agents changed.
+    Agents(AgentList),
+    /// Flock metrics.
+    Metrics(Metrics),
+    /// A command succeeded.
+    Ack(Ack),
+    /// A command or message was refused.
+    Error(ErrorMsg),
+    /// Answer to [`ClientMsg::Ping`].
+    Pong {
+        /// The ping's nonce.
+        nonce: u64,
+        /// The server's current tick.
+        tick: u64,
+    },
+    /// The server is about to close the connection.
+    Close(Close),
+}
