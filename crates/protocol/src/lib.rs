@@ -40,6 +40,7 @@
 mod codec;
 mod error;
 mod frame;
+pub mod golden;
 pub mod limits;
 mod messages;
 mod quant;
