@@ -113,6 +113,10 @@ impl Frame {
 /// (no allocation once they have grown to the population).
 #[derive(Debug, Default)]
 pub struct FrameBuilder {
+    /// Ids in state order.
+    ids: Vec<u32>,
+    /// Quantised position and heading in state order.
+    packed: Vec<([u16; 3], [u8; 2])>,
     /// State indices in ascending id order.
     order: Vec<u32>,
     /// Id → state index + 1 (0 = absent), when ids are dense enough.
@@ -137,21 +141,33 @@ impl FrameBuilder {
                 max: MAX_BOIDS,
             });
         }
+        // PERF: quantise in state order (sequential reads), then gather the
+        // 8-byte packed records in id order: the random access touches a
+        // third of the memory the f32 state would.
+        self.ids.clear();
+        self.packed.clear();
+        let mut max_id = 0u32;
+        for i in 0..n {
+            let (id, p, v) = boid(i);
+            max_id = max_id.max(id);
+            self.ids.push(id);
+            self.packed.push((quant.quantize(p), oct_encode(v)));
+        }
         self.order.clear();
-        let max_id = (0..n).map(|i| boid(i).0).max().unwrap_or(0) as usize;
         // PERF: ids are mostly dense (the sim hands them out in sequence),
         // so a slot table sorts in O(n + max_id); sparse ids fall back to a sort.
-        if max_id <= 4 * n + 1024 {
+        if (max_id as usize) <= 4 * n + 1024 {
             self.slot.clear();
-            self.slot.resize(max_id + 1, 0);
-            for i in 0..n {
-                self.slot[boid(i).0 as usize] = i as u32 + 1;
+            self.slot.resize(max_id as usize + 1, 0);
+            for (i, &id) in self.ids.iter().enumerate() {
+                self.slot[id as usize] = i as u32 + 1;
             }
             self.order
                 .extend(self.slot.iter().filter(|&&s| s != 0).map(|&s| s - 1));
         } else {
             self.order.extend(0..n as u32);
-            self.order.sort_unstable_by_key(|&i| boid(i as usize).0);
+            let ids = &self.ids;
+            self.order.sort_unstable_by_key(|&i| ids[i as usize]);
         }
         if self.order.len() != n {
             return Err(EncodeError::Shape(format!(
@@ -165,10 +181,10 @@ impl FrameBuilder {
         out.pos.clear();
         out.heading.clear();
         for &i in &self.order {
-            let (id, p, v) = boid(i as usize);
-            out.ids.push(id);
-            out.pos.extend_from_slice(&quant.quantize(p));
-            out.heading.extend_from_slice(&oct_encode(v));
+            let (p, h) = self.packed[i as usize];
+            out.ids.push(self.ids[i as usize]);
+            out.pos.extend_from_slice(&p);
+            out.heading.extend_from_slice(&h);
         }
         out.check()
     }

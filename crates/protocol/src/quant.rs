@@ -5,6 +5,8 @@
 //! maths (no `sin`, `cos` or `sqrt` on the encode side), so the same
 //! input gives the same bytes on x86_64 and wasm32.
 
+use std::ops::Add;
+
 use serde::{Deserialize, Serialize};
 
 /// Largest quantised coordinate: positions map onto `0 ..= Q_MAX`.
@@ -66,8 +68,10 @@ impl QuantBox {
         let mut q = [0u16; 3];
         for a in 0..3 {
             let t = (p[a] - self.origin_m[a]) / self.extent_m[a] * f32::from(Q_MAX);
-            // `as` saturates and maps NaN to 0: the clamp is explicit in the doc.
-            q[a] = (t + 0.5).floor().clamp(0.0, f32::from(Q_MAX)) as u16;
+            // Round half up: `t + 0.5` is non-negative after the clamp, so the
+            // truncating `as` is a floor (and maps NaN to 0). PERF: no libm
+            // `floorf` call, which SSE2 lacks an instruction for.
+            q[a] = (t.clamp(0.0, f32::from(Q_MAX)) + 0.5) as u16;
         }
         q
     }
@@ -90,7 +94,8 @@ fn sign_not_zero(x: f32) -> f32 {
 
 #[inline]
 fn to_byte(x: f32) -> u8 {
-    ((x * 0.5 + 0.5) * 255.0 + 0.5).floor().clamp(0.0, 255.0) as u8
+    // Non-negative after the clamp, so `as` (truncation) rounds half up.
+    ((x * 0.5 + 0.5) * 255.0).clamp(0.0, 255.0).add(0.5) as u8
 }
 
 /// Encodes a direction as an octahedral unit vector: the direction is

@@ -1,6 +1,6 @@
 //! `starling`: the Starling command line. For now it offers `bench`
-//! (scenarios A and B of SPEC §5); `serve` and `run` come with the server and
-//! prototyping work.
+//! (scenarios A and B of SPEC §5, and `wire`: the protocol on a live flock);
+//! `serve` and `run` come with the server and prototyping work.
 
 use std::time::Instant;
 
@@ -38,6 +38,9 @@ enum Cmd {
         /// Untimed ticks first; scenario B needs them for the flock to form.
         #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=100_000))]
         warmup: u64,
+        /// Snapshot rate for the `wire` scenario, frames per second.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        fps: u32,
     },
 }
 
@@ -47,6 +50,10 @@ enum Scenario {
     Kernel,
     /// B: full flock with default parameters.
     Full,
+    /// The wire protocol on a formed default-density flock: bytes per boid
+    /// (keyframe, deltas), quantisation error, encode time. `--ticks` is the
+    /// number of deltas; threads do not apply.
+    Wire,
 }
 
 fn main() -> Result<()> {
@@ -57,9 +64,14 @@ fn main() -> Result<()> {
             threads,
             ticks,
             warmup,
+            fps,
         } => {
             for &s in &scenario {
                 for &n in &boids {
+                    if matches!(s, Scenario::Wire) {
+                        bench_wire(n, ticks, warmup, fps)?;
+                        continue;
+                    }
                     for &t in &threads {
                         bench(s, n, t, ticks, warmup)?;
                     }
@@ -73,7 +85,7 @@ fn main() -> Result<()> {
 fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
-        Scenario::Full => ("B-full", scenarios::full_b(n)),
+        Scenario::Full | Scenario::Wire => ("B-full", scenarios::full_b(n)),
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -107,6 +119,18 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         "tick_ms_p99": (pct(0.99) * 1000.0).round() / 1000.0,
         "order": flock.metrics().order,
     });
+    println!("{line}");
+    Ok(())
+}
+
+fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
+    let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
+    for _ in 0..warmup {
+        flock.step();
+    }
+    let stats = starling_server::wire::measure(&mut flock, fps, deltas as usize)?;
+    let mut line = serde_json::to_value(&stats)?;
+    line["scenario"] = "wire".into();
     println!("{line}");
     Ok(())
 }
