@@ -4,9 +4,8 @@
 //!
 //! Two paths share the visiting order and the [`Perception`] predicate:
 //! - `k_nearest = 0`: a branch-free lane kernel. Eight independent
-//!   accumulators per quantity let LLVM vectorise across candidates without
-//!   reassociating any sum, so the SSE2 and AVX2 builds (runtime-dispatched by
-//!   `multiversion`) give bit-identical results.
+//!   accumulators per quantity (lane `l` takes candidates `l mod 8` of each
+//!   run) give eight-wide SIMD without reassociating any sum.
 //! - `k_nearest > 0`: candidates go through a fixed-size top-k buffer ordered
 //!   by `(d², id)`; sums are then taken nearest first.
 //!
