@@ -92,6 +92,15 @@ fn sign_not_zero(x: f32) -> f32 {
     if x >= 0.0 { 1.0 } else { -1.0 }
 }
 
+/// Folds the lower half of the octahedron over the upper (its own inverse).
+#[inline]
+fn fold(x: f32, y: f32) -> (f32, f32) {
+    (
+        (1.0 - y.abs()) * sign_not_zero(x),
+        (1.0 - x.abs()) * sign_not_zero(y),
+    )
+}
+
 #[inline]
 fn to_byte(x: f32) -> u8 {
     // Non-negative after the clamp, so `as` (truncation) rounds half up.
@@ -109,32 +118,18 @@ pub fn oct_encode(v: [f32; 3]) -> [u8; 2] {
     if !(l1 > 0.0 && l1.is_finite()) {
         return oct_encode([1.0, 0.0, 0.0]);
     }
-    let (mut x, mut y, z) = (v[0] / l1, v[1] / l1, v[2] / l1);
-    if z < 0.0 {
-        let (fx, fy) = (
-            (1.0 - y.abs()) * sign_not_zero(x),
-            (1.0 - x.abs()) * sign_not_zero(y),
-        );
-        x = fx;
-        y = fy;
-    }
+    let (x, y, z) = (v[0] / l1, v[1] / l1, v[2] / l1);
+    let (x, y) = if z < 0.0 { fold(x, y) } else { (x, y) };
     [to_byte(x), to_byte(y)]
 }
 
 /// Decodes an octahedral heading into a unit vector.
 #[inline]
 pub fn oct_decode(h: [u8; 2]) -> [f32; 3] {
-    let mut x = f32::from(h[0]) / 255.0 * 2.0 - 1.0;
-    let mut y = f32::from(h[1]) / 255.0 * 2.0 - 1.0;
+    let x = f32::from(h[0]) / 255.0 * 2.0 - 1.0;
+    let y = f32::from(h[1]) / 255.0 * 2.0 - 1.0;
     let z = 1.0 - x.abs() - y.abs();
-    if z < 0.0 {
-        let (fx, fy) = (
-            (1.0 - y.abs()) * sign_not_zero(x),
-            (1.0 - x.abs()) * sign_not_zero(y),
-        );
-        x = fx;
-        y = fy;
-    }
+    let (x, y) = if z < 0.0 { fold(x, y) } else { (x, y) };
     let len = (x * x + y * y + z * z).sqrt();
     [x / len, y / len, z / len]
 }
