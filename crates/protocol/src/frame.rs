@@ -79,6 +79,21 @@ impl Frame {
 
     /// Checks the columns agree, ids ascend and limits hold.
     pub fn check(&self) -> Result<(), EncodeError> {
+        self.check_shape()?;
+        // PERF: a non-short-circuiting fold vectorises; find the culprit
+        // only when there is one.
+        if !self.ids.windows(2).fold(true, |ok, w| ok & (w[0] < w[1])) {
+            let index = self.ids.windows(2).position(|w| w[1] <= w[0]).unwrap_or(0) + 1;
+            return Err(EncodeError::IdsNotAscending {
+                index,
+                id: self.ids[index],
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks the columns agree with the boid count, the limit and the box.
+    fn check_shape(&self) -> Result<(), EncodeError> {
         let n = self.len();
         if n > MAX_BOIDS {
             return Err(EncodeError::OverLimit {
@@ -97,14 +112,6 @@ impl Frame {
             )));
         }
         self.quant_box()?;
-        for (index, w) in self.ids.windows(2).enumerate() {
-            if w[1] <= w[0] {
-                return Err(EncodeError::IdsNotAscending {
-                    index: index + 1,
-                    id: w[1],
-                });
-            }
-        }
         Ok(())
     }
 }
@@ -204,8 +211,14 @@ fn id_runs(ids: &[u32]) -> impl Iterator<Item = (u32, u32)> + '_ {
     })
 }
 
-fn put_u16(out: &mut Vec<u8>, v: u16) {
-    out.extend_from_slice(&v.to_le_bytes());
+/// Appends `vs` as little-endian `u16`s: a plain copy on little-endian
+/// targets (x86_64, wasm32), a byte swap elsewhere.
+fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
+    if cfg!(target_endian = "little") {
+        out.extend_from_slice(bytemuck::cast_slice(vs));
+    } else {
+        vs.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    }
 }
 fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -247,29 +260,19 @@ pub fn encode_keyframe(f: &Frame, out: &mut Vec<u8>) -> Result<(), EncodeError> 
         put_u32(out, start);
         put_u32(out, len);
     }
-    f.pos.iter().for_each(|&v| put_u16(out, v));
+    put_u16s(out, &f.pos);
     out.extend_from_slice(&f.heading);
     debug_assert_eq!(out.len(), total);
     Ok(())
 }
 
-/// The linear prediction of one coordinate, clamped to the quantised range.
+/// The linear prediction of one coordinate, clamped to the quantised range
+/// (`base` itself when `base2 == base`, the rule without a second base).
 #[inline]
-fn predict(base: u16, base2: Option<u16>) -> i32 {
-    match base2 {
-        None => i32::from(base),
-        Some(b2) => (2 * i32::from(base) - i32::from(b2)).clamp(0, i32::from(Q_MAX)),
-    }
+fn predict(base: u16, base2: u16) -> i32 {
+    (2 * i32::from(base) - i32::from(base2)).clamp(0, i32::from(Q_MAX))
 }
 
-/// Packs a heading step if both components fit in 4 bits.
-#[inline]
-fn heading_step(from: [u8; 2], to: [u8; 2]) -> Option<u8> {
-    let du = i16::from(to[0]) - i16::from(from[0]);
-    let dv = i16::from(to[1]) - i16::from(from[1]);
-    let fits = |d: i16| (-8..=7).contains(&d);
-    (fits(du) && fits(dv)).then(|| (((du + 8) as u8) << 4) | ((dv + 8) as u8))
-}
 
 /// Encodes `next` as a delta against `base` (and `base2`, the frame before
 /// it, when the receiver holds it) into `out` (cleared first). All frames
@@ -281,7 +284,8 @@ pub fn encode_delta(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     next.check()?;
-    base.check()?;
+    // Equal ids to a checked frame are ascending too: shapes suffice.
+    base.check_shape()?;
     if base.ids != next.ids {
         return Err(EncodeError::NotDeltaCompatible("boids"));
     }
@@ -298,7 +302,7 @@ pub fn encode_delta(
     }
     let n = next.len();
     out.clear();
-    out.reserve(DELTA_HEADER_BYTES + 4 * n + n / 8 * EXCEPTION_BYTES);
+    out.reserve(DELTA_HEADER_BYTES + 4 * n);
     out.extend_from_slice(&[KIND_DELTA, u8::from(base2.is_some()), 0, 0]);
     put_u32(out, n as u32);
     put_u64(out, next.tick);
@@ -308,33 +312,55 @@ pub fn encode_delta(
     put_u32(out, 0);
     let resid_at = out.len();
     out.resize(resid_at + 4 * n, 0);
+    // Without a second base the prediction is `base` itself, which the
+    // linear formula gives with base2 = base (2b − b = b).
+    let b2 = base2.unwrap_or(base);
+    let (resid, steps) = out[resid_at..].split_at_mut(3 * n);
+    // PERF: flat passes that vectorise. Pass 1: a residual per coordinate,
+    // `RESIDUAL_ESCAPE` where it does not fit (it is never a valid residual).
+    for (((r, &q), &b), &b2) in resid.iter_mut().zip(&next.pos).zip(&base.pos).zip(&b2.pos) {
+        let d = i32::from(q) - predict(b, b2);
+        *r = if (-127..=127).contains(&d) {
+            d as i8 as u8
+        } else {
+            RESIDUAL_ESCAPE as u8
+        };
+    }
+    // Pass 2: heading steps, and a boid with any escaped coordinate or a
+    // step that does not fit becomes an exception: `[ESCAPE, 0, 0]`, step 0.
+    // Branch-free so it vectorises.
+    const E: u8 = RESIDUAL_ESCAPE as u8;
     let mut exceptions = 0u32;
+    let rows = steps
+        .iter_mut()
+        .zip(resid.chunks_exact_mut(3))
+        .zip(next.heading.chunks_exact(2).zip(base.heading.chunks_exact(2)));
+    for ((step, r), (qh, bh)) in rows {
+        let du = (i16::from(qh[0]) - i16::from(bh[0]) + 8) as u16;
+        let dv = (i16::from(qh[1]) - i16::from(bh[1]) + 8) as u16;
+        let esc = ((du | dv) >= 16) | (r[0] == E) | (r[1] == E) | (r[2] == E);
+        let keep = u8::from(!esc).wrapping_neg();
+        *step = (((du as u8) << 4) | (dv as u8 & 0x0f)) & keep;
+        r[0] = (r[0] & keep) | (E & !keep);
+        r[1] &= keep;
+        r[2] &= keep;
+        exceptions += u32::from(esc);
+    }
+    // Pass 3: the exceptions' full records, in index order.
+    let mut at = out.len();
+    out.resize(at + EXCEPTION_BYTES * exceptions as usize, 0);
     for i in 0..n {
-        let q = next.position(i);
-        let b = base.position(i);
-        let b2 = base2.map(|f| f.position(i));
-        let mut r = [0i8; 3];
-        let mut fits = true;
-        for a in 0..3 {
-            let d = i32::from(q[a]) - predict(b[a], b2.map(|v| v[a]));
-            match i8::try_from(d) {
-                Ok(v) if v != RESIDUAL_ESCAPE => r[a] = v,
-                _ => fits = false,
-            }
+        if exceptions == 0 {
+            break;
         }
-        let h = heading_step(base.heading_of(i), next.heading_of(i));
-        match (fits, h) {
-            (true, Some(h)) => {
-                out[resid_at + 3 * i..resid_at + 3 * i + 3].copy_from_slice(&r.map(|v| v as u8));
-                out[resid_at + 3 * n + i] = h;
+        if out[resid_at + 3 * i] == E {
+            let rec = &mut out[at..at + EXCEPTION_BYTES];
+            rec[0..4].copy_from_slice(&(i as u32).to_le_bytes());
+            for a in 0..3 {
+                rec[4 + 2 * a..6 + 2 * a].copy_from_slice(&next.pos[3 * i + a].to_le_bytes());
             }
-            _ => {
-                out[resid_at + 3 * i] = RESIDUAL_ESCAPE as u8;
-                exceptions += 1;
-                put_u32(out, i as u32);
-                q.iter().for_each(|&v| put_u16(out, v));
-                out.extend_from_slice(&next.heading_of(i));
-            }
+            rec[10..12].copy_from_slice(&next.heading_of(i));
+            at += EXCEPTION_BYTES;
         }
     }
     out[32..36].copy_from_slice(&exceptions.to_le_bytes());
@@ -648,9 +674,9 @@ impl<'a> DeltaView<'a> {
                 continue;
             }
             let b = base.position(i);
-            let b2 = base2.map(|f| f.position(i));
+            let b2 = base2.unwrap_or(base).position(i);
             for a in 0..3 {
-                let q = predict(b[a], b2.map(|v| v[a])) + i32::from(r[a] as i8);
+                let q = predict(b[a], b2[a]) + i32::from(r[a] as i8);
                 if !(0..=i32::from(Q_MAX)).contains(&q) {
                     return Err(invalid("residual", q, "a position within 0 ..= 65535"));
                 }
