@@ -122,8 +122,8 @@ impl Frame {
 pub struct FrameBuilder {
     /// Ids in state order.
     ids: Vec<u32>,
-    /// Quantised position and heading in state order.
-    packed: Vec<([u16; 3], [u8; 2])>,
+    /// Frame slot of each state index.
+    rank: Vec<u32>,
     /// State indices in ascending id order.
     order: Vec<u32>,
     /// Id → state index + 1 (0 = absent), when ids are dense enough.
@@ -148,21 +148,18 @@ impl FrameBuilder {
                 max: MAX_BOIDS,
             });
         }
-        // PERF: quantise in state order (sequential reads), then gather the
-        // 8-byte packed records in id order: the random access touches a
-        // third of the memory the f32 state would.
+        // Pass 1: ids in state order.
         self.ids.clear();
-        self.packed.clear();
         let mut max_id = 0u32;
         for i in 0..n {
-            let (id, p, v) = boid(i);
+            let id = boid(i).0;
             max_id = max_id.max(id);
             self.ids.push(id);
-            self.packed.push((quant.quantize(p), oct_encode(v)));
         }
-        self.order.clear();
+        // Pass 2: the frame slot (rank in id order) of each state index.
         // PERF: ids are mostly dense (the sim hands them out in sequence),
         // so a slot table sorts in O(n + max_id); sparse ids fall back to a sort.
+        self.order.clear();
         if (max_id as usize) <= 4 * n + 1024 {
             self.slot.clear();
             self.slot.resize(max_id as usize + 1, 0);
@@ -182,16 +179,27 @@ impl FrameBuilder {
                 self.order.len()
             )));
         }
+        self.rank.clear();
+        self.rank.resize(n, 0);
+        out.ids.clear();
+        for (k, &i) in self.order.iter().enumerate() {
+            self.rank[i as usize] = k as u32;
+            out.ids.push(self.ids[i as usize]);
+        }
+        // Pass 3: quantise in state order and scatter into id order. PERF:
+        // reads are sequential; the random accesses are writes, which do
+        // not stall the loop the way random reads of the state would.
         out.tick = tick;
         out.quant = Some(quant);
-        out.ids.clear();
         out.pos.clear();
+        out.pos.resize(3 * n, 0);
         out.heading.clear();
-        for &i in &self.order {
-            let (p, h) = self.packed[i as usize];
-            out.ids.push(self.ids[i as usize]);
-            out.pos.extend_from_slice(&p);
-            out.heading.extend_from_slice(&h);
+        out.heading.resize(2 * n, 0);
+        for (i, &k) in self.rank.iter().enumerate() {
+            let (_, p, v) = boid(i);
+            let k = k as usize;
+            out.pos[3 * k..3 * k + 3].copy_from_slice(&quant.quantize(p));
+            out.heading[2 * k..2 * k + 2].copy_from_slice(&oct_encode(v));
         }
         out.check()
     }
@@ -217,7 +225,8 @@ fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
     if cfg!(target_endian = "little") {
         out.extend_from_slice(bytemuck::cast_slice(vs));
     } else {
-        vs.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        vs.iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
     }
 }
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -272,7 +281,6 @@ pub fn encode_keyframe(f: &Frame, out: &mut Vec<u8>) -> Result<(), EncodeError> 
 fn predict(base: u16, base2: u16) -> i32 {
     (2 * i32::from(base) - i32::from(base2)).clamp(0, i32::from(Q_MAX))
 }
-
 
 /// Encodes `next` as a delta against `base` (and `base2`, the frame before
 /// it, when the receiver holds it) into `out` (cleared first). All frames
@@ -331,10 +339,11 @@ pub fn encode_delta(
     // Branch-free so it vectorises.
     const E: u8 = RESIDUAL_ESCAPE as u8;
     let mut exceptions = 0u32;
-    let rows = steps
-        .iter_mut()
-        .zip(resid.chunks_exact_mut(3))
-        .zip(next.heading.chunks_exact(2).zip(base.heading.chunks_exact(2)));
+    let rows = steps.iter_mut().zip(resid.chunks_exact_mut(3)).zip(
+        next.heading
+            .chunks_exact(2)
+            .zip(base.heading.chunks_exact(2)),
+    );
     for ((step, r), (qh, bh)) in rows {
         let du = (i16::from(qh[0]) - i16::from(bh[0]) + 8) as u16;
         let dv = (i16::from(qh[1]) - i16::from(bh[1]) + 8) as u16;
