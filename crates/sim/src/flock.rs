@@ -130,6 +130,48 @@ impl Flock {
         Ok(flock)
     }
 
+    /// The persistent state, for checkpoints.
+    #[cfg(feature = "serde")]
+    pub(crate) fn parts(&self) -> (&Params, u64, u64, u32, &[u32], &[Boid], &Agents) {
+        (
+            &self.params,
+            self.seed,
+            self.tick,
+            self.next_boid_id,
+            &self.ids,
+            &self.boids,
+            &self.agents,
+        )
+    }
+
+    /// A flock from validated persistent state (see `checkpoint.rs`).
+    #[cfg(feature = "serde")]
+    pub(crate) fn from_parts(
+        params: Params,
+        seed: u64,
+        tick: u64,
+        next_boid_id: u32,
+        ids: Vec<u32>,
+        boids: Vec<Boid>,
+        agents: Agents,
+    ) -> Self {
+        let mut flock = Self {
+            params,
+            seed,
+            tick,
+            ids,
+            boids,
+            next_boid_id,
+            agents,
+            metrics: TickMetrics::default(),
+            grid: Grid::default(),
+            sorted: SortedBoids::default(),
+            sums: Vec::new(),
+        };
+        flock.metrics = flock.measure_now();
+        flock
+    }
+
     /// A flock with exactly these boids (ids `0 .. boids.len()`), e.g. from a
     /// scenario file or a test fixture.
     pub fn with_boids(params: Params, seed: u64, boids: &[Boid]) -> Result<Self, SimError> {

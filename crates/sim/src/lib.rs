@@ -45,6 +45,8 @@
 //! - [`scenarios`]: benchmark worlds A and B.
 
 pub mod agents;
+#[cfg(feature = "serde")]
+pub mod checkpoint;
 mod clock;
 pub mod error;
 mod exec;
@@ -60,6 +62,8 @@ pub mod rules;
 pub mod scenarios;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
+#[cfg(feature = "serde")]
+pub use checkpoint::Checkpoint;
 pub use error::{ParamError, SimError};
 pub use flock::{Boid, BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;

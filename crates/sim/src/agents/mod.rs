@@ -129,6 +129,39 @@ impl Agents {
         &self.predators
     }
 
+    /// Checks what a checkpoint file could get wrong: counts within the
+    /// caps, agent ids unique and below `next_id`. (Geometry is the server's
+    /// own output and is not re-validated.)
+    pub(crate) fn validate_ids(&self) -> Result<(), SimError> {
+        for (what, len, limit) in [
+            ("obstacles", self.obstacles.len(), MAX_OBSTACLES),
+            ("goals", self.goals.len(), MAX_GOALS),
+            ("predators", self.predators.len(), MAX_PREDATORS),
+        ] {
+            if len > limit {
+                return Err(SimError::Capacity {
+                    what,
+                    requested: len,
+                    limit,
+                });
+            }
+        }
+        let mut ids: Vec<u32> = self.obstacles.iter().map(|o| o.id).collect();
+        ids.extend(self.goals.iter().map(|g| g.id));
+        ids.extend(self.predators.iter().map(|p| p.id));
+        ids.sort_unstable();
+        let bad = ids.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        if let Some(id) = bad.or(ids.iter().copied().find(|&id| id >= self.next_id)) {
+            return Err(ParamError::new(
+                "agents",
+                id,
+                format!("unique agent ids below next_id ({})", self.next_id),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     fn take_id(&mut self) -> u32 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
