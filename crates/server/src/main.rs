@@ -1,26 +1,81 @@
-//! `starling`: the Starling command line. For now it offers `bench`
-//! (scenarios A and B of SPEC §5, and `wire`: the protocol on a live flock);
-//! `serve` and `run` come with the server and prototyping work.
+//! `starling`: the Starling command line. `serve` (the default) runs the
+//! service; `bench` measures the engine (scenarios A and B of SPEC §5) and
+//! the wire protocol on a live flock. This file only parses the command
+//! line and calls the library.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use starling_server::config::Config;
 use starling_sim::{Flock, FlockConfig, scenarios};
 
 #[derive(Parser)]
 #[command(
     name = "starling",
     version,
-    about = "Networked flocking service and swarm lab"
+    about = "Networked flocking service and swarm lab",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    /// `serve` is the default: its flags work without the word.
+    #[command(flatten)]
+    serve: ServeArgs,
     #[command(subcommand)]
-    command: Cmd,
+    command: Option<Cmd>,
+}
+
+/// `serve` settings: each flag can also come from a `STARLING_*` variable,
+/// and overrides the TOML file given with `--config`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML file with any of the settings below (and a `[params]` table).
+    #[arg(long, env = "STARLING_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long, env = "STARLING_BIND")]
+    bind: Option<SocketAddr>,
+    /// Boids at start (default 5000).
+    #[arg(long, env = "STARLING_POPULATION")]
+    population: Option<usize>,
+    /// Seed of the run (default 1).
+    #[arg(long, env = "STARLING_SEED")]
+    seed: Option<u64>,
+    /// Simulation ticks per second (default 60).
+    #[arg(long, env = "STARLING_TICK_HZ")]
+    tick_hz: Option<u32>,
+    /// Most snapshots per second per viewer (default 30).
+    #[arg(long, env = "STARLING_SNAPSHOT_HZ")]
+    snapshot_hz: Option<u32>,
+    /// 2 or 3 dimensions (default 3).
+    #[arg(long, env = "STARLING_DIMS")]
+    dims: Option<u8>,
+    /// Directory of the built web viewer (default web-client/dist).
+    #[arg(long, env = "STARLING_WEB_DIR")]
+    web_dir: Option<PathBuf>,
+    /// Checkpoint file: resumed at start if present, written on shutdown.
+    #[arg(long, env = "STARLING_STATE_FILE")]
+    state_file: Option<PathBuf>,
+    /// Token for the viewer role.
+    #[arg(long, env = "STARLING_VIEWER_TOKEN", hide_env_values = true)]
+    viewer_token: Option<String>,
+    /// Token for the pilot role.
+    #[arg(long, env = "STARLING_PILOT_TOKEN", hide_env_values = true)]
+    pilot_token: Option<String>,
+    /// Token for the operator role (required on a non-loopback address).
+    #[arg(long, env = "STARLING_OPERATOR_TOKEN", hide_env_values = true)]
+    operator_token: Option<String>,
+    /// Log JSON lines instead of text (filter with RUST_LOG).
+    #[arg(long, env = "STARLING_LOG_JSON")]
+    log_json: bool,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the service (the default when no command is given).
+    Serve(ServeArgs),
     /// Measure the engine: prints one JSON line per (scenario, boids, threads).
     Bench {
         /// Scenarios to run.
@@ -57,7 +112,9 @@ enum Scenario {
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
+        Cmd::Serve(args) => serve(args)?,
         Cmd::Bench {
             scenario,
             boids,
@@ -133,4 +190,77 @@ fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
     line["scenario"] = "wire".into();
     println!("{line}");
     Ok(())
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::from_toml_file(path)?,
+        None => Config::default(),
+    };
+    // Flags and STARLING_* variables override the file.
+    config.bind = args.bind.unwrap_or(config.bind);
+    config.population = args.population.unwrap_or(config.population);
+    config.seed = args.seed.unwrap_or(config.seed);
+    config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
+    config.web_dir = args.web_dir.unwrap_or(config.web_dir);
+    if let Some(v) = args.tick_hz {
+        config.params.tick_hz = v;
+    }
+    if let Some(v) = args.dims {
+        config.params.dims = v;
+    }
+    config.state_file = args.state_file.or(config.state_file);
+    config.viewer_token = args.viewer_token.or(config.viewer_token);
+    config.pilot_token = args.pilot_token.or(config.pilot_token);
+    config.operator_token = args.operator_token.or(config.operator_token);
+    config.log_json |= args.log_json;
+    config.validate()?;
+    init_logging(config.log_json);
+
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("binding {}", config.bind))?;
+        let addr = listener.local_addr()?;
+        println!(
+            "Starling is serving a flock of {} boids at http://{addr}/",
+            config.population
+        );
+        starling_server::app::run(listener, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGINT (ctrl-c) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
 }

@@ -1,0 +1,129 @@
+//! The one error type REST handlers return: a 4xx (or 503) JSON body
+//! `{error, field, detail}`. Never a 5xx for bad input.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use starling_protocol::Role;
+use starling_sim::SimError;
+
+use crate::ops::OpError;
+
+/// A refused request.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Short machine-readable class (`invalid`, `forbidden`, `not_found`, ...).
+    pub error: &'static str,
+    /// The field at fault, if one is.
+    pub field: Option<String>,
+    /// What was wrong and what is allowed.
+    pub detail: String,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a str,
+    field: Option<&'a str>,
+    detail: &'a str,
+}
+
+impl ApiError {
+    /// A 400/422-style error naming a field.
+    pub fn invalid(status: StatusCode, field: Option<String>, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            error: "invalid",
+            field,
+            detail: detail.into(),
+        }
+    }
+
+    /// 403 naming the role needed.
+    pub fn forbidden(have: Role, need: Role, what: &str) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            error: "forbidden",
+            field: None,
+            detail: format!(
+                "{what} needs the {} role; this request has {}",
+                need.name(),
+                have.name()
+            ),
+        }
+    }
+
+    /// 404.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            error: "not_found",
+            field: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// 503: the command queue is full or the loop is stopping.
+    pub fn busy(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            error: "busy",
+            field: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// 429.
+    pub fn rate_limited(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            error: "rate_limited",
+            field: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// 409 for caps and state conflicts.
+    pub fn conflict(error: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            error,
+            field: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<OpError> for ApiError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Sim(SimError::Invalid(p)) => Self::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(p.field.to_owned()),
+                format!("{} = {}: allowed {}", p.field, p.value, p.allowed),
+            ),
+            OpError::Sim(e @ (SimError::UnknownAgent { .. } | SimError::UnknownBoid { .. })) => {
+                Self::not_found(e.to_string())
+            }
+            OpError::Sim(e @ SimError::Capacity { .. }) => {
+                Self::conflict("limit_reached", e.to_string())
+            }
+            OpError::Sim(e) => Self::conflict("unsupported", e.to_string()),
+            OpError::Conflict(d) => Self::conflict("conflict", d),
+            OpError::Stopped => Self::busy("the simulation is shutting down"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: self.error,
+            field: self.field.as_deref(),
+            detail: &self.detail,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,243 @@
+//! The server's configuration: defaults, then an optional TOML file, then
+//! `STARLING_*` environment variables and flags (the binary merges those
+//! two through clap), validated in one place.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use starling_sim::{MAX_POPULATION, Params};
+
+use crate::auth::Tokens;
+use crate::shared::Limits;
+
+/// Everything `starling serve` needs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub bind: SocketAddr,
+    /// Boids at start (and after a reset). Default 5000.
+    pub population: usize,
+    /// Seed of the run. Default 1.
+    pub seed: u64,
+    /// Simulation parameters (`[params]` in TOML; unspecified ones default).
+    pub params: Params,
+    /// Most snapshots per second sent to each viewer. Default 30, range 1 ..= 120.
+    pub snapshot_hz: u32,
+    /// Seconds between forced keyframes. Default 10, range 1 ..= 3600.
+    pub keyframe_interval_s: f32,
+    /// Directory of the built web viewer. Default `web-client/dist`.
+    pub web_dir: PathBuf,
+    /// Checkpoint file: resumed from at start when present, written on shutdown.
+    pub state_file: Option<PathBuf>,
+    /// Token granting the viewer role.
+    pub viewer_token: Option<String>,
+    /// Token granting the pilot role.
+    pub pilot_token: Option<String>,
+    /// Token granting the operator role. Required on a non-loopback bind.
+    pub operator_token: Option<String>,
+    /// Most open viewer connections. Default 1000, range 1 ..= 100000.
+    pub max_viewers: usize,
+    /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
+    pub stall_timeout_s: f32,
+    /// Agents one pilot may have at once. Default 8, range 1 ..= 256.
+    pub pilot_agents_each: usize,
+    /// Agents all pilots may have at once. Default 64, range 1 ..= 1024.
+    pub pilot_agents_total: usize,
+    /// Commands per second a pilot may send. Default 20, range 0.1 ..= 1000.
+    pub pilot_rate_per_s: f32,
+    /// Log as JSON lines instead of text.
+    pub log_json: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let l = Limits::default();
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            population: 5_000,
+            seed: 1,
+            params: Params::default(),
+            snapshot_hz: l.snapshot_hz,
+            keyframe_interval_s: 10.0,
+            web_dir: PathBuf::from("web-client/dist"),
+            state_file: None,
+            viewer_token: None,
+            pilot_token: None,
+            operator_token: None,
+            max_viewers: l.max_viewers,
+            stall_timeout_s: l.stall_timeout.as_secs_f32(),
+            pilot_agents_each: l.pilot_agents_each,
+            pilot_agents_total: l.pilot_agents_total,
+            pilot_rate_per_s: l.pilot_rate_per_s,
+            log_json: false,
+        }
+    }
+}
+
+/// A configuration value that is not allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("config `{field}` = {value}: allowed {allowed}")]
+pub struct ConfigError {
+    /// The setting.
+    pub field: String,
+    /// What was given.
+    pub value: String,
+    /// What is allowed.
+    pub allowed: String,
+}
+
+fn err(field: &str, value: impl ToString, allowed: &str) -> ConfigError {
+    ConfigError {
+        field: field.to_owned(),
+        value: value.to_string(),
+        allowed: allowed.to_owned(),
+    }
+}
+
+impl Config {
+    /// Reads a TOML file (unknown keys are errors naming the line).
+    pub fn from_toml_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(
+                "config file",
+                path.display(),
+                &format!("a readable file ({e})"),
+            )
+        })?;
+        toml::from_str(&text)
+            .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))
+    }
+
+    /// Checks every value and the rule that a public bind needs an operator token.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.params
+            .validate()
+            .map_err(|e| err(&format!("params.{}", e.field), &e.value, &e.allowed))?;
+        if self.population > MAX_POPULATION {
+            return Err(err(
+                "population",
+                self.population,
+                &format!("0 ..= {MAX_POPULATION}"),
+            ));
+        }
+        if !(1..=120).contains(&self.snapshot_hz) {
+            return Err(err("snapshot_hz", self.snapshot_hz, "1 ..= 120"));
+        }
+        let in_range = |v: f32, lo: f32, hi: f32| v.is_finite() && (lo..=hi).contains(&v);
+        if !in_range(self.keyframe_interval_s, 1.0, 3600.0) {
+            return Err(err(
+                "keyframe_interval_s",
+                self.keyframe_interval_s,
+                "1 ..= 3600",
+            ));
+        }
+        if !in_range(self.stall_timeout_s, 1.0, 600.0) {
+            return Err(err("stall_timeout_s", self.stall_timeout_s, "1 ..= 600"));
+        }
+        if !in_range(self.pilot_rate_per_s, 0.1, 1000.0) {
+            return Err(err(
+                "pilot_rate_per_s",
+                self.pilot_rate_per_s,
+                "0.1 ..= 1000",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_viewers) {
+            return Err(err("max_viewers", self.max_viewers, "1 ..= 100000"));
+        }
+        if !(1..=256).contains(&self.pilot_agents_each) {
+            return Err(err(
+                "pilot_agents_each",
+                self.pilot_agents_each,
+                "1 ..= 256",
+            ));
+        }
+        if !(1..=1024).contains(&self.pilot_agents_total) {
+            return Err(err(
+                "pilot_agents_total",
+                self.pilot_agents_total,
+                "1 ..= 1024",
+            ));
+        }
+        for (field, t) in [
+            ("viewer_token", &self.viewer_token),
+            ("pilot_token", &self.pilot_token),
+            ("operator_token", &self.operator_token),
+        ] {
+            if let Some(t) = t
+                && (t.len() < 8 || t.len() > 256 || t.chars().any(char::is_whitespace))
+            {
+                return Err(err(
+                    field,
+                    "(hidden)",
+                    "8 ..= 256 characters without spaces",
+                ));
+            }
+        }
+        if !self.bind.ip().is_loopback() && self.operator_token.is_none() {
+            return Err(err(
+                "bind",
+                self.bind,
+                "a loopback address, unless operator_token is set (a public server needs one)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configured tokens.
+    pub fn tokens(&self) -> Tokens {
+        Tokens {
+            viewer: self.viewer_token.clone(),
+            pilot: self.pilot_token.clone(),
+            operator: self.operator_token.clone(),
+        }
+    }
+
+    /// The caps the connections enforce.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            snapshot_hz: self.snapshot_hz,
+            max_viewers: self.max_viewers,
+            stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
+            pilot_agents_each: self.pilot_agents_each,
+            pilot_agents_total: self.pilot_agents_total,
+            pilot_rate_per_s: self.pilot_rate_per_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_public_binds_need_a_token() {
+        Config::default().validate().unwrap();
+        let public = Config {
+            bind: "0.0.0.0:8080".parse().unwrap(),
+            ..Config::default()
+        };
+        assert_eq!(public.validate().unwrap_err().field, "bind");
+        let guarded = Config {
+            operator_token: Some("s3cret-token".into()),
+            ..public
+        };
+        guarded.validate().unwrap();
+    }
+
+    #[test]
+    fn toml_errors_name_the_key() {
+        let e = toml::from_str::<Config>("snapshot_hz = 30\nbogus = 1\n").unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let c: Config = toml::from_str("population = 100\n[params]\nw_sep = 2.5\n").unwrap();
+        assert_eq!(c.population, 100);
+        assert_eq!(c.params.w_sep, 2.5);
+        let bad = Config {
+            snapshot_hz: 0,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "snapshot_hz");
+    }
+}

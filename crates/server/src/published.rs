@@ -1,0 +1,59 @@
+//! What the tick loop publishes after every tick, for everyone to read
+//! without touching the simulation: REST GETs, viewers' agent lists and
+//! metrics, the Prometheus exporter. Shared through a `watch` channel:
+//! readers always see the latest, and nothing queues up behind a slow one.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use starling_protocol::{AgentList, QuantBox};
+use starling_sim::{Agents, Params, TickMetrics};
+
+/// One snapshot broadcast, encoded once and shared by every viewer.
+#[derive(Debug)]
+pub struct Broadcast {
+    /// Broadcast sequence number (consecutive broadcasts differ by one).
+    pub seq: u64,
+    /// The simulation tick it shows.
+    pub tick: u64,
+    /// The full frame.
+    pub keyframe: Bytes,
+    /// A delta from the previous broadcast alone (`predict = 0`), for a
+    /// viewer that holds only that one; None when a keyframe is required.
+    pub delta_from_prev: Option<Bytes>,
+    /// A delta from the two previous broadcasts (`predict = 1`), for a
+    /// viewer that holds both; None when a keyframe is required.
+    pub delta_linear: Option<Bytes>,
+}
+
+/// The simulation's public state after a tick.
+#[derive(Debug)]
+pub struct Published {
+    /// Ticks completed.
+    pub tick: u64,
+    /// Whether ticking is paused.
+    pub paused: bool,
+    /// Boids alive.
+    pub population: usize,
+    /// Current parameters.
+    pub params: Params,
+    /// Bumped whenever the parameters change, so viewers resend them.
+    pub params_version: u64,
+    /// Agents (sim types, for REST).
+    pub agents: Agents,
+    /// Agents as the protocol lists them.
+    pub agent_list: AgentList,
+    /// Bumped whenever the agents change (added, moved, removed, expired).
+    pub agents_version: u64,
+    /// Metrics of the last tick.
+    pub metrics: TickMetrics,
+    /// Ticks that could not start on time since the start (the loop does
+    /// not pile them up: it skips ahead).
+    pub missed_ticks: u64,
+    /// The quantisation box of the snapshots.
+    pub quant: QuantBox,
+    /// The latest snapshot broadcast.
+    pub broadcast: Option<Arc<Broadcast>>,
+    /// When this was published (readiness: the loop is alive).
+    pub at: std::time::Instant,
+}

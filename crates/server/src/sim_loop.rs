@@ -1,0 +1,423 @@
+//! The tick loop: one dedicated thread owns the flock, applies queued ops
+//! at tick boundaries, steps at a fixed rate (rayon inside), encodes each
+//! snapshot once, and publishes the result. It never runs on the async
+//! runtime's workers, and nothing it does waits on a viewer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use starling_protocol::{
+    AgentList, Frame, FrameBuilder, GoalInfo, ObstacleInfo, PredatorInfo, QuantBox, encode_delta,
+    encode_keyframe,
+};
+use starling_sim::{Flock, Params};
+use tokio::sync::{mpsc, watch};
+
+use crate::ops::{Applied, MAX_STEP_TICKS, Op, OpError, Request};
+use crate::published::{Broadcast, Published};
+use crate::telemetry::Telemetry;
+
+/// How the loop paces snapshots.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopConfig {
+    /// Most snapshots per second (viewers may ask for fewer).
+    pub snapshot_hz: u32,
+    /// Every this many seconds a broadcast carries no deltas, so every
+    /// viewer resynchronises on a keyframe.
+    pub keyframe_interval_s: f32,
+}
+
+/// Handles to a running tick loop.
+#[derive(Debug)]
+pub struct SimLoop {
+    /// Where ops go (bounded: a full queue answers "busy").
+    pub requests: mpsc::Sender<Request>,
+    /// The latest published state.
+    pub published: watch::Receiver<Arc<Published>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Flock>>,
+}
+
+/// Ops waiting for the next tick boundary, at most.
+pub const COMMAND_QUEUE: usize = 1024;
+
+impl SimLoop {
+    /// Starts the loop on its own thread.
+    pub fn spawn(
+        flock: Flock,
+        cfg: LoopConfig,
+        telemetry: Arc<Telemetry>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let mut state = State::new(flock, cfg, telemetry);
+        let (pub_tx, pub_rx) = watch::channel(Arc::new(state.publish()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("starling-tick".into())
+            .spawn(move || {
+                state.run(rx, &pub_tx, &stop_flag);
+                state.flock
+            })?;
+        Ok(Self {
+            requests: tx,
+            published: pub_rx,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the loop after the current tick and returns the flock (for a checkpoint).
+    pub fn stop(mut self) -> Option<Flock> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok())
+    }
+}
+
+impl Drop for SimLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Everything the loop thread owns.
+struct State {
+    flock: Flock,
+    cfg: LoopConfig,
+    telemetry: Arc<Telemetry>,
+    paused: bool,
+    missed_ticks: u64,
+    params_version: u64,
+    agents_version: u64,
+    agent_list: AgentList,
+    /// Reused quantisation buffers and the last three frames (oldest first).
+    builder: FrameBuilder,
+    frames: [Frame; 3],
+    /// Frames in `frames` that belong to the current delta chain (0 ..= 2).
+    chain: usize,
+    seq: u64,
+    last_keyframe_seq: u64,
+    last_broadcast_tick: Option<u64>,
+    broadcast: Option<Arc<Broadcast>>,
+    scratch: Vec<u8>,
+}
+
+impl State {
+    fn new(flock: Flock, cfg: LoopConfig, telemetry: Arc<Telemetry>) -> Self {
+        let agent_list = agent_list(&flock);
+        let mut s = Self {
+            flock,
+            cfg,
+            telemetry,
+            paused: false,
+            missed_ticks: 0,
+            params_version: 0,
+            agents_version: 0,
+            agent_list,
+            builder: FrameBuilder::default(),
+            frames: Default::default(),
+            chain: 0,
+            seq: 0,
+            last_keyframe_seq: 0,
+            last_broadcast_tick: None,
+            broadcast: None,
+            scratch: Vec::new(),
+        };
+        s.encode_broadcast();
+        s
+    }
+
+    fn run(
+        &mut self,
+        mut rx: mpsc::Receiver<Request>,
+        out: &watch::Sender<Arc<Published>>,
+        stop: &AtomicBool,
+    ) {
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            loop {
+                match rx.try_recv() {
+                    Ok(req) => {
+                        let result = self.apply(req.op);
+                        // The requester may have gone away; the op stands.
+                        let _ = req.reply.send(result);
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                }
+            }
+            if !self.paused {
+                self.step();
+            }
+            if self.due_for_broadcast() {
+                self.encode_broadcast();
+            }
+            self.refresh_agents();
+            out.send_replace(Arc::new(self.publish()));
+
+            let dt = Duration::from_secs_f64(1.0 / f64::from(self.flock.params().tick_hz));
+            next += dt;
+            let now = Instant::now();
+            if now > next + dt {
+                // Late by more than a tick: count what was missed, don't pile up.
+                let behind = ((now - next).as_secs_f64() / dt.as_secs_f64()) as u64;
+                self.missed_ticks += behind;
+                self.telemetry.missed_ticks.inc_by(behind);
+                next = now;
+            } else if next > now {
+                std::thread::sleep(next - now);
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let t0 = Instant::now();
+        self.flock.step();
+        self.telemetry.ticks.inc();
+        self.telemetry
+            .tick_seconds
+            .observe(t0.elapsed().as_secs_f64());
+    }
+
+    /// Snapshots go out every `tick_hz / snapshot_hz` ticks, and after any
+    /// change while paused (a step, a reset) so viewers see it.
+    fn due_for_broadcast(&self) -> bool {
+        let tick = self.flock.tick();
+        if self.last_broadcast_tick == Some(tick) {
+            return false;
+        }
+        let stride = u64::from((self.flock.params().tick_hz / self.cfg.snapshot_hz.max(1)).max(1));
+        self.paused || tick.is_multiple_of(stride)
+    }
+
+    fn encode_broadcast(&mut self) {
+        let p = *self.flock.params();
+        let quant = QuantBox::around_world(p.world_m, p.dims);
+        self.frames.rotate_left(1);
+        let (ids, boids) = (self.flock.ids(), self.flock.boids());
+        let built = self.builder.build(
+            &mut self.frames[2],
+            self.flock.tick(),
+            quant,
+            ids.len(),
+            |i| (ids[i], boids[i].p.to_array(), boids[i].v.to_array()),
+        );
+        if let Err(e) = built {
+            // The sim guarantees unique ids and its population limit is
+            // below the protocol's; this would be a bug, not bad input.
+            tracing::error!(error = %e, "snapshot not built");
+            return;
+        }
+        self.seq += 1;
+        if encode_keyframe(&self.frames[2], &mut self.scratch).is_err() {
+            return;
+        }
+        let keyframe = Bytes::copy_from_slice(&self.scratch);
+        let interval = (self.cfg.keyframe_interval_s * self.cfg.snapshot_hz as f32).max(1.0) as u64;
+        let force_key = self.seq - self.last_keyframe_seq >= interval;
+        self.chain = (self.chain + 1).min(3);
+        let (mut delta_from_prev, mut delta_linear) = (None, None);
+        if !force_key && self.chain >= 2 {
+            if encode_delta(None, &self.frames[1], &self.frames[2], &mut self.scratch).is_ok() {
+                delta_from_prev = Some(Bytes::copy_from_slice(&self.scratch));
+            }
+            if self.chain >= 3
+                && delta_from_prev.is_some()
+                && encode_delta(
+                    Some(&self.frames[0]),
+                    &self.frames[1],
+                    &self.frames[2],
+                    &mut self.scratch,
+                )
+                .is_ok()
+            {
+                delta_linear = Some(Bytes::copy_from_slice(&self.scratch));
+            }
+        }
+        if delta_from_prev.is_none() {
+            // A keyframe-only broadcast starts a new delta chain.
+            self.chain = 1;
+            self.last_keyframe_seq = self.seq;
+        }
+        self.last_broadcast_tick = Some(self.flock.tick());
+        self.broadcast = Some(Arc::new(Broadcast {
+            seq: self.seq,
+            tick: self.flock.tick(),
+            keyframe,
+            delta_from_prev,
+            delta_linear,
+        }));
+    }
+
+    fn refresh_agents(&mut self) {
+        let list = agent_list(&self.flock);
+        if list.predators != self.agent_list.predators
+            || list.goals != self.agent_list.goals
+            || list.obstacles != self.agent_list.obstacles
+        {
+            self.agents_version += 1;
+        }
+        self.agent_list = list;
+    }
+
+    fn publish(&self) -> Published {
+        let p = self.flock.params();
+        Published {
+            tick: self.flock.tick(),
+            paused: self.paused,
+            population: self.flock.len(),
+            params: *p,
+            params_version: self.params_version,
+            agents: self.flock.agents().clone(),
+            agent_list: self.agent_list.clone(),
+            agents_version: self.agents_version,
+            metrics: *self.flock.metrics(),
+            missed_ticks: self.missed_ticks,
+            quant: QuantBox::around_world(p.world_m, p.dims),
+            broadcast: self.broadcast.clone(),
+            at: Instant::now(),
+        }
+    }
+
+    fn apply(&mut self, op: Op) -> Result<Applied, OpError> {
+        let f = &mut self.flock;
+        let mut created_id = None;
+        match op {
+            Op::AddPredator {
+                mode,
+                position,
+                max_speed_mps,
+                ttl_s,
+            } => created_id = Some(f.add_predator(mode, position, max_speed_mps, ttl_s)?),
+            Op::AddGoal {
+                kind,
+                arrive_radius_m,
+                ttl_s,
+            } => created_id = Some(f.add_goal(kind, arrive_radius_m, ttl_s)?),
+            Op::AddObstacle { shape, ttl_s } => created_id = Some(f.add_obstacle(shape, ttl_s)?),
+            Op::MoveAgent { id, to } => {
+                f.move_agent(id, to)?;
+            }
+            Op::RemoveAgent { id } => {
+                f.remove_agent(id)?;
+            }
+            Op::SpawnBoids {
+                center,
+                count,
+                spread_m,
+            } => {
+                f.spawn_boids(center, spread_m, count)?;
+            }
+            Op::RemoveBoids { ids } => {
+                f.remove_boids(&ids)?;
+            }
+            Op::SetPopulation { population } => f.set_population(population)?,
+            Op::PatchParams(patch) => {
+                let before: Params = *f.params();
+                f.patch_params(&patch)
+                    .map_err(starling_sim::SimError::from)?;
+                if *f.params() != before {
+                    self.params_version += 1;
+                }
+            }
+            Op::Preset(preset) => {
+                let p = f.params().with_preset(preset);
+                f.set_params(p).map_err(starling_sim::SimError::from)?;
+                self.params_version += 1;
+            }
+            Op::Pause => self.paused = true,
+            Op::Resume => self.paused = false,
+            Op::Step { n } => {
+                if !self.paused {
+                    return Err(OpError::Conflict(
+                        "step advances a paused simulation: pause it first".into(),
+                    ));
+                }
+                if n == 0 || n > MAX_STEP_TICKS {
+                    return Err(starling_sim::SimError::from(starling_sim::ParamError::new(
+                        "n",
+                        n,
+                        format!("1 ..= {MAX_STEP_TICKS}"),
+                    ))
+                    .into());
+                }
+                let tick = self.flock.tick();
+                for _ in 0..n {
+                    self.step();
+                }
+                return Ok(Applied {
+                    tick,
+                    created_id: None,
+                });
+            }
+            Op::Reset { seed } => f.reset(seed),
+        }
+        Ok(Applied {
+            tick: self.flock.tick(),
+            created_id,
+        })
+    }
+}
+
+fn agent_list(f: &Flock) -> AgentList {
+    let a = f.agents();
+    let mode = |m: starling_sim::PredatorMode| match m {
+        starling_sim::PredatorMode::Static => starling_protocol::PredatorMode::Static,
+        starling_sim::PredatorMode::Pointer => starling_protocol::PredatorMode::Pointer,
+        starling_sim::PredatorMode::Hunter => starling_protocol::PredatorMode::Hunter,
+    };
+    AgentList {
+        tick: f.tick(),
+        predators: a
+            .predators()
+            .iter()
+            .map(|p| PredatorInfo {
+                id: p.id,
+                mode: mode(p.mode),
+                position: p.position.to_array(),
+                velocity: p.velocity.to_array(),
+            })
+            .collect(),
+        goals: a
+            .goals()
+            .iter()
+            .map(|g| {
+                let (waypoints, looping) = match &g.kind {
+                    starling_sim::GoalKind::Point { .. } => (Vec::new(), false),
+                    starling_sim::GoalKind::Path { waypoints, looping } => {
+                        (waypoints.iter().map(|w| w.to_array()).collect(), *looping)
+                    }
+                };
+                GoalInfo {
+                    id: g.id,
+                    target: g.target().to_array(),
+                    waypoints,
+                    looping,
+                    arrive_radius_m: g.arrive_radius_m,
+                }
+            })
+            .collect(),
+        obstacles: a
+            .obstacles()
+            .iter()
+            .map(|o| ObstacleInfo {
+                id: o.id,
+                shape: match o.shape {
+                    starling_sim::Shape::Sphere { center, radius_m } => {
+                        starling_protocol::Shape::Sphere {
+                            center: center.to_array(),
+                            radius_m,
+                        }
+                    }
+                    starling_sim::Shape::Box { min, max } => starling_protocol::Shape::Box {
+                        min: min.to_array(),
+                        max: max.to_array(),
+                    },
+                },
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,114 @@
+//! Prometheus metrics (`/metrics`), via the `prometheus-client` crate.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of the command counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabels {
+    /// Op kind (`add_predator`, `patch_params`, ...).
+    pub kind: String,
+    /// `ok`, `rejected`, `forbidden`, `busy`.
+    pub outcome: String,
+}
+
+/// Every server metric, shared by the tick loop and the connections.
+pub struct Telemetry {
+    registry: Registry,
+    /// Ticks stepped.
+    pub ticks: Counter,
+    /// Ticks that could not start on time.
+    pub missed_ticks: Counter,
+    /// Time to step one tick, seconds.
+    pub tick_seconds: Histogram,
+    /// Open viewer connections.
+    pub viewers: Gauge,
+    /// Bytes sent to viewers.
+    pub bytes_sent: Counter,
+    /// Snapshot frames sent to viewers.
+    pub frames_sent: Counter,
+    /// Snapshot frames a viewer skipped (it was still sending an older one).
+    pub frames_skipped: Counter,
+    /// Viewers dropped for not keeping up.
+    pub viewers_dropped: Counter,
+    /// Commands by kind and outcome.
+    pub commands: Family<CommandLabels, Counter>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("starling");
+        let t = Self {
+            ticks: Counter::default(),
+            missed_ticks: Counter::default(),
+            tick_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 12)),
+            viewers: Gauge::default(),
+            bytes_sent: Counter::default(),
+            frames_sent: Counter::default(),
+            frames_skipped: Counter::default(),
+            viewers_dropped: Counter::default(),
+            commands: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("ticks", "Simulation ticks stepped", t.ticks.clone());
+        registry.register(
+            "missed_ticks",
+            "Ticks that could not start on time",
+            t.missed_ticks.clone(),
+        );
+        registry.register(
+            "tick_duration_seconds",
+            "Time to step one tick",
+            t.tick_seconds.clone(),
+        );
+        registry.register("viewers", "Open viewer connections", t.viewers.clone());
+        registry.register("bytes_sent", "Bytes sent to viewers", t.bytes_sent.clone());
+        registry.register("frames_sent", "Snapshot frames sent", t.frames_sent.clone());
+        registry.register(
+            "frames_skipped",
+            "Snapshot frames a slow viewer skipped",
+            t.frames_skipped.clone(),
+        );
+        registry.register(
+            "viewers_dropped",
+            "Viewers dropped for not keeping up",
+            t.viewers_dropped.clone(),
+        );
+        registry.register(
+            "commands",
+            "Commands by kind and outcome",
+            t.commands.clone(),
+        );
+        Self { registry, ..t }
+    }
+}
+
+impl Telemetry {
+    /// Counts one command outcome.
+    pub fn command(&self, kind: &str, outcome: &str) {
+        self.commands
+            .get_or_create(&CommandLabels {
+                kind: kind.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
