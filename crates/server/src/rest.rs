@@ -94,10 +94,12 @@ impl<T: DeserializeOwned + Default> FromRequest<Shared> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, s: &Shared) -> Result<Self, ApiError> {
-        let empty = req
-            .headers()
-            .get(axum::http::header::CONTENT_LENGTH)
-            .is_some_and(|v| v == "0");
+        let h = req.headers();
+        let length = h.get(axum::http::header::CONTENT_LENGTH);
+        let empty = length.is_some_and(|v| v == "0")
+            || (length.is_none()
+                && h.get(axum::http::header::CONTENT_TYPE).is_none()
+                && h.get(axum::http::header::TRANSFER_ENCODING).is_none());
         if empty {
             return Ok(Body(T::default()));
         }

@@ -138,25 +138,32 @@ impl State {
     ) {
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            // Apply what is queued; answer only once the result is
+            // published, so a client reading after its ack sees the change.
+            let mut replies = Vec::new();
             loop {
                 match rx.try_recv() {
                     Ok(req) => {
                         let result = self.apply(req.op);
-                        // The requester may have gone away; the op stands.
-                        let _ = req.reply.send(result);
+                        replies.push((req.reply, result));
                     }
                     Err(mpsc::error::TryRecvError::Empty) => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
             }
+            let changed = !replies.is_empty();
             if !self.paused {
                 self.step();
             }
-            if self.due_for_broadcast() {
+            if self.due_for_broadcast() || (changed && self.paused) {
                 self.encode_broadcast();
             }
             self.refresh_agents();
             out.send_replace(Arc::new(self.publish()));
+            for (reply, result) in replies {
+                // The requester may have gone away; the op stands.
+                let _ = reply.send(result);
+            }
 
             let dt = Duration::from_secs_f64(1.0 / f64::from(self.flock.params().tick_hz));
             next += dt;

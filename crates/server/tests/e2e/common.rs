@@ -1,0 +1,293 @@
+//! Test harness: a real server on 127.0.0.1:0 and real WebSocket viewers
+//! that decode what they receive with the protocol crate. Every wait is
+//! for an event, bounded by a timeout; nothing sleeps to hope.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use starling_protocol::{
+    AgentList, ClientMsg, Command, ErrorMsg, Frame, Hello, Metrics, PROTOCOL_MAJOR, ParamInfo,
+    ServerFrame, ServerMsg, decode_server, encode_client,
+};
+use starling_server::app::{RunError, run};
+use starling_server::config::Config;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Longest any single wait in a test may take.
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+/// A server running in this process.
+pub(crate) struct TestServer {
+    pub(crate) addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<Result<(), RunError>>,
+}
+
+/// A small, quick default flock for tests.
+pub(crate) fn test_config() -> Config {
+    Config {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        population: 1_000,
+        web_dir: "/nonexistent-starling-web".into(),
+        ..Config::default()
+    }
+}
+
+impl TestServer {
+    pub(crate) async fn start(config: Config) -> Self {
+        let listener = tokio::net::TcpListener::bind(config.bind).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(run(listener, config, async move {
+            let _ = rx.await;
+        }));
+        Self {
+            addr,
+            stop: Some(tx),
+            handle,
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Triggers the same shutdown path as SIGTERM and waits for it.
+    pub(crate) async fn stop(mut self) -> Result<(), RunError> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(WAIT, self.handle)
+            .await
+            .expect("server stops")
+            .unwrap()
+    }
+}
+
+/// What a viewer received besides frames.
+#[derive(Default)]
+pub(crate) struct Seen {
+    pub(crate) params: Option<Vec<ParamInfo>>,
+    pub(crate) agents: Option<AgentList>,
+    pub(crate) metrics: Vec<Metrics>,
+    pub(crate) errors: Vec<ErrorMsg>,
+    pub(crate) close: Option<starling_protocol::Close>,
+}
+
+/// A WebSocket viewer that keeps the frames it needs to apply deltas.
+pub(crate) struct Viewer {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub(crate) hello: Hello,
+    /// The last two frames (newest last).
+    pub(crate) held: Vec<Frame>,
+    pub(crate) seen: Seen,
+    pub(crate) keyframes: usize,
+    pub(crate) deltas: usize,
+    pub(crate) bytes: usize,
+}
+
+pub(crate) enum Reply {
+    Ack(starling_protocol::Ack),
+    Error(ErrorMsg),
+}
+
+impl Viewer {
+    /// Connects, reads the hello and subscribes.
+    pub(crate) async fn connect(addr: SocketAddr, token: Option<&str>, max_fps: u16) -> Self {
+        let url = match token {
+            Some(t) => format!("ws://{addr}/ws?token={t}"),
+            None => format!("ws://{addr}/ws"),
+        };
+        let (mut ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let first = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let hello = match decode_server(&first.into_data()).unwrap() {
+            ServerFrame::Control(ServerMsg::Hello(h)) => h,
+            other => panic!("expected hello, got {other:?}"),
+        };
+        let mut v = Self {
+            ws,
+            hello,
+            held: Vec::new(),
+            seen: Seen::default(),
+            keyframes: 0,
+            deltas: 0,
+            bytes: 0,
+        };
+        v.send(&ClientMsg::Subscribe {
+            major: PROTOCOL_MAJOR,
+            minor: 0,
+            max_fps,
+            region: None,
+        })
+        .await;
+        v
+    }
+
+    pub(crate) async fn send(&mut self, msg: &ClientMsg) {
+        let mut out = Vec::new();
+        encode_client(msg, &mut out).unwrap();
+        self.ws.send(Message::Binary(out.into())).await.unwrap();
+    }
+
+    pub(crate) async fn send_raw(&mut self, bytes: Vec<u8>) {
+        self.ws.send(Message::Binary(bytes.into())).await.unwrap();
+    }
+
+    /// Reads one message and applies it.
+    async fn read_one(&mut self) -> Event {
+        let Some(msg) = tokio::time::timeout(WAIT, self.ws.next())
+            .await
+            .expect("message in time")
+        else {
+            return Event::Closed;
+        };
+        let data = match msg {
+            Ok(Message::Binary(b)) => b,
+            Ok(Message::Close(_)) | Err(_) => return Event::Closed,
+            Ok(_) => return Event::Other,
+        };
+        self.bytes += data.len();
+        match decode_server(&data).expect("decodable server message") {
+            ServerFrame::Keyframe(k) => {
+                let mut f = Frame::default();
+                k.to_frame(&mut f);
+                self.keyframes += 1;
+                self.push(f.clone());
+                Event::Frame(f)
+            }
+            ServerFrame::Delta(d) => {
+                let n = self.held.len();
+                let base = self.held.last().expect("a delta comes after a keyframe");
+                let base2 = (n >= 2).then(|| &self.held[n - 2]);
+                let mut f = Frame::default();
+                d.apply(base2, base, &mut f)
+                    .expect("delta applies to what we hold");
+                self.deltas += 1;
+                self.push(f.clone());
+                Event::Frame(f)
+            }
+            ServerFrame::Control(c) => match c {
+                ServerMsg::Params(p) => {
+                    self.seen.params = Some(p);
+                    Event::Other
+                }
+                ServerMsg::Agents(a) => {
+                    self.seen.agents = Some(a);
+                    Event::Other
+                }
+                ServerMsg::Metrics(m) => {
+                    self.seen.metrics.push(m);
+                    Event::Other
+                }
+                ServerMsg::Ack(a) => Event::Ack(a),
+                ServerMsg::Error(e) => {
+                    self.seen.errors.push(e.clone());
+                    Event::Error(e)
+                }
+                ServerMsg::Close(c) => {
+                    self.seen.close = Some(c);
+                    Event::Other
+                }
+                _ => Event::Other,
+            },
+        }
+    }
+
+    fn push(&mut self, f: Frame) {
+        self.held.push(f);
+        if self.held.len() > 2 {
+            self.held.remove(0);
+        }
+    }
+
+    /// The next snapshot.
+    pub(crate) async fn next_frame(&mut self) -> Frame {
+        loop {
+            match self.read_one().await {
+                Event::Frame(f) => return f,
+                Event::Closed => panic!("connection closed while waiting for a frame"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Reads until `pred` holds for what was seen (or the connection closes).
+    pub(crate) async fn until(&mut self, mut pred: impl FnMut(&Seen) -> bool) -> bool {
+        loop {
+            if pred(&self.seen) {
+                return true;
+            }
+            if matches!(self.read_one().await, Event::Closed) {
+                return pred(&self.seen);
+            }
+        }
+    }
+
+    /// Sends a command and reads (applying frames) until its ack or error.
+    pub(crate) async fn command(&mut self, request_id: u32, command: Command) -> Reply {
+        self.send(&ClientMsg::Command {
+            request_id,
+            command,
+        })
+        .await;
+        loop {
+            match self.read_one().await {
+                Event::Ack(a) if a.request_id == request_id => return Reply::Ack(a),
+                Event::Error(e) if e.request_id == Some(request_id) => return Reply::Error(e),
+                Event::Closed => panic!("connection closed while waiting for a reply"),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// What one server message was.
+pub(crate) enum Event {
+    Frame(Frame),
+    Ack(starling_protocol::Ack),
+    Error(ErrorMsg),
+    Other,
+    Closed,
+}
+/// A JSON REST call; returns the status and the body.
+pub(crate) async fn rest(
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = tokio::time::timeout(WAIT, req.send())
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+pub(crate) async fn get(url: &str) -> serde_json::Value {
+    rest(reqwest::Method::GET, url, None, None).await.1
+}

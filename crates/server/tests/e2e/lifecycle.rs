@@ -1,0 +1,181 @@
+//! Slow viewers and restarts: a viewer that never reads does not slow the
+//! others and is dropped; SIGTERM writes a checkpoint the next start
+//! resumes from.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use super::common::*;
+use futures_util::SinkExt;
+use reqwest::Method;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
+    let config = starling_server::config::Config {
+        population: 20_000,
+        stall_timeout_s: 1.0,
+        ..test_config()
+    };
+    let server = TestServer::start(config).await;
+    // The stalled viewer subscribes, then never reads again.
+    let (mut stalled, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", server.addr))
+        .await
+        .unwrap();
+    let mut sub = Vec::new();
+    starling_protocol::encode_client(
+        &starling_protocol::ClientMsg::Subscribe {
+            major: starling_protocol::PROTOCOL_MAJOR,
+            minor: 0,
+            max_fps: 30,
+            region: None,
+        },
+        &mut sub,
+    )
+    .unwrap();
+    stalled
+        .send(tokio_tungstenite::tungstenite::Message::Binary(sub.into()))
+        .await
+        .unwrap();
+    // A healthy viewer keeps its rate while the other one backs up and is dropped.
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    let mut ticks = vec![v.next_frame().await.tick];
+    let dropped = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("starling_viewers_dropped_total"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        ticks.push(v.next_frame().await.tick);
+        let metrics = reqwest::get(server.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if dropped(&metrics) >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stalled viewer was never dropped"
+        );
+    }
+    // Keep watching a little past the drop.
+    for _ in 0..10 {
+        ticks.push(v.next_frame().await.tick);
+    }
+    let gaps: Vec<u64> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
+    let on_time = gaps.iter().filter(|&&g| g == 2).count();
+    assert!(
+        on_time * 10 >= gaps.len() * 7,
+        "healthy viewer's gaps (ticks): {gaps:?}"
+    );
+    // Its connection is closed (after at most a second to say why).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while get(&server.url("/api/v1/state")).await["viewers"] != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stalled viewer still counts"
+        );
+        ticks.push(v.next_frame().await.tick);
+    }
+    drop(stalled);
+    server.stop().await.unwrap();
+}
+
+/// Starts the real binary and returns it with its URL (read from stdout).
+async fn spawn_binary(state_file: &std::path::Path) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--population",
+            "500",
+            "--web-dir",
+            "/nonexistent-web",
+        ])
+        .arg("--state-file")
+        .arg(state_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .trim_end_matches('/')
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_writes_a_checkpoint_and_the_next_start_resumes_it() {
+    let dir = std::env::temp_dir().join(format!("starling-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("state.json");
+    let _ = std::fs::remove_file(&file);
+
+    let (mut child, url) = spawn_binary(&file).await;
+    let (s, b) = rest(
+        Method::PATCH,
+        &format!("{url}/api/v1/params"),
+        None,
+        Some(json!({ "w_sep": 2.5 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = rest(
+        Method::POST,
+        &format!("{url}/api/v1/goals"),
+        None,
+        Some(json!({ "at": [30, 40, 20] })),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    // Let it run a while (wait for the tick, not for time).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut tick = 0;
+    while tick < 90 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tick = get(&format!("{url}/api/v1/state")).await["tick"]
+            .as_u64()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "graceful exit, got {status}");
+    assert!(file.exists(), "checkpoint written");
+
+    let (_child, url) = spawn_binary(&file).await;
+    let st = get(&format!("{url}/api/v1/state")).await;
+    assert!(
+        st["tick"].as_u64().unwrap() >= tick,
+        "{st} (stopped after tick {tick})"
+    );
+    assert_eq!(st["population"], 500);
+    assert_eq!(get(&format!("{url}/api/v1/params")).await["w_sep"], 2.5);
+    assert_eq!(get(&format!("{url}/api/v1/goals")).await[0]["id"], b["id"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests of `starling serve`: one test binary, so the harness
+//! in `common.rs` is shared without per-file dead code.
+
+mod common;
+mod lifecycle;
+mod serve;

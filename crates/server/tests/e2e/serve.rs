@@ -1,0 +1,550 @@
+//! `starling serve` end to end: a real server on 127.0.0.1:0, real
+//! tokio-tungstenite viewers and a real HTTP client.
+
+use super::common::*;
+use reqwest::Method;
+use serde_json::json;
+use starling_protocol::{Command, ErrorCode, PredatorMode, Role};
+
+/// Ticks between snapshots at the default 60 Hz tick and 30 Hz snapshots.
+const STRIDE: u64 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewer_gets_hello_then_decodable_frames_at_the_configured_rate() {
+    let server = TestServer::start(test_config()).await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    assert_eq!(v.hello.major, starling_protocol::PROTOCOL_MAJOR);
+    assert_eq!(
+        v.hello.role,
+        Role::Operator,
+        "no tokens + loopback: all open"
+    );
+    assert_eq!(v.hello.world.tick_hz, 60);
+    let mut ticks = Vec::new();
+    for _ in 0..30 {
+        let f = v.next_frame().await;
+        assert_eq!(f.len(), 1_000);
+        ticks.push(f.tick);
+    }
+    // The rate, measured in simulation ticks: one frame every STRIDE ticks.
+    let gaps: Vec<u64> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.iter().all(|g| g % STRIDE == 0 && *g > 0), "{gaps:?}");
+    let on_time = gaps.iter().filter(|&&g| g == STRIDE).count();
+    assert!(
+        on_time * 10 >= gaps.len() * 8,
+        "most frames every {STRIDE} ticks: {gaps:?}"
+    );
+    // After the first keyframe the stream is mostly deltas (a viewer that
+    // misses a broadcast gets a keyframe, so a loaded test machine may see
+    // a few more).
+    assert!(v.keyframes >= 1);
+    assert!(
+        v.deltas >= 20,
+        "{} deltas, {} keyframes",
+        v.deltas,
+        v.keyframes
+    );
+    // And at 10 fps, one frame per 6 ticks.
+    let mut slow = Viewer::connect(server.addr, None, 10).await;
+    let a = slow.next_frame().await.tick;
+    let b = slow.next_frame().await.tick;
+    assert!(b - a >= 6 && (b - a) % STRIDE == 0, "{a} -> {b}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_viewers_see_the_same_ticks_and_the_same_flock() {
+    let server = TestServer::start(test_config()).await;
+    let mut viewers = Vec::new();
+    for _ in 0..50 {
+        viewers.push(Viewer::connect(server.addr, None, 30).await);
+    }
+    // A window of broadcasts after every viewer is connected.
+    let from = get(&server.url("/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap()
+        + 30;
+    let to = from + 40;
+    let tasks: Vec<_> = viewers
+        .into_iter()
+        .map(|mut v| {
+            tokio::spawn(async move {
+                let mut frames = Vec::new();
+                loop {
+                    let f = v.next_frame().await;
+                    if f.tick > to {
+                        return frames;
+                    }
+                    if f.tick >= from {
+                        frames.push(f);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.unwrap());
+    }
+    // Any two viewers that received the same tick decoded exactly the same
+    // frame, and each received (nearly) every broadcast in the window: a
+    // viewer may skip a frame under load (latest wins), rarely.
+    let mut by_tick = std::collections::HashMap::new();
+    let broadcasts = (to - from) / STRIDE;
+    for frames in &all {
+        assert!(
+            frames.len() as u64 * 10 >= broadcasts * 8,
+            "a viewer got {} of {broadcasts} frames",
+            frames.len()
+        );
+        for f in frames {
+            assert_eq!(f.tick % STRIDE, 0);
+            let seen = by_tick.entry(f.tick).or_insert_with(|| f.clone());
+            assert_eq!(seen, f, "tick {} differs between viewers", f.tick);
+        }
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_parameter_change_reaches_viewers_and_changes_the_flock() {
+    let server = TestServer::start(test_config()).await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    v.next_frame().await;
+    let (status, body) = rest(
+        Method::PATCH,
+        &server.url("/api/v1/params"),
+        None,
+        Some(json!({ "max_speed_mps": 3.0, "min_speed_mps": 1.0 })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["params"]["max_speed_mps"], 3.0);
+    // The viewer is told.
+    assert!(
+        v.until(|s| s
+            .params
+            .as_ref()
+            .is_some_and(|p| p.iter().any(|i| i.name == "max_speed_mps"
+                && i.value == starling_protocol::ParamValue::Number(3.0))))
+            .await
+    );
+    // And the flock slows down: wait for metrics from a later tick.
+    let after = body["tick"].as_u64().unwrap() + 120;
+    assert!(
+        v.until(|s| s.metrics.last().is_some_and(|m| m.tick > after))
+            .await
+    );
+    let m = v.seen.metrics.last().unwrap();
+    assert!(
+        m.mean_speed_mps <= 3.0 + 1e-3,
+        "mean speed {}",
+        m.mean_speed_mps
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_predator_is_listed_and_boids_flee_it() {
+    let server = TestServer::start(test_config()).await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    let f = v.next_frame().await;
+    // Put a static predator where the boids are densest: at the boid with
+    // the most neighbours within 10 m.
+    let q = f.quant.unwrap();
+    let pts: Vec<[f32; 3]> = (0..f.len()).map(|i| q.dequantize(f.position(i))).collect();
+    let near = |c: [f32; 3], pts: &[[f32; 3]]| {
+        pts.iter()
+            .filter(|p| (0..3).map(|a| (p[a] - c[a]).powi(2)).sum::<f32>() < 100.0)
+            .count()
+    };
+    let center = *pts.iter().max_by_key(|p| near(**p, &pts)).unwrap();
+    let before = near(center, &pts);
+    let reply = v
+        .command(
+            7,
+            Command::AddPredator {
+                mode: PredatorMode::Static,
+                position: center,
+                ttl_s: None,
+            },
+        )
+        .await;
+    let Reply::Ack(ack) = reply else {
+        panic!("predator refused")
+    };
+    let id = ack.created_id.unwrap();
+    assert!(
+        v.until(|s| s
+            .agents
+            .as_ref()
+            .is_some_and(|a| a.predators.iter().any(|p| p.id == id)))
+            .await
+    );
+    let (_, list) = rest(Method::GET, &server.url("/api/v1/predators"), None, None).await;
+    assert_eq!(list[0]["id"], id);
+    // Two seconds of simulated time later, the neighbourhood has emptied.
+    let mut f = v.next_frame().await;
+    while f.tick < ack.tick + 120 {
+        f = v.next_frame().await;
+    }
+    let pts: Vec<[f32; 3]> = (0..f.len()).map(|i| q.dequantize(f.position(i))).collect();
+    let after = near(center, &pts);
+    assert!(
+        after * 2 < before,
+        "boids within 10 m: {before} before, {after} after"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_the_tick_and_step_advances_it_exactly() {
+    let server = TestServer::start(test_config()).await;
+    let (status, body) = rest(
+        Method::POST,
+        &server.url("/api/v1/control/pause"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let paused_at = get(&server.url("/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap();
+    // Watch a second of metrics messages: the tick does not move.
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    assert!(v.until(|s| s.metrics.len() >= 4).await);
+    assert!(
+        v.seen
+            .metrics
+            .iter()
+            .all(|m| m.tick == paused_at && m.paused)
+    );
+    let (status, body) = rest(
+        Method::POST,
+        &server.url("/api/v1/control/step"),
+        None,
+        Some(json!({ "n": 5 })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["now"], paused_at + 5);
+    assert_eq!(
+        get(&server.url("/api/v1/state")).await["tick"],
+        paused_at + 5
+    );
+    // The viewer is shown the stepped state.
+    let mut f = v.next_frame().await;
+    while f.tick < paused_at + 5 {
+        f = v.next_frame().await;
+    }
+    assert_eq!(f.tick, paused_at + 5);
+    // Stepping a running simulation is refused, and says why.
+    rest(
+        Method::POST,
+        &server.url("/api/v1/control/resume"),
+        None,
+        None,
+    )
+    .await;
+    let (status, body) = rest(
+        Method::POST,
+        &server.url("/api/v1/control/step"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert!(body["detail"].as_str().unwrap().contains("pause"), "{body}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rest_input_gets_a_4xx_naming_the_field() {
+    let server = TestServer::start(test_config()).await;
+    let url = |p: &str| server.url(p);
+    let check = |status: u16, body: &serde_json::Value, want: u16, field: Option<&str>| {
+        assert_eq!(status, want, "{body}");
+        assert!(
+            body["error"].is_string() && body["detail"].is_string(),
+            "{body}"
+        );
+        if let Some(f) = field {
+            assert_eq!(body["field"], f, "{body}");
+        }
+    };
+    let client = reqwest::Client::new();
+    // Malformed JSON.
+    let r = client
+        .patch(url("/api/v1/params"))
+        .header("content-type", "application/json")
+        .body("{\"w_sep\": ")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    check(status, &body, 400, None);
+    // Unknown field, wrong type, out of range, a number JSON cannot hold.
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "w_sepp": 1 })),
+    )
+    .await;
+    check(s, &b, 422, Some("w_sepp"));
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "w_sep": "high" })),
+    )
+    .await;
+    check(s, &b, 422, Some("w_sep"));
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "fov_deg": 720 })),
+    )
+    .await;
+    check(s, &b, 422, Some("fov_deg"));
+    let r = client
+        .patch(url("/api/v1/params"))
+        .header("content-type", "application/json")
+        .body("{\"w_sep\": 1e999}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error());
+    // Nothing was changed by any of that.
+    assert_eq!(
+        get(&url("/api/v1/params")).await["w_sep"],
+        starling_sim::Params::default().w_sep
+    );
+    // Oversized body.
+    let big = "x".repeat(200_000);
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "pad": big })),
+    )
+    .await;
+    check(s, &b, 413, None);
+    // Unknown ids, of the wrong kind too.
+    let (s, b) = rest(Method::DELETE, &url("/api/v1/predators/4242"), None, None).await;
+    check(s, &b, 404, None);
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/goals"),
+        None,
+        Some(json!({ "at": [10, 10, 10] })),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    let goal = b["id"].as_u64().unwrap();
+    let (s, b) = rest(
+        Method::DELETE,
+        &url(&format!("/api/v1/predators/{goal}")),
+        None,
+        None,
+    )
+    .await;
+    check(s, &b, 404, None);
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/boids/remove"),
+        None,
+        Some(json!({ "ids": [9_999_999] })),
+    )
+    .await;
+    check(s, &b, 404, None);
+    // Missing and out-of-range agent fields.
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/predators"),
+        None,
+        Some(json!({})),
+    )
+    .await;
+    check(s, &b, 422, Some("position"));
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/obstacles"),
+        None,
+        Some(json!({ "sphere": { "center": [1, 2, 3], "radius_m": -5 } })),
+    )
+    .await;
+    check(s, &b, 422, Some("radius_m"));
+    // Too many agents: goals are capped by the sim.
+    let mut last = (0, json!(null));
+    for _ in 0..40 {
+        last = rest(
+            Method::POST,
+            &url("/api/v1/goals"),
+            None,
+            Some(json!({ "at": [10, 10, 10] })),
+        )
+        .await;
+        if last.0 != 201 {
+            break;
+        }
+    }
+    check(last.0, &last.1, 409, None);
+    // The flock kept running through all of it.
+    let t0 = get(&url("/api/v1/state")).await["tick"].as_u64().unwrap();
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    let mut f = v.next_frame().await;
+    while f.tick <= t0 {
+        f = v.next_frame().await;
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_hold_over_rest_and_websocket() {
+    let config = starling_server::config::Config {
+        viewer_token: Some("viewer-token".into()),
+        pilot_token: Some("pilot-token".into()),
+        operator_token: Some("operator-token".into()),
+        ..test_config()
+    };
+    let server = TestServer::start(config).await;
+    let url = |p: &str| server.url(p);
+    // Anonymous and viewer tokens watch only.
+    for token in [None, Some("viewer-token"), Some("wrong")] {
+        let (s, b) = rest(Method::POST, &url("/api/v1/control/pause"), token, None).await;
+        assert_eq!(s, 403, "{b}");
+        assert!(b["detail"].as_str().unwrap().contains("operator"), "{b}");
+    }
+    // Pilots inject agents but may not touch parameters.
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/predators"),
+        Some("pilot-token"),
+        Some(json!({ "position": [50, 50, 40], "mode": "pointer" })),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        Some("pilot-token"),
+        Some(json!({ "w_sep": 2 })),
+    )
+    .await;
+    assert_eq!(s, 403, "{b}");
+    // A pilot's agent count is capped (default 8 each).
+    let mut last = 201;
+    for _ in 0..10 {
+        last = rest(
+            Method::POST,
+            &url("/api/v1/obstacles"),
+            Some("pilot-token"),
+            Some(json!({ "sphere": { "center": [20, 20, 20], "radius_m": 2 } })),
+        )
+        .await
+        .0;
+    }
+    assert_eq!(last, 409);
+    // Operators may do everything.
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        Some("operator-token"),
+        Some(json!({ "w_sep": 2 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // Over WebSocket: the hello says the role and what it allows, and a
+    // forbidden command gets an error naming the role it needs.
+    let mut v = Viewer::connect(server.addr, Some("viewer-token"), 30).await;
+    assert_eq!(v.hello.role, Role::Viewer);
+    assert!(v.hello.allowed.is_empty());
+    match v.command(1, Command::Pause).await {
+        Reply::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Forbidden);
+            assert!(e.detail.contains("operator"), "{}", e.detail);
+        }
+        Reply::Ack(_) => panic!("a viewer paused the flock"),
+    }
+    let mut p = Viewer::connect(server.addr, Some("pilot-token"), 30).await;
+    assert_eq!(p.hello.role, Role::Pilot);
+    assert!(
+        matches!(p.command(2, Command::Step { n: 1 }).await, Reply::Error(e) if e.code == ErrorCode::Forbidden)
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_websocket_input_gets_error_frames_and_the_connection_survives() {
+    let server = TestServer::start(test_config()).await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    v.next_frame().await;
+    v.send_raw(vec![0x02, 0xff, 0xff, 0xff, 0xff]).await;
+    assert!(v.until(|s| !s.errors.is_empty()).await);
+    assert_eq!(v.seen.errors[0].code, ErrorCode::BadRequest);
+    // NaN and out-of-range values are refused with the field named.
+    match v
+        .command(
+            3,
+            Command::AddPredator {
+                mode: PredatorMode::Static,
+                position: [f32::NAN, 0.0, 0.0],
+                ttl_s: None,
+            },
+        )
+        .await
+    {
+        Reply::Error(e) => assert_eq!(e.field.as_deref(), Some("position"), "{}", e.detail),
+        Reply::Ack(_) => panic!("NaN accepted"),
+    }
+    match v
+        .command(
+            4,
+            Command::PatchParams {
+                changes: vec![("w_ali".into(), starling_protocol::ParamValue::Number(-3.0))],
+            },
+        )
+        .await
+    {
+        Reply::Error(e) => assert_eq!(e.field.as_deref(), Some("w_ali"), "{}", e.detail),
+        Reply::Ack(_) => panic!("negative weight accepted"),
+    }
+    match v.command(5, Command::RemoveAgent { id: 999 }).await {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::NotFound),
+        Reply::Ack(_) => panic!("removed a missing agent"),
+    }
+    // Still served.
+    v.next_frame().await;
+    // A client of another major version is told so and closed.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", server.addr))
+        .await
+        .unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    ws.next().await.unwrap().unwrap(); // hello
+    let mut sub = Vec::new();
+    starling_protocol::encode_client(
+        &starling_protocol::ClientMsg::Subscribe {
+            major: 99,
+            minor: 0,
+            max_fps: 30,
+            region: None,
+        },
+        &mut sub,
+    )
+    .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(sub.into()))
+        .await
+        .unwrap();
+    let msg = ws.next().await.unwrap().unwrap().into_data();
+    match starling_protocol::decode_server(&msg).unwrap() {
+        starling_protocol::ServerFrame::Control(starling_protocol::ServerMsg::Error(e)) => {
+            assert_eq!(e.code, ErrorCode::VersionMismatch);
+        }
+        other => panic!("expected a version error, got {other:?}"),
+    }
+    server.stop().await.unwrap();
+}
