@@ -13,7 +13,8 @@
 //! - `shared.rs`: what handlers share (queue, state, roles, limits);
 //!   `auth.rs`: roles by token; `api_error.rs`: `{error, field, detail}`;
 //!   `telemetry.rs`: Prometheus metrics.
-//! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`).
+//! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`);
+//!   `fanout.rs`: benchmark C, many viewers of a child server process.
 //!
 //! # Example
 //! ```no_run
@@ -28,6 +29,7 @@ pub mod api_error;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod fanout;
 pub mod ops;
 pub mod published;
 pub mod rest;

@@ -67,6 +67,9 @@ struct ServeArgs {
     /// Token for the operator role (required on a non-loopback address).
     #[arg(long, env = "STARLING_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// Most open viewer connections (default 1000).
+    #[arg(long, env = "STARLING_MAX_VIEWERS")]
+    max_viewers: Option<usize>,
     /// Log JSON lines instead of text (filter with RUST_LOG).
     #[arg(long, env = "STARLING_LOG_JSON")]
     log_json: bool,
@@ -93,9 +96,15 @@ enum Cmd {
         /// Untimed ticks first; scenario B needs them for the flock to form.
         #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=100_000))]
         warmup: u64,
-        /// Snapshot rate for the `wire` scenario, frames per second.
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        /// Snapshot rate for the `wire` and `fanout` scenarios, frames per second.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=120))]
         fps: u32,
+        /// Viewers for the `fanout` scenario.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=5000))]
+        viewers: u64,
+        /// Measured seconds for the `fanout` scenario (after 2 s of warm-up).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
     },
 }
 
@@ -105,6 +114,9 @@ enum Scenario {
     Kernel,
     /// B: full flock with default parameters.
     Full,
+    /// C: N WebSocket viewers of a live server on loopback: frames/s per
+    /// viewer, bytes per boid, server CPU. Runs `starling serve` as a child.
+    Fanout,
     /// The wire protocol on a formed default-density flock: bytes per boid
     /// (keyframe, deltas), quantisation error, encode time. `--ticks` is the
     /// number of deltas; threads do not apply.
@@ -122,11 +134,30 @@ fn main() -> Result<()> {
             ticks,
             warmup,
             fps,
+            viewers,
+            seconds,
         } => {
             for &s in &scenario {
                 for &n in &boids {
                     if matches!(s, Scenario::Wire) {
                         bench_wire(n, ticks, warmup, fps)?;
+                        continue;
+                    }
+                    if matches!(s, Scenario::Fanout) {
+                        anyhow::ensure!(
+                            seconds.is_finite() && (1.0..=600.0).contains(&seconds),
+                            "--seconds {seconds}: allowed 1 ..= 600"
+                        );
+                        let rt = tokio::runtime::Runtime::new()?;
+                        let stats = rt.block_on(starling_server::fanout::run(
+                            n,
+                            viewers as usize,
+                            seconds,
+                            fps as u16,
+                        ))?;
+                        let mut line = serde_json::to_value(&stats)?;
+                        line["scenario"] = "C-fanout".into();
+                        println!("{line}");
                         continue;
                     }
                     for &t in &threads {
@@ -142,7 +173,7 @@ fn main() -> Result<()> {
 fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
-        Scenario::Full | Scenario::Wire => ("B-full", scenarios::full_b(n)),
+        Scenario::Full | Scenario::Wire | Scenario::Fanout => ("B-full", scenarios::full_b(n)),
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -203,6 +234,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     config.seed = args.seed.unwrap_or(config.seed);
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.unwrap_or(config.web_dir);
+    config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
     if let Some(v) = args.tick_hz {
         config.params.tick_hz = v;
     }

@@ -205,7 +205,7 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
     let mut published = s.0.published.clone();
     let mut shutdown = s.0.shutdown.clone();
     let mut fps = max_fps;
-    let mut last_frame_at: Option<Instant> = None;
+    let mut last_frame_tick: Option<u64> = None;
     // The last two broadcast seqs this viewer received (newest first).
     let mut held: [Option<u64>; 2] = [None, None];
     let mut params_version = st.params_version;
@@ -222,8 +222,14 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
                 if let Err(r) = send_updates(&mut w, &st, &mut params_version, &mut agents_version, &mut last_metrics).await {
                     break (r, "send failed");
                 }
-                let due = last_frame_at.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0 / f64::from(fps) * 0.95);
-                if let (true, Some(b)) = (due, st.broadcast.as_ref()) {
+                // Rate limit in simulation ticks, not wall time, so timing
+                // jitter never costs a frame: at the full rate every
+                // broadcast goes out.
+                let min_ticks = f64::from(st.params.tick_hz) / f64::from(fps);
+                let due = |b: &Broadcast| {
+                    last_frame_tick.is_none_or(|t: u64| b.tick < t || (b.tick - t) as f64 >= min_ticks * 0.999)
+                };
+                if let Some(b) = st.broadcast.as_ref().filter(|b| due(b)) {
                     if held[0] == Some(b.seq) {
                         continue;
                     }
@@ -236,7 +242,7 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
                     }
                     s.0.telemetry.frames_sent.inc();
                     held = [Some(b.seq), held[0]];
-                    last_frame_at = Some(Instant::now());
+                    last_frame_tick = Some(b.tick);
                 }
             }
             msg = ctl_rx.recv(), if !reader_done => match msg {

@@ -1,0 +1,218 @@
+//! Benchmark C (SPEC §5): many WebSocket viewers of one live flock on
+//! loopback. The server runs as a child process (`starling serve`), so its
+//! CPU time is measured apart from the viewers'. Viewers validate every
+//! snapshot's header and sizes (as a decoder must) but do not apply deltas:
+//! on a 2-core machine, applying 500 × 30 deltas a second would measure the
+//! load generator, not the server.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use starling_protocol::{ClientMsg, PROTOCOL_MAJOR, ServerFrame, decode_server, encode_client};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_tungstenite::tungstenite::Message;
+
+/// What one fan-out run measured.
+#[derive(Debug, Serialize)]
+pub struct FanoutStats {
+    /// Boids in the flock.
+    pub n_boids: usize,
+    /// Viewers connected.
+    pub viewers: usize,
+    /// Viewers still connected at the end.
+    pub viewers_alive: usize,
+    /// Length of the measured window, seconds.
+    pub seconds: f64,
+    /// Snapshots per second the slowest viewer received.
+    pub fps_min: f64,
+    /// Tenth-percentile viewer, frames per second.
+    pub fps_p10: f64,
+    /// Median viewer, frames per second.
+    pub fps_median: f64,
+    /// Frames the server's viewers skipped (latest wins), per its metrics.
+    pub frames_skipped: u64,
+    /// Bytes on the wire per boid per frame, averaged over all viewers.
+    pub bytes_per_boid: f64,
+    /// Keyframes among all frames received.
+    pub keyframe_fraction: f64,
+    /// Server CPU time over the window / wall time (2.0 = both cores busy).
+    pub server_cpu: f64,
+    /// Ticks the server could not start on time during the window.
+    pub missed_ticks: u64,
+    /// Mean tick step time, ms (from the server's histogram).
+    pub tick_ms_mean: f64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    frames: u64,
+    keyframes: u64,
+    bytes: u64,
+    alive: bool,
+}
+
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("parsing /proc stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / 100.0) // USER_HZ is 100 on Linux
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn http_get(addr: &str, path: &str) -> Result<String> {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut s, &mut buf).await?;
+    Ok(buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default())
+}
+
+async fn viewer(
+    addr: String,
+    fps: u16,
+    counts: std::sync::Arc<std::sync::Mutex<Counts>>,
+    measuring: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await?;
+    ws.next().await.context("hello")??;
+    let mut sub = Vec::new();
+    encode_client(
+        &ClientMsg::Subscribe {
+            major: PROTOCOL_MAJOR,
+            minor: 0,
+            max_fps: fps,
+            region: None,
+        },
+        &mut sub,
+    )?;
+    ws.send(Message::Binary(sub.into())).await?;
+    counts
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .alive = true;
+    while let Some(msg) = ws.next().await {
+        let Message::Binary(b) = msg? else { continue };
+        let kind = match decode_server(&b)? {
+            ServerFrame::Keyframe(_) => Some(true),
+            ServerFrame::Delta(_) => Some(false),
+            ServerFrame::Control(_) => None,
+        };
+        if let (Some(key), true) = (kind, *measuring.borrow()) {
+            let mut c = counts.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            c.frames += 1;
+            c.keyframes += u64::from(key);
+            c.bytes += b.len() as u64;
+        }
+    }
+    counts
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .alive = false;
+    Ok(())
+}
+
+/// Runs `viewers` viewers of an `n_boids` flock for `seconds` (after a
+/// two-second warm-up) against a `starling serve` child process.
+pub async fn run(n_boids: usize, viewers: usize, seconds: f64, fps: u16) -> Result<FanoutStats> {
+    let exe = std::env::current_exe()?;
+    let mut child = tokio::process::Command::new(exe)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--web-dir",
+            "/nonexistent-web",
+        ])
+        .args([
+            "--population",
+            &n_boids.to_string(),
+            "--snapshot-hz",
+            &fps.to_string(),
+        ])
+        .env("STARLING_MAX_VIEWERS", viewers.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the server")?;
+    let pid = child.id().context("server pid")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await??
+        .context("server printed nothing")?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .context("no URL in the server's first line")?
+        .trim_end_matches('/')
+        .to_owned();
+
+    let (measure_tx, measure_rx) = tokio::sync::watch::channel(false);
+    let mut counts = Vec::new();
+    for _ in 0..viewers {
+        let c = std::sync::Arc::new(std::sync::Mutex::new(Counts::default()));
+        counts.push(c.clone());
+        tokio::spawn(viewer(addr.clone(), fps, c, measure_rx.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = http_get(&addr, "/metrics").await?;
+    let cpu0 = cpu_seconds(pid)?;
+    let t0 = Instant::now();
+    measure_tx.send_replace(true);
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    measure_tx.send_replace(false);
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_seconds(pid)?;
+    let after = http_get(&addr, "/metrics").await?;
+    let _ = child.start_kill();
+
+    let snap: Vec<Counts> = counts
+        .iter()
+        .map(|c| c.lock().map(|g| *g).unwrap_or_default())
+        .collect();
+    if snap.iter().all(|c| c.frames == 0) {
+        bail!("no viewer received a frame");
+    }
+    let mut rates: Vec<f64> = snap.iter().map(|c| c.frames as f64 / wall).collect();
+    rates.sort_by(f64::total_cmp);
+    let frames: u64 = snap.iter().map(|c| c.frames).sum();
+    let bytes: u64 = snap.iter().map(|c| c.bytes).sum();
+    let keys: u64 = snap.iter().map(|c| c.keyframes).sum();
+    let d = |name: &str| metric(&after, name) - metric(&before, name);
+    let ticks = d("starling_tick_duration_seconds_count").max(1.0);
+    Ok(FanoutStats {
+        n_boids,
+        viewers,
+        viewers_alive: snap.iter().filter(|c| c.alive).count(),
+        seconds: wall,
+        fps_min: rates[0],
+        fps_p10: rates[rates.len() / 10],
+        fps_median: rates[rates.len() / 2],
+        frames_skipped: d("starling_frames_skipped_total") as u64,
+        bytes_per_boid: bytes as f64 / (frames.max(1) as f64 * n_boids as f64),
+        keyframe_fraction: keys as f64 / frames.max(1) as f64,
+        server_cpu: (cpu1 - cpu0) / wall,
+        missed_ticks: d("starling_missed_ticks_total") as u64,
+        tick_ms_mean: d("starling_tick_duration_seconds_sum") / ticks * 1e3,
+    })
+}
