@@ -173,7 +173,9 @@ impl Neighbourhood<'_> {
             }
         };
         if self.perception.k_nearest > 0 {
-            let top = top_k(self, &me, &mut Default::default(), &mut 0);
+            let top = top_k(self, &me, &mut Default::default(), &mut 0, |run, top| {
+                top_k_run(self.boids, &self.perception, &me, run, top);
+            });
             for t in 0..top.len {
                 push(top.j[t] as usize, top.d2[t]);
             }
@@ -262,7 +264,9 @@ fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
-            top_k_sums(nb, &me, &mut runs)
+            top_k_sums(nb, &me, &mut runs, |run, top| {
+                top_k_run(nb.boids, &nb.perception, &me, run, top);
+            })
         } else {
             lane_sums(nb, &me, &mut runs[0])
         };
@@ -271,9 +275,14 @@ fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
 
 /// The sums over the k nearest (the topological path; both lane paths share it).
 #[inline(always)]
-fn top_k_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut [RunList; 2]) -> Sums {
+fn top_k_sums(
+    nb: &Neighbourhood<'_>,
+    me: &Me,
+    runs: &mut [RunList; 2],
+    visit: impl FnMut(&CellRun, &mut TopK),
+) -> Sums {
     let mut candidates = 0u32;
-    let mut sums = top_k(nb, me, runs, &mut candidates).sums(nb.boids, &nb.perception);
+    let mut sums = top_k(nb, me, runs, &mut candidates, visit).sums(nb.boids, &nb.perception);
     sums.candidates = candidates.saturating_sub(1);
     sums
 }
@@ -573,7 +582,13 @@ impl TopK {
 /// only if the near block did not prove the answer (k found, all closer
 /// than the distance the near block covers). Counts candidates examined.
 #[inline(always)]
-fn top_k(nb: &Neighbourhood<'_>, me: &Me, runs: &mut [RunList; 2], candidates: &mut u32) -> TopK {
+fn top_k(
+    nb: &Neighbourhood<'_>,
+    me: &Me,
+    runs: &mut [RunList; 2],
+    candidates: &mut u32,
+    mut visit: impl FnMut(&CellRun, &mut TopK),
+) -> TopK {
     let per = &nb.perception;
     let mut top = TopK::new(per.k_nearest);
     let covered = nb.grid.covered_radius_m();
@@ -593,7 +608,7 @@ fn top_k(nb: &Neighbourhood<'_>, me: &Me, runs: &mut [RunList; 2], candidates: &
                 continue;
             }
             *candidates += run.range.len() as u32;
-            top_k_run(nb.boids, per, me, run, &mut top);
+            visit(run, &mut top);
         }
     }
     top

@@ -18,12 +18,12 @@
 use std::arch::x86_64::{
     __m256, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps, _mm256_and_ps,
     _mm256_blendv_ps, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps,
-    _mm256_mul_ps, _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm256_sub_ps,
+    _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
 };
 
 use super::{
-    Block, CellRun, Columns, LANES, LaneAcc, Me, Neighbourhood, Perception, RunList, Sums,
+    Block, CellRun, Columns, LANES, LaneAcc, Me, Neighbourhood, Perception, RunList, Sums, TopK,
     top_k_sums,
 };
 
@@ -42,7 +42,9 @@ fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
-            top_k_sums(nb, &me, &mut runs)
+            top_k_sums(nb, &me, &mut runs, |run, top| {
+                top_k_run(nb, &me, run, top);
+            })
         } else {
             lane_sums(nb, &me, &mut runs[0])
         };
@@ -285,4 +287,97 @@ fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3
     acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
     acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
     acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+}
+
+/// The AVX2 twin of `kernel::top_k_run`: distances, the range test and the
+/// nearest distance for eight candidates at once; only lanes that could
+/// enter the buffer go through the (shared, scalar) view test and
+/// insertion, in lane order, exactly as the portable path does.
+#[target_feature(enable = "avx2")]
+fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
+    let (b, per) = (nb.boids, &nb.perception);
+    let base = me.p - run.shift;
+    let bv = [
+        _mm256_set1_ps(base.x),
+        _mm256_set1_ps(base.y),
+        _mm256_set1_ps(base.z),
+    ];
+    let max2 = _mm256_set1_ps(per.max2);
+    let r = run.range.clone();
+    let n = r.len();
+    let mut j = 0;
+    while j < n {
+        let m = LANES.min(n - j);
+        let at = r.start + j;
+        // Full groups load directly; a tail reads past the run (masked off)
+        // unless that would leave the arrays, then it is padded.
+        let (d, live) = if at + LANES <= b.len() {
+            let live = if m == LANES {
+                _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+            } else {
+                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps(m as f32))
+            };
+            let d = [
+                _mm256_sub_ps(load_at(&b.px, at), bv[0]),
+                _mm256_sub_ps(load_at(&b.py, at), bv[1]),
+                _mm256_sub_ps(load_at(&b.pz, at), bv[2]),
+            ];
+            (d, live)
+        } else {
+            let mut pad = [[f32::INFINITY; LANES]; 3];
+            for l in 0..m {
+                pad[0][l] = b.px[at + l] - base.x;
+                pad[1][l] = b.py[at + l] - base.y;
+                pad[2][l] = b.pz[at + l] - base.z;
+            }
+            let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+            ([load(&pad[0]), load(&pad[1]), load(&pad[2])], all)
+        };
+        let d2 = dot3(d, d);
+        let near = _mm256_and_ps(
+            live,
+            _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
+            ),
+        );
+        let worst = _mm256_set1_ps(top.worst(per));
+        let cand = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
+        let near_bits = _mm256_movemask_ps(near) as u32;
+        if near_bits != 0 {
+            let mut d2s = [0.0f32; LANES];
+            store(&mut d2s, d2);
+            for l in 0..LANES {
+                if near_bits & (1 << l) != 0 && d2s[l] < top.nn_d2 {
+                    top.nn_d2 = d2s[l];
+                }
+            }
+            let mut mask = _mm256_movemask_ps(cand) as u32;
+            if mask != 0 {
+                let mut ds = [[0.0f32; LANES]; 3];
+                for (axis, v) in ds.iter_mut().zip(d) {
+                    store(axis, v);
+                }
+                while mask != 0 {
+                    let l = mask.trailing_zeros() as usize;
+                    mask &= mask - 1;
+                    if top.len == top.k && d2s[l] > top.d2[top.len - 1] {
+                        continue;
+                    }
+                    let dl = crate::Vec3::new(ds[0][l], ds[1][l], ds[2][l]);
+                    if per.in_view(dl.dot(me.h), d2s[l], me.has_heading) {
+                        top.insert(d2s[l], b.id[at + l], (at + l) as u32, dl);
+                    }
+                }
+            }
+        }
+        j += m;
+    }
+}
+
+/// Stores eight f32s.
+#[target_feature(enable = "avx2")]
+fn store(dst: &mut [f32; LANES], v: __m256) {
+    // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
+    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
 }
