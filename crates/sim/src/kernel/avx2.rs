@@ -325,10 +325,10 @@ fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
             (d, live)
         } else {
             let mut pad = [[f32::INFINITY; LANES]; 3];
-            for l in 0..m {
-                pad[0][l] = b.px[at + l] - base.x;
-                pad[1][l] = b.py[at + l] - base.y;
-                pad[2][l] = b.pz[at + l] - base.z;
+            for (axis, col) in [&b.px, &b.py, &b.pz].into_iter().enumerate() {
+                for (p, &x) in pad[axis].iter_mut().zip(&col[at..at + m]) {
+                    *p = x - base[axis];
+                }
             }
             let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
             ([load(&pad[0]), load(&pad[1]), load(&pad[2])], all)
@@ -347,9 +347,9 @@ fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
         if near_bits != 0 {
             let mut d2s = [0.0f32; LANES];
             store(&mut d2s, d2);
-            for l in 0..LANES {
-                if near_bits & (1 << l) != 0 && d2s[l] < top.nn_d2 {
-                    top.nn_d2 = d2s[l];
+            for (l, &d2l) in d2s.iter().enumerate() {
+                if near_bits & (1 << l) != 0 && d2l < top.nn_d2 {
+                    top.nn_d2 = d2l;
                 }
             }
             let mut mask = _mm256_movemask_ps(cand) as u32;
