@@ -45,8 +45,16 @@ pub enum RunError {
 
 /// The whole HTTP surface.
 pub fn app(shared: Shared, web_dir: &Path) -> Router {
-    let api = crate::rest::routes();
+    let (api, doc) = crate::rest::routes();
+    let doc = std::sync::Arc::new(doc);
     let mut router = Router::new()
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
         .route("/ws", get(crate::ws::upgrade))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

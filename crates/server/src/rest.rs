@@ -7,11 +7,13 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::routing::{get, patch, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use starling_protocol::Role;
 use starling_sim::{AgentKind, GoalKind, ParamsPatch, PredatorMode, Preset, Shape, Vec3};
 
@@ -20,34 +22,43 @@ use crate::auth::bearer;
 use crate::ops::{Applied, Op};
 use crate::shared::Shared;
 
-/// The routes, to be nested under `/api/v1`.
-pub fn routes() -> Router<Shared> {
-    Router::new()
-        .route("/params", get(get_params).patch(patch_params))
-        .route("/params/presets", get(list_presets))
-        .route("/params/presets/{name}", post(apply_preset))
-        .route("/predators", get(list_predators).post(add_predator))
-        .route(
-            "/predators/{id}",
-            patch(move_predator).delete(remove_predator),
-        )
-        .route("/goals", get(list_goals).post(add_goal))
-        .route("/goals/{id}", patch(move_goal).delete(remove_goal))
-        .route("/obstacles", get(list_obstacles).post(add_obstacle))
-        .route(
-            "/obstacles/{id}",
-            patch(move_obstacle).delete(remove_obstacle),
-        )
-        .route("/boids/spawn", post(spawn_boids))
-        .route("/boids/remove", post(remove_boids))
-        .route("/boids/population", put(set_population))
-        .route("/control/pause", post(pause))
-        .route("/control/resume", post(resume))
-        .route("/control/step", post(step))
-        .route("/control/reset", post(reset))
-        .route("/state", get(state))
-        .route("/metrics", get(metrics))
+/// The routes, to be nested under `/api/v1`, with the OpenAPI document
+/// their annotations generate (served at `/api/v1/openapi.json`).
+pub fn routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(get_params, patch_params))
+        .routes(routes!(list_presets))
+        .routes(routes!(apply_preset))
+        .routes(routes!(list_predators, add_predator))
+        .routes(routes!(move_predator, remove_predator))
+        .routes(routes!(list_goals, add_goal))
+        .routes(routes!(move_goal, remove_goal))
+        .routes(routes!(list_obstacles, add_obstacle))
+        .routes(routes!(move_obstacle, remove_obstacle))
+        .routes(routes!(spawn_boids))
+        .routes(routes!(remove_boids))
+        .routes(routes!(set_population))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(step))
+        .routes(routes!(reset))
+        .routes(routes!(state))
+        .routes(routes!(metrics))
+        .split_for_parts()
 }
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Starling",
+        description = "Control a live flock: parameters, agents, boids, pause/step/reset. \
+            Send `Authorization: Bearer <token>`; roles are viewer < pilot < operator. \
+            Errors are `{error, field, detail}` with a 4xx status.",
+    ),
+    servers((url = "/api/v1")),
+    components(schemas(ErrorBody))
+)]
+struct ApiDoc;
 
 /// Who is calling: the role their token grants, and a key for their
 /// rate bucket and agent cap.
@@ -144,71 +155,154 @@ fn json_error(rej: JsonRejection) -> ApiError {
     }
 }
 
-fn applied(status: StatusCode, a: Applied) -> (StatusCode, Json<Value>) {
-    let mut body = json!({ "tick": a.tick });
-    if let Some(id) = a.created_id {
-        body["id"] = id.into();
-    }
-    (status, Json(body))
+/// A change that took effect: the tick at whose boundary it did, and the
+/// id of what it created.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppliedBody {
+    /// The tick at whose boundary the change took effect.
+    pub tick: u64,
+    /// The new agent's id (creations only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+}
+
+fn applied(status: StatusCode, a: Applied) -> (StatusCode, Json<AppliedBody>) {
+    (
+        status,
+        Json(AppliedBody {
+            tick: a.tick,
+            id: a.created_id,
+        }),
+    )
+}
+
+/// Parameters after a change.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ParamsChanged {
+    /// The tick at whose boundary they changed.
+    pub tick: u64,
+    /// All parameters now.
+    pub params: starling_sim::Params,
+}
+
+/// A preset's weights.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PresetInfo {
+    /// Name, for `POST /params/presets/{name}`.
+    pub name: &'static str,
+    /// Separation weight.
+    pub w_sep: f32,
+    /// Alignment weight.
+    pub w_ali: f32,
+    /// Cohesion weight.
+    pub w_coh: f32,
+}
+
+/// After a control command.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ControlBody {
+    /// The tick at whose boundary it took effect.
+    pub tick: u64,
+    /// The tick now (after a step: `tick + n`).
+    pub now: u64,
+    /// Whether the simulation is paused now.
+    pub paused: bool,
+}
+
+/// Every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Class: `invalid`, `forbidden`, `not_found`, `limit_reached`, `rate_limited`, `busy`, `conflict`, `too_large`.
+    pub error: String,
+    /// The field at fault, when one is.
+    pub field: Option<String>,
+    /// What was wrong and what is allowed.
+    pub detail: String,
 }
 
 // ---- parameters ----------------------------------------------------------
 
+/// Every simulation parameter.
+#[utoipa::path(get, path = "/params", tag = "params", responses((status = 200, body = starling_sim::Params)))]
 async fn get_params(State(s): State<Shared>) -> Json<starling_sim::Params> {
     Json(s.state().params)
 }
 
+/// Changes any parameters, all or nothing (operator).
+#[utoipa::path(patch, path = "/params", tag = "params", request_body = ParamsPatch,
+    responses((status = 200, body = ParamsChanged), (status = "4XX", body = ErrorBody)))]
 async fn patch_params(
     State(s): State<Shared>,
     caller: Caller,
     Body(patch): Body<ParamsPatch>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ParamsChanged>, ApiError> {
     caller.require(Role::Operator, "changing parameters")?;
     let a = s.submit(Op::PatchParams(Box::new(patch))).await?;
-    Ok(Json(json!({ "tick": a.tick, "params": s.state().params })))
+    Ok(Json(ParamsChanged {
+        tick: a.tick,
+        params: s.state().params,
+    }))
 }
 
-async fn list_presets() -> Json<Value> {
-    let list: Vec<Value> = Preset::ALL
-        .iter()
-        .map(|p| {
-            let (w_sep, w_ali, w_coh) = p.weights();
-            json!({ "name": p.as_str(), "w_sep": w_sep, "w_ali": w_ali, "w_coh": w_coh })
-        })
-        .collect();
-    Json(Value::Array(list))
+/// The presets and their weights.
+#[utoipa::path(get, path = "/params/presets", tag = "params", responses((status = 200, body = Vec<PresetInfo>)))]
+async fn list_presets() -> Json<Vec<PresetInfo>> {
+    Json(
+        Preset::ALL
+            .iter()
+            .map(|p| {
+                let (w_sep, w_ali, w_coh) = p.weights();
+                PresetInfo {
+                    name: p.as_str(),
+                    w_sep,
+                    w_ali,
+                    w_coh,
+                }
+            })
+            .collect(),
+    )
 }
 
+/// Applies a preset's weights (operator).
+#[utoipa::path(post, path = "/params/presets/{name}", tag = "params",
+    params(("name" = String, Path, description = "balanced | starlings-scattering | arrow-formations | fish-ball")),
+    responses((status = 200, body = ParamsChanged), (status = "4XX", body = ErrorBody)))]
 async fn apply_preset(
     State(s): State<Shared>,
     caller: Caller,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ParamsChanged>, ApiError> {
     caller.require(Role::Operator, "applying a preset")?;
     let preset: Preset = name.parse().map_err(|_| {
         ApiError::not_found(format!("no preset {name:?}: allowed {}", Preset::ALLOWED))
     })?;
     let a = s.submit(Op::Preset(preset)).await?;
-    Ok(Json(json!({ "tick": a.tick, "params": s.state().params })))
+    Ok(Json(ParamsChanged {
+        tick: a.tick,
+        params: s.state().params,
+    }))
 }
 
 // ---- agents --------------------------------------------------------------
 
 /// `POST /predators`.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct PredatorBody {
     mode: Option<PredatorMode>,
+    #[schema(value_type = Option<[f32; 3]>)]
     position: Option<Vec3>,
     max_speed_mps: Option<f32>,
     ttl_s: Option<f32>,
 }
 
 /// `POST /goals`: `at` for a point goal, or `waypoints` (and `looping`).
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct GoalBody {
+    #[schema(value_type = Option<[f32; 3]>)]
     at: Option<Vec3>,
+    #[schema(value_type = Option<Vec<[f32; 3]>>)]
     waypoints: Option<Vec<Vec3>>,
     looping: Option<bool>,
     arrive_radius_m: Option<f32>,
@@ -219,7 +313,7 @@ struct GoalBody {
 const ARRIVE_RADIUS_M: f32 = 8.0;
 
 /// `POST /obstacles`: exactly one of `sphere` and `box`.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct ObstacleBody {
     sphere: Option<SphereBody>,
@@ -228,24 +322,28 @@ struct ObstacleBody {
     ttl_s: Option<f32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SphereBody {
+    #[schema(value_type = [f32; 3])]
     center: Vec3,
     radius_m: f32,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BoxBody {
+    #[schema(value_type = [f32; 3])]
     min: Vec3,
+    #[schema(value_type = [f32; 3])]
     max: Vec3,
 }
 
 /// `PATCH /{kind}/{id}`.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct MoveBody {
+    #[schema(value_type = Option<[f32; 3]>)]
     position: Option<Vec3>,
 }
 
@@ -273,11 +371,14 @@ async fn create_agent(
     Ok(a)
 }
 
+/// Adds a predator (pilot).
+#[utoipa::path(post, path = "/predators", tag = "agents", request_body = PredatorBody,
+    responses((status = 201, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn add_predator(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<PredatorBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<AppliedBody>), ApiError> {
     let op = Op::AddPredator {
         mode: b.mode.unwrap_or(PredatorMode::Static),
         position: required(b.position, "position", "[x, y, z] in metres")?,
@@ -288,11 +389,14 @@ async fn add_predator(
     Ok(applied(StatusCode::CREATED, a))
 }
 
+/// Adds a point goal (`at`) or a waypoint path (`waypoints`) (pilot).
+#[utoipa::path(post, path = "/goals", tag = "agents", request_body = GoalBody,
+    responses((status = 201, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn add_goal(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<GoalBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<AppliedBody>), ApiError> {
     let kind = match (b.at, b.waypoints) {
         (Some(at), None) => GoalKind::Point { at },
         (None, Some(waypoints)) => GoalKind::Path {
@@ -316,11 +420,14 @@ async fn add_goal(
     Ok(applied(StatusCode::CREATED, a))
 }
 
+/// Adds a sphere or box obstacle (pilot).
+#[utoipa::path(post, path = "/obstacles", tag = "agents", request_body = ObstacleBody,
+    responses((status = 201, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn add_obstacle(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<ObstacleBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<AppliedBody>), ApiError> {
     let shape = match (b.sphere, b.aabb) {
         (Some(sp), None) => Shape::Sphere {
             center: sp.center,
@@ -363,7 +470,7 @@ async fn move_agent(
     id: u32,
     kind: AgentKind,
     b: MoveBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     caller.require(Role::Pilot, "moving an agent")?;
     s.check_rate(caller.role, &caller.key)?;
     let to = required(b.position, "position", "[x, y, z] in metres")?;
@@ -377,7 +484,7 @@ async fn remove_agent(
     caller: Caller,
     id: u32,
     kind: AgentKind,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     caller.require(Role::Pilot, "removing an agent")?;
     s.check_rate(caller.role, &caller.key)?;
     check_kind(&s, id, kind)?;
@@ -385,89 +492,117 @@ async fn remove_agent(
     Ok(applied(StatusCode::OK, a).1)
 }
 
+/// Moves a predator (pilot).
+#[utoipa::path(patch, path = "/predators/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")), request_body = MoveBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn move_predator(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
     Body(b): Body<MoveBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     move_agent(s, c, id, AgentKind::Predator, b).await
 }
+/// Moves a goal (pilot).
+#[utoipa::path(patch, path = "/goals/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")), request_body = MoveBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn move_goal(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
     Body(b): Body<MoveBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     move_agent(s, c, id, AgentKind::Goal, b).await
 }
+/// Moves a obstacle (pilot).
+#[utoipa::path(patch, path = "/obstacles/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")), request_body = MoveBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn move_obstacle(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
     Body(b): Body<MoveBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     move_agent(s, c, id, AgentKind::Obstacle, b).await
 }
+/// Removes a predator (pilot).
+#[utoipa::path(delete, path = "/predators/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")),
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn remove_predator(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     remove_agent(s, c, id, AgentKind::Predator).await
 }
+/// Removes a goal (pilot).
+#[utoipa::path(delete, path = "/goals/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")),
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn remove_goal(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     remove_agent(s, c, id, AgentKind::Goal).await
 }
+/// Removes a obstacle (pilot).
+#[utoipa::path(delete, path = "/obstacles/{id}", tag = "agents", params(("id" = u32, Path, description = "agent id")),
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn remove_obstacle(
     State(s): State<Shared>,
     c: Caller,
     Path(id): Path<u32>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     remove_agent(s, c, id, AgentKind::Obstacle).await
 }
 
-async fn list_predators(State(s): State<Shared>) -> Json<Value> {
-    Json(json!(s.state().agents.predators()))
+/// Every predator.
+#[utoipa::path(get, path = "/predators", tag = "agents", responses((status = 200, body = Vec<starling_sim::Predator>)))]
+async fn list_predators(State(s): State<Shared>) -> Json<Vec<starling_sim::Predator>> {
+    Json(s.state().agents.predators().to_vec())
 }
-async fn list_goals(State(s): State<Shared>) -> Json<Value> {
-    Json(json!(s.state().agents.goals()))
+/// Every goal.
+#[utoipa::path(get, path = "/goals", tag = "agents", responses((status = 200, body = Vec<starling_sim::Goal>)))]
+async fn list_goals(State(s): State<Shared>) -> Json<Vec<starling_sim::Goal>> {
+    Json(s.state().agents.goals().to_vec())
 }
-async fn list_obstacles(State(s): State<Shared>) -> Json<Value> {
-    Json(json!(s.state().agents.obstacles()))
+/// Every obstacle.
+#[utoipa::path(get, path = "/obstacles", tag = "agents", responses((status = 200, body = Vec<starling_sim::Obstacle>)))]
+async fn list_obstacles(State(s): State<Shared>) -> Json<Vec<starling_sim::Obstacle>> {
+    Json(s.state().agents.obstacles().to_vec())
 }
 
 // ---- boids -----------------------------------------------------------------
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct SpawnBody {
+    #[schema(value_type = Option<[f32; 3]>)]
     center: Option<Vec3>,
     count: Option<usize>,
     spread_m: Option<f32>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct RemoveBoidsBody {
     ids: Vec<u32>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct PopulationBody {
     population: Option<usize>,
 }
 
+/// Spawns `count` boids in a ball around `center` (operator).
+#[utoipa::path(post, path = "/boids/spawn", tag = "boids", request_body = SpawnBody,
+    responses((status = 201, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn spawn_boids(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<SpawnBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<AppliedBody>), ApiError> {
     caller.require(Role::Operator, "spawning boids")?;
     let op = Op::SpawnBoids {
         center: required(b.center, "center", "[x, y, z] in metres")?,
@@ -477,11 +612,14 @@ async fn spawn_boids(
     Ok(applied(StatusCode::CREATED, s.submit(op).await?))
 }
 
+/// Removes boids by id, all or nothing (operator).
+#[utoipa::path(post, path = "/boids/remove", tag = "boids", request_body = RemoveBoidsBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn remove_boids(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<RemoveBoidsBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     caller.require(Role::Operator, "removing boids")?;
     Ok(applied(
         StatusCode::OK,
@@ -490,11 +628,14 @@ async fn remove_boids(
     .1)
 }
 
+/// Grows or shrinks the flock to exactly `population` boids (operator).
+#[utoipa::path(put, path = "/boids/population", tag = "boids", request_body = PopulationBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn set_population(
     State(s): State<Shared>,
     caller: Caller,
     Body(b): Body<PopulationBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppliedBody>, ApiError> {
     caller.require(Role::Operator, "setting the population")?;
     let population = required(b.population, "population", "the number of boids wanted")?;
     Ok(applied(
@@ -506,7 +647,7 @@ async fn set_population(
 
 // ---- control ---------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StepBody {
     n: u32,
@@ -518,46 +659,58 @@ impl Default for StepBody {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct ResetBody {
     seed: Option<u64>,
 }
 
-async fn control(s: Shared, caller: Caller, op: Op) -> Result<Json<Value>, ApiError> {
+async fn control(s: Shared, caller: Caller, op: Op) -> Result<Json<ControlBody>, ApiError> {
     caller.require(Role::Operator, op.kind())?;
     let a = s.submit(op).await?;
     let st = s.state();
-    Ok(Json(
-        json!({ "tick": a.tick, "now": st.tick, "paused": st.paused }),
-    ))
+    Ok(Json(ControlBody {
+        tick: a.tick,
+        now: st.tick,
+        paused: st.paused,
+    }))
 }
 
-async fn pause(State(s): State<Shared>, c: Caller) -> Result<Json<Value>, ApiError> {
+/// Stops ticking (operator).
+#[utoipa::path(post, path = "/control/pause", tag = "control", responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
+async fn pause(State(s): State<Shared>, c: Caller) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Pause).await
 }
-async fn resume(State(s): State<Shared>, c: Caller) -> Result<Json<Value>, ApiError> {
+/// Ticks again (operator).
+#[utoipa::path(post, path = "/control/resume", tag = "control", responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
+async fn resume(State(s): State<Shared>, c: Caller) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Resume).await
 }
+/// Advances a paused simulation `n` ticks (default 1; operator).
+#[utoipa::path(post, path = "/control/step", tag = "control", request_body(content = StepBody, description = "optional"),
+    responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
 async fn step(
     State(s): State<Shared>,
     c: Caller,
     Body(b): Body<StepBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Step { n: b.n }).await
 }
+/// Starts over with the same population and parameters (operator).
+#[utoipa::path(post, path = "/control/reset", tag = "control", request_body(content = ResetBody, description = "optional"),
+    responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
 async fn reset(
     State(s): State<Shared>,
     c: Caller,
     Body(b): Body<ResetBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Reset { seed: b.seed }).await
 }
 
 // ---- state and metrics -----------------------------------------------------
 
 /// `GET /state`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct StateBody {
     tick: u64,
     population: usize,
@@ -568,6 +721,8 @@ struct StateBody {
     viewers: usize,
 }
 
+/// Tick, population, pause state and timing.
+#[utoipa::path(get, path = "/state", tag = "state", responses((status = 200, body = StateBody)))]
 async fn state(State(s): State<Shared>) -> Json<StateBody> {
     let st = s.state();
     Json(StateBody {
@@ -581,6 +736,8 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
     })
 }
 
+/// The last tick's flock metrics.
+#[utoipa::path(get, path = "/metrics", tag = "state", responses((status = 200, body = starling_sim::TickMetrics)))]
 async fn metrics(State(s): State<Shared>) -> Json<starling_sim::TickMetrics> {
     Json(s.state().metrics)
 }

@@ -6,6 +6,7 @@ use glam::Vec3;
 /// of the run (seed, parameters, commands).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TickMetrics {
     /// The tick these metrics describe (the state after it ran).
     pub tick: u64,
@@ -26,6 +27,7 @@ pub struct TickMetrics {
     /// Mean number of boids each boid examined in its surrounding cells.
     pub mean_candidates: f32,
     /// Mean position, metres.
+    #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
     pub centroid: Vec3,
     /// Wall-clock time of the step, milliseconds (not deterministic).
     pub step_ms: f32,

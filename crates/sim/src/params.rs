@@ -22,6 +22,7 @@ pub const MAX_TICK_HZ: u32 = 1_000;
 /// What happens at the edge of the world box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum Boundary {
     /// Inside `edge_margin_m` boids are pushed inwards, harder the closer they get.
@@ -150,6 +151,7 @@ pub mod ranges {
 /// All behaviour of the flock. Flat and `Copy` so the hot loop can hold it by value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct Params {
     /// Weight of separation (steer away from the nearest neighbours). Default 1.5, range 0 ..= 100.
@@ -386,6 +388,7 @@ impl Params {
 /// A partial update of [`Params`]: every `Some` field replaces the current value.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 #[expect(
     missing_docs,
@@ -420,6 +423,7 @@ pub struct ParamsPatch {
 /// Named weight sets (separation : alignment : cohesion).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Preset {
     /// 1 : 1.2 : 0.9 — the classic murmuration.

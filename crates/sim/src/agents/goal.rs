@@ -10,6 +10,7 @@ pub const MAX_WAYPOINTS: usize = 64;
 /// Where a goal pulls.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(
     feature = "serde",
     serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)
@@ -18,12 +19,14 @@ pub enum GoalKind {
     /// A fixed attractor (migration target, a cursor).
     Point {
         /// Position, metres.
+        #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
         at: Vec3,
     },
     /// Waypoints visited in order; the next one becomes active when the
     /// flock's centroid comes within the arrive radius of the current one.
     Path {
         /// 1 ..= 64 points, metres.
+        #[cfg_attr(feature = "openapi", schema(value_type = Vec<[f32; 3]>))]
         waypoints: Vec<Vec3>,
         /// After the last waypoint start again from the first (else stay at the last).
         looping: bool,
@@ -53,6 +56,7 @@ impl GoalKind {
 /// A live goal.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Goal {
     /// Agent id.
     pub id: u32,

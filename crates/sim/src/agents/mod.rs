@@ -28,6 +28,7 @@ pub const MAX_ARRIVE_RADIUS_M: f32 = 10_000.0;
 /// The kinds of agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum AgentKind {
     /// See [`Predator`].
@@ -52,6 +53,7 @@ impl AgentKind {
 /// A live obstacle.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Obstacle {
     /// Agent id.
     pub id: u32,

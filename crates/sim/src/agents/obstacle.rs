@@ -8,6 +8,7 @@ use crate::params::MAX_WORLD_M;
 /// Obstacle geometry.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(
     feature = "serde",
     serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields)
@@ -16,6 +17,7 @@ pub enum Shape {
     /// A ball.
     Sphere {
         /// Centre, metres.
+        #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
         center: Vec3,
         /// Radius, metres (> 0).
         radius_m: f32,
@@ -23,8 +25,10 @@ pub enum Shape {
     /// An axis-aligned box.
     Box {
         /// Minimum corner, metres.
+        #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
         min: Vec3,
         /// Maximum corner, metres (each coordinate > `min`'s).
+        #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
         max: Vec3,
     },
 }

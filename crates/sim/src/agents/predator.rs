@@ -10,6 +10,7 @@ use crate::error::ParamError;
 /// How a predator moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum PredatorMode {
     /// Stays where it was put (a scarecrow).
@@ -54,14 +55,17 @@ impl FromStr for PredatorMode {
 /// A live predator.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Predator {
     /// Agent id.
     pub id: u32,
     /// Movement mode.
     pub mode: PredatorMode,
     /// Position, metres.
+    #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
     pub position: Vec3,
     /// Velocity, m/s (pointer predators get it from their moves).
+    #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
     pub velocity: Vec3,
     /// Speed cap of a hunter, m/s.
     pub max_speed_mps: f32,
