@@ -173,7 +173,8 @@ impl Neighbourhood<'_> {
             }
         };
         if self.perception.k_nearest > 0 {
-            let top = top_k(self, &me, &mut Default::default(), &mut 0, |run, top| {
+            let mut top = TopK::new(self.perception.k_nearest);
+            top_k(self, &me, &mut Default::default(), &mut 0, &mut top, |run, top| {
                 top_k_run(self.boids, &self.perception, &me, run, top);
             });
             for t in 0..top.len {
@@ -261,10 +262,11 @@ fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
 
 fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     let mut runs: [RunList; 2] = Default::default();
+    let mut top = TopK::new(nb.perception.k_nearest);
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
-            top_k_sums(nb, &me, &mut runs, |run, top| {
+            top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
                 top_k_run(nb.boids, &nb.perception, &me, run, top);
             })
         } else {
@@ -279,10 +281,12 @@ fn top_k_sums(
     nb: &Neighbourhood<'_>,
     me: &Me,
     runs: &mut [RunList; 2],
+    top: &mut TopK,
     visit: impl FnMut(&CellRun, &mut TopK),
 ) -> Sums {
     let mut candidates = 0u32;
-    let mut sums = top_k(nb, me, runs, &mut candidates, visit).sums(nb.boids, &nb.perception);
+    top_k(nb, me, runs, &mut candidates, top, visit);
+    let mut sums = top.sums(nb.boids, &nb.perception);
     sums.candidates = candidates.saturating_sub(1);
     sums
 }
@@ -504,6 +508,15 @@ struct TopK {
 }
 
 impl TopK {
+    /// Empties the buffer for the next boid. PERF: only the counters are
+    /// reset; entries at and past `len` are never read, so the 768 bytes of
+    /// arrays are not cleared per boid.
+    #[inline(always)]
+    fn reset(&mut self) {
+        self.len = 0;
+        self.nn_d2 = f32::INFINITY;
+    }
+
     #[inline(always)]
     fn new(k: usize) -> Self {
         const N: usize = MAX_K_NEAREST as usize;
@@ -587,10 +600,11 @@ fn top_k(
     me: &Me,
     runs: &mut [RunList; 2],
     candidates: &mut u32,
+    top: &mut TopK,
     mut visit: impl FnMut(&CellRun, &mut TopK),
-) -> TopK {
+) {
     let per = &nb.perception;
-    let mut top = TopK::new(per.k_nearest);
+    top.reset();
     let covered = nb.grid.covered_radius_m();
     let covered2 = covered * covered;
     // PERF: one loop over both blocks rather than a closure called twice,
@@ -608,10 +622,9 @@ fn top_k(
                 continue;
             }
             *candidates += run.range.len() as u32;
-            visit(run, &mut top);
+            visit(run, top);
         }
     }
-    top
 }
 
 /// Offers one run's candidates to the top-k buffer. Distances and the range

@@ -39,10 +39,11 @@ pub(super) fn gather_chunk_checked(nb: &Neighbourhood<'_>, offset: usize, out: &
 #[target_feature(enable = "avx2")]
 fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     let mut runs: [RunList; 2] = Default::default();
+    let mut top = TopK::new(nb.perception.k_nearest);
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
         *slot = if nb.perception.k_nearest > 0 {
-            top_k_sums(nb, &me, &mut runs, |run, top| {
+            top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
                 top_k_run(nb, &me, run, top);
             })
         } else {
@@ -343,15 +344,12 @@ fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
         );
         let worst = _mm256_set1_ps(top.worst(per));
         let cand = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
-        let near_bits = _mm256_movemask_ps(near) as u32;
-        if near_bits != 0 {
+        if _mm256_movemask_ps(near) != 0 {
+            // The nearest in range: a horizontal min (exact, order-free).
+            let masked = _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), d2, near);
+            top.nn_d2 = top.nn_d2.min(hmin(masked));
             let mut d2s = [0.0f32; LANES];
             store(&mut d2s, d2);
-            for (l, &d2l) in d2s.iter().enumerate() {
-                if near_bits & (1 << l) != 0 && d2l < top.nn_d2 {
-                    top.nn_d2 = d2l;
-                }
-            }
             let mut mask = _mm256_movemask_ps(cand) as u32;
             if mask != 0 {
                 let mut ds = [[0.0f32; LANES]; 3];
@@ -373,6 +371,20 @@ fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
         }
         j += m;
     }
+}
+
+/// The smallest of eight lanes.
+#[target_feature(enable = "avx2")]
+fn hmin(v: __m256) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    store(&mut lanes, v);
+    let m4 = [
+        lanes[0].min(lanes[4]),
+        lanes[1].min(lanes[5]),
+        lanes[2].min(lanes[6]),
+        lanes[3].min(lanes[7]),
+    ];
+    m4[0].min(m4[2]).min(m4[1].min(m4[3]))
 }
 
 /// Stores eight f32s.
