@@ -196,6 +196,20 @@ pub struct Metrics {
     pub tick_ms: f32,
     /// Whether the simulation is paused.
     pub paused: bool,
+    /// Pairs closer than the safety distance.
+    pub collisions: u32,
+    /// Fraction of boids in a collision, 0 ..= 1.
+    pub collision_ratio: f32,
+    /// Connected groups (boids closer than the link distance are joined).
+    pub clusters: u32,
+    /// Boids in the largest group.
+    pub largest_cluster: u32,
+    /// Smallest distance from a boid to an obstacle surface, metres (None: no obstacles).
+    pub obstacle_clearance_m: Option<f32>,
+    /// Mean distance from the boids to the nearest goal, metres (None: no goals).
+    pub goal_distance_m: Option<f32>,
+    /// Mean cosine between linked boids' velocities, -1 ..= 1.
+    pub velocity_correlation: Option<f32>,
 }
 
 /// The kinds of command, for permissions and metrics.

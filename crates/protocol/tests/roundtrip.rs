@@ -215,7 +215,16 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
                 obstacles,
             })
         });
-    let metrics = (
+    let swarm = (
+        any::<u32>(),
+        any::<f32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<Option<f32>>(),
+        any::<Option<f32>>(),
+        any::<Option<f32>>(),
+    );
+    let base = (
         any::<u64>(),
         any::<u32>(),
         any::<f32>(),
@@ -224,21 +233,26 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
         any::<Option<f32>>(),
         any::<f32>(),
         any::<bool>(),
-    )
-        .prop_map(
-            |(tick, boids, order, mean_speed_mps, min_nn_m, mean_nn_m, tick_ms, paused)| {
-                ServerMsg::Metrics(Metrics {
-                    tick,
-                    boids,
-                    order,
-                    mean_speed_mps,
-                    min_nn_m,
-                    mean_nn_m,
-                    tick_ms,
-                    paused,
-                })
-            },
-        );
+    );
+    let metrics = (base, swarm).prop_map(|(b, s)| {
+        ServerMsg::Metrics(Metrics {
+            tick: b.0,
+            boids: b.1,
+            order: b.2,
+            mean_speed_mps: b.3,
+            min_nn_m: b.4,
+            mean_nn_m: b.5,
+            tick_ms: b.6,
+            paused: b.7,
+            collisions: s.0,
+            collision_ratio: s.1,
+            clusters: s.2,
+            largest_cluster: s.3,
+            obstacle_clearance_m: s.4,
+            goal_distance_m: s.5,
+            velocity_correlation: s.6,
+        })
+    });
     let code = prop_oneof![
         Just(ErrorCode::BadRequest),
         Just(ErrorCode::Forbidden),

@@ -167,6 +167,7 @@ pub async fn run(
         LoopConfig {
             snapshot_hz: config.snapshot_hz,
             keyframe_interval_s: config.keyframe_interval_s,
+            swarm: config.swarm,
         },
         telemetry.clone(),
     )?;

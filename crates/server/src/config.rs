@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use starling_sim::{MAX_POPULATION, Params};
+use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
 
 use crate::auth::Tokens;
 use crate::shared::Limits;
@@ -24,6 +24,8 @@ pub struct Config {
     pub seed: u64,
     /// Simulation parameters (`[params]` in TOML; unspecified ones default).
     pub params: Params,
+    /// Swarm-metric distances (`[swarm]` in TOML: `safety_m`, `link_m`).
+    pub swarm: SwarmConfig,
     /// Most snapshots per second sent to each viewer. Default 30, range 1 ..= 120.
     pub snapshot_hz: u32,
     /// Seconds between forced keyframes. Default 10, range 1 ..= 3600.
@@ -60,6 +62,7 @@ impl Default for Config {
             population: 5_000,
             seed: 1,
             params: Params::default(),
+            swarm: SwarmConfig::default(),
             snapshot_hz: l.snapshot_hz,
             keyframe_interval_s: 10.0,
             web_dir: PathBuf::from("web-client/dist"),
@@ -116,6 +119,9 @@ impl Config {
         self.params
             .validate()
             .map_err(|e| err(&format!("params.{}", e.field), &e.value, &e.allowed))?;
+        self.swarm
+            .validate()
+            .map_err(|e| err(&format!("swarm.{}", e.field), &e.value, &e.allowed))?;
         if self.population > MAX_POPULATION {
             return Err(err(
                 "population",

@@ -114,6 +114,9 @@ enum Scenario {
     Kernel,
     /// B: full flock with default parameters.
     Full,
+    /// The cost of the swarm metrics (clusters, collisions, ...) against
+    /// the step, on a formed default-density flock.
+    Swarm,
     /// C: N WebSocket viewers of a live server on loopback: frames/s per
     /// viewer, bytes per boid, server CPU. Runs `starling serve` as a child.
     Fanout,
@@ -141,6 +144,12 @@ fn main() -> Result<()> {
                 for &n in &boids {
                     if matches!(s, Scenario::Wire) {
                         bench_wire(n, ticks, warmup, fps)?;
+                        continue;
+                    }
+                    if matches!(s, Scenario::Swarm) {
+                        for &t in &threads {
+                            bench_swarm(n, t, ticks, warmup)?;
+                        }
                         continue;
                     }
                     if matches!(s, Scenario::Fanout) {
@@ -173,7 +182,9 @@ fn main() -> Result<()> {
 fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
-        Scenario::Full | Scenario::Wire | Scenario::Fanout => ("B-full", scenarios::full_b(n)),
+        Scenario::Full | Scenario::Wire | Scenario::Fanout | Scenario::Swarm => {
+            ("B-full", scenarios::full_b(n))
+        }
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -295,4 +306,45 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
+}
+
+fn bench_swarm(n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
+    let cfg = starling_sim::SwarmConfig::default();
+    let mut meter = starling_sim::SwarmMeter::default();
+    let (mut step_ms, mut swarm_ms) = (Vec::new(), Vec::new());
+    let mut last = None;
+    pool.install(|| {
+        for _ in 0..warmup {
+            flock.step();
+        }
+        for _ in 0..ticks {
+            let t0 = Instant::now();
+            flock.step();
+            step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            last = Some(meter.measure(&flock, &cfg));
+            swarm_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    });
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (step, swarm) = (median(&mut step_ms), median(&mut swarm_ms));
+    let line = serde_json::json!({
+        "scenario": "swarm-metrics",
+        "n_boids": n,
+        "threads": threads,
+        "ticks": ticks,
+        "step_ms_p50": (step * 1000.0).round() / 1000.0,
+        "swarm_ms_p50": (swarm * 1000.0).round() / 1000.0,
+        "swarm_over_step": (swarm / step * 1000.0).round() / 1000.0,
+        "metrics": serde_json::to_value(last)?,
+    });
+    println!("{line}");
+    Ok(())
 }

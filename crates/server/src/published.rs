@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use starling_protocol::{AgentList, QuantBox};
-use starling_sim::{Agents, Params, TickMetrics};
+use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 
 /// One snapshot broadcast, encoded once and shared by every viewer.
 #[derive(Debug)]
@@ -47,6 +47,8 @@ pub struct Published {
     pub agents_version: u64,
     /// Metrics of the last tick.
     pub metrics: TickMetrics,
+    /// Swarm metrics, sampled every `SWARM_EVERY_TICKS` ticks.
+    pub swarm: SwarmMetrics,
     /// Ticks that could not start on time since the start (the loop does
     /// not pile them up: it skips ahead).
     pub missed_ticks: u64,

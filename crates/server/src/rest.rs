@@ -736,8 +736,22 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
     })
 }
 
-/// The last tick's flock metrics.
-#[utoipa::path(get, path = "/metrics", tag = "state", responses((status = 200, body = starling_sim::TickMetrics)))]
-async fn metrics(State(s): State<Shared>) -> Json<starling_sim::TickMetrics> {
-    Json(s.state().metrics)
+/// `GET /metrics`.
+#[derive(Debug, Serialize, ToSchema)]
+struct MetricsBody {
+    /// The last tick's metrics (every tick).
+    tick: starling_sim::TickMetrics,
+    /// Swarm metrics: collisions, clusters, clearance, goal distance,
+    /// velocity correlation (sampled every 15 ticks).
+    swarm: starling_sim::SwarmMetrics,
+}
+
+/// The flock's metrics: per tick, and the sampled swarm metrics.
+#[utoipa::path(get, path = "/metrics", tag = "state", responses((status = 200, body = MetricsBody)))]
+async fn metrics(State(s): State<Shared>) -> Json<MetricsBody> {
+    let st = s.state();
+    Json(MetricsBody {
+        tick: st.metrics,
+        swarm: st.swarm,
+    })
 }

@@ -13,7 +13,9 @@ use starling_protocol::{
     AgentList, Frame, FrameBuilder, GoalInfo, ObstacleInfo, PredatorInfo, QuantBox, encode_delta,
     encode_keyframe,
 };
-use starling_sim::{Flock, Params};
+use starling_sim::{
+    Agents, Boid, Flock, Params, SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::ops::{Applied, MAX_STEP_TICKS, Op, OpError, Request};
@@ -28,6 +30,55 @@ pub struct LoopConfig {
     /// Every this many seconds a broadcast carries no deltas, so every
     /// viewer resynchronises on a keyframe.
     pub keyframe_interval_s: f32,
+    /// Swarm-metric distances.
+    pub swarm: SwarmConfig,
+}
+
+/// Swarm metrics are measured every this many ticks (4 Hz at 60 Hz). They
+/// cost about twice a step (a grid pass of their own with a wider link
+/// radius), so they run on a worker thread on a copy of the state, never
+/// delaying the tick; a measurement still running when the next is due
+/// makes that one skip.
+pub const SWARM_EVERY_TICKS: u64 = 15;
+
+/// Where swarm jobs go.
+type SwarmJobs = std::sync::mpsc::SyncSender<SwarmJob>;
+/// Where measurements (and the job's boid buffer) come back.
+type SwarmResults = std::sync::mpsc::Receiver<(SwarmMetrics, Vec<Boid>)>;
+
+/// A copy of the state for the swarm worker.
+struct SwarmJob {
+    params: Params,
+    tick: u64,
+    boids: Vec<Boid>,
+    agents: Agents,
+}
+
+/// The swarm-metrics worker: measures jobs, hands back the result and the
+/// job's boid buffer (reused, so nothing is allocated per measurement).
+fn spawn_swarm_worker(cfg: SwarmConfig) -> std::io::Result<(SwarmJobs, SwarmResults)> {
+    let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<SwarmJob>(1);
+    let (out_tx, out_rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("starling-swarm".into())
+        .spawn(move || {
+            let mut meter = SwarmMeter::default();
+            while let Ok(job) = job_rx.recv() {
+                let m = meter.measure_state(
+                    &SwarmState {
+                        params: &job.params,
+                        tick: job.tick,
+                        boids: &job.boids,
+                        agents: &job.agents,
+                    },
+                    &cfg,
+                );
+                if out_tx.send((m, job.boids)).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok((job_tx, out_rx))
 }
 
 /// Handles to a running tick loop.
@@ -52,7 +103,7 @@ impl SimLoop {
         telemetry: Arc<Telemetry>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let mut state = State::new(flock, cfg, telemetry);
+        let mut state = State::new(flock, cfg, telemetry)?;
         let (pub_tx, pub_rx) = watch::channel(Arc::new(state.publish()));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
@@ -103,11 +154,19 @@ struct State {
     last_broadcast_tick: Option<u64>,
     broadcast: Option<Arc<Broadcast>>,
     scratch: Vec<u8>,
+    swarm: SwarmMetrics,
+    swarm_jobs: SwarmJobs,
+    swarm_results: SwarmResults,
+    /// The boid buffer, here when the worker is idle.
+    swarm_buf: Option<Vec<Boid>>,
 }
 
 impl State {
-    fn new(flock: Flock, cfg: LoopConfig, telemetry: Arc<Telemetry>) -> Self {
+    fn new(flock: Flock, cfg: LoopConfig, telemetry: Arc<Telemetry>) -> std::io::Result<Self> {
         let agent_list = agent_list(&flock);
+        let swarm = SwarmMeter::default().measure(&flock, &cfg.swarm);
+        telemetry.record_swarm(&swarm);
+        let (swarm_jobs, swarm_results) = spawn_swarm_worker(cfg.swarm)?;
         let mut s = Self {
             flock,
             cfg,
@@ -125,9 +184,13 @@ impl State {
             last_broadcast_tick: None,
             broadcast: None,
             scratch: Vec::new(),
+            swarm,
+            swarm_jobs,
+            swarm_results,
+            swarm_buf: Some(Vec::new()),
         };
         s.encode_broadcast();
-        s
+        Ok(s)
     }
 
     fn run(
@@ -159,6 +222,10 @@ impl State {
                 self.encode_broadcast();
             }
             self.refresh_agents();
+            self.collect_swarm();
+            if self.flock.tick().is_multiple_of(SWARM_EVERY_TICKS) || changed {
+                self.start_swarm();
+            }
             out.send_replace(Arc::new(self.publish()));
             for (reply, result) in replies {
                 // The requester may have gone away; the op stands.
@@ -259,6 +326,35 @@ impl State {
         }));
     }
 
+    /// Hands a copy of the state to the swarm worker, if it is idle.
+    fn start_swarm(&mut self) {
+        if let Some(mut boids) = self.swarm_buf.take() {
+            boids.clear();
+            boids.extend_from_slice(self.flock.boids());
+            let job = SwarmJob {
+                params: *self.flock.params(),
+                tick: self.flock.tick(),
+                boids,
+                agents: self.flock.agents().clone(),
+            };
+            if let Err(e) = self.swarm_jobs.try_send(job) {
+                // Only if the worker died; keep the buffer and go on without.
+                let (std::sync::mpsc::TrySendError::Full(job)
+                | std::sync::mpsc::TrySendError::Disconnected(job)) = e;
+                self.swarm_buf = Some(job.boids);
+            }
+        }
+    }
+
+    /// Takes a finished measurement, if any.
+    fn collect_swarm(&mut self) {
+        if let Ok((m, buf)) = self.swarm_results.try_recv() {
+            self.swarm = m;
+            self.telemetry.record_swarm(&m);
+            self.swarm_buf = Some(buf);
+        }
+    }
+
     fn refresh_agents(&mut self) {
         let list = agent_list(&self.flock);
         if list.predators != self.agent_list.predators
@@ -282,6 +378,7 @@ impl State {
             agent_list: self.agent_list.clone(),
             agents_version: self.agents_version,
             metrics: *self.flock.metrics(),
+            swarm: self.swarm,
             missed_ticks: self.missed_ticks,
             quant: QuantBox::around_world(p.world_m, p.dims),
             broadcast: self.broadcast.clone(),

@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels of the command counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +38,15 @@ pub struct Telemetry {
     pub viewers_dropped: Counter,
     /// Commands by kind and outcome.
     pub commands: Family<CommandLabels, Counter>,
+    /// Swarm metrics, by name (`order`, `collisions`, `clusters`, ...).
+    pub swarm: Family<SwarmLabels, Gauge<f64, AtomicU64>>,
+}
+
+/// Labels of the swarm gauges.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SwarmLabels {
+    /// Metric name.
+    pub metric: &'static str,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -58,6 +68,7 @@ impl Default for Telemetry {
             frames_skipped: Counter::default(),
             viewers_dropped: Counter::default(),
             commands: Family::default(),
+            swarm: Family::default(),
             registry: Registry::default(),
         };
         registry.register("ticks", "Simulation ticks stepped", t.ticks.clone());
@@ -89,6 +100,11 @@ impl Default for Telemetry {
             "Commands by kind and outcome",
             t.commands.clone(),
         );
+        registry.register(
+            "swarm",
+            "Swarm metrics, sampled (NaN when undefined, e.g. clearance without obstacles)",
+            t.swarm.clone(),
+        );
         Self { registry, ..t }
     }
 }
@@ -102,6 +118,25 @@ impl Telemetry {
                 outcome: outcome.to_owned(),
             })
             .inc();
+    }
+
+    /// Sets the swarm gauges.
+    pub fn record_swarm(&self, m: &starling_sim::SwarmMetrics) {
+        let opt = |v: Option<f32>| v.map_or(f64::NAN, f64::from);
+        for (metric, v) in [
+            ("order", f64::from(m.order)),
+            ("min_nn_m", opt(m.min_nn_m)),
+            ("mean_nn_m", opt(m.mean_nn_m)),
+            ("collisions", m.collisions as f64),
+            ("collision_ratio", f64::from(m.collision_ratio)),
+            ("clusters", m.clusters as f64),
+            ("largest_cluster", m.largest_cluster as f64),
+            ("obstacle_clearance_m", opt(m.obstacle_clearance_m)),
+            ("goal_distance_m", opt(m.goal_distance_m)),
+            ("velocity_correlation", opt(m.velocity_correlation)),
+        ] {
+            self.swarm.get_or_create(&SwarmLabels { metric }).set(v);
+        }
     }
 
     /// The Prometheus text exposition.

@@ -313,6 +313,13 @@ async fn send_updates(
             mean_nn_m: m.mean_nn_m,
             tick_ms: m.step_ms,
             paused: st.paused,
+            collisions: st.swarm.collisions as u32,
+            collision_ratio: st.swarm.collision_ratio,
+            clusters: st.swarm.clusters as u32,
+            largest_cluster: st.swarm.largest_cluster as u32,
+            obstacle_clearance_m: st.swarm.obstacle_clearance_m,
+            goal_distance_m: st.swarm.goal_distance_m,
+            velocity_correlation: st.swarm.velocity_correlation,
         })))
         .await?;
     }

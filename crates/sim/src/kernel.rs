@@ -174,9 +174,16 @@ impl Neighbourhood<'_> {
         };
         if self.perception.k_nearest > 0 {
             let mut top = TopK::new(self.perception.k_nearest);
-            top_k(self, &me, &mut Default::default(), &mut 0, &mut top, |run, top| {
-                top_k_run(self.boids, &self.perception, &me, run, top);
-            });
+            top_k(
+                self,
+                &me,
+                &mut Default::default(),
+                &mut 0,
+                &mut top,
+                |run, top| {
+                    top_k_run(self.boids, &self.perception, &me, run, top);
+                },
+            );
             for t in 0..top.len {
                 push(top.j[t] as usize, top.d2[t]);
             }

@@ -60,6 +60,7 @@ pub mod perception;
 pub mod rng;
 pub mod rules;
 pub mod scenarios;
+pub mod swarm;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
 #[cfg(feature = "serde")]
@@ -69,3 +70,4 @@ pub use flock::{Boid, BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;
 pub use metrics::TickMetrics;
 pub use params::{Boundary, Params, ParamsPatch, Preset};
+pub use swarm::{SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState};

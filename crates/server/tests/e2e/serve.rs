@@ -601,3 +601,52 @@ async fn the_openapi_document_lists_every_route_and_each_one_answers() {
     assert!(operations >= 24, "{operations} operations documented");
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swarm_metrics_reach_rest_prometheus_and_viewers() {
+    let server = TestServer::start(test_config()).await;
+    let (s, b) = rest(
+        Method::POST,
+        &server.url("/api/v1/obstacles"),
+        None,
+        Some(json!({ "sphere": { "center": [80, 80, 40], "radius_m": 5 } })),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    // Viewers' metrics carry the swarm figures once measured after the add.
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    assert!(
+        v.until(|s| s
+            .metrics
+            .last()
+            .is_some_and(|m| m.obstacle_clearance_m.is_some()))
+            .await
+    );
+    let m = v.seen.metrics.last().unwrap().clone();
+    assert!(
+        m.clusters >= 1 && m.largest_cluster >= 1 && m.largest_cluster <= 1_000,
+        "{m:?}"
+    );
+    assert!((0.0..=1.0).contains(&m.collision_ratio));
+    let rest_m = get(&server.url("/api/v1/metrics")).await;
+    assert!(
+        rest_m["swarm"]["clusters"].as_u64().unwrap() >= 1,
+        "{rest_m}"
+    );
+    assert!(
+        rest_m["swarm"]["obstacle_clearance_m"].is_number(),
+        "{rest_m}"
+    );
+    assert_eq!(rest_m["tick"]["n_boids"], 1_000);
+    let prom = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        prom.contains("starling_swarm{metric=\"clusters\"}"),
+        "{prom}"
+    );
+    server.stop().await.unwrap();
+}

@@ -134,6 +134,7 @@ impl Agents {
     /// Checks what a checkpoint file could get wrong: counts within the
     /// caps, agent ids unique and below `next_id`. (Geometry is the server's
     /// own output and is not re-validated.)
+    #[cfg(feature = "serde")]
     pub(crate) fn validate_ids(&self) -> Result<(), SimError> {
         for (what, len, limit) in [
             ("obstacles", self.obstacles.len(), MAX_OBSTACLES),
