@@ -13,6 +13,8 @@
 //! - `shared.rs`: what handlers share (queue, state, roles, limits);
 //!   `auth.rs`: roles by token; `api_error.rs`: `{error, field, detail}`;
 //!   `telemetry.rs`: Prometheus metrics.
+//! - `scenario.rs`: scenario files (TOML, validated with file:line:field);
+//!   `headless.rs`: `starling run`, CSV and JSON outputs, seed batches.
 //! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`);
 //!   `fanout.rs`: benchmark C, many viewers of a child server process.
 //!
@@ -30,9 +32,11 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod fanout;
+pub mod headless;
 pub mod ops;
 pub mod published;
 pub mod rest;
+pub mod scenario;
 pub mod shared;
 pub mod sim_loop;
 pub mod telemetry;

@@ -79,6 +79,25 @@ struct ServeArgs {
 enum Cmd {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
+    /// Run a scenario file headless, as fast as possible; writes
+    /// metrics.csv, trajectories.csv and summary.json.
+    Run {
+        /// The scenario (TOML; see scenarios/).
+        scenario: PathBuf,
+        /// Ticks to run (default: the scenario's `ticks`).
+        #[arg(long, conflicts_with = "until_seconds", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        ticks: Option<u64>,
+        /// Simulated seconds to run instead.
+        #[arg(long)]
+        until_seconds: Option<f64>,
+        /// Output directory (must not exist; default out/<scenario name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seeds: one number or an inclusive range A..B, run in parallel
+        /// (default: the scenario's seed).
+        #[arg(long)]
+        seeds: Option<String>,
+    },
     /// Measure the engine: prints one JSON line per (scenario, boids, threads).
     Bench {
         /// Scenarios to run.
@@ -130,6 +149,44 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
         Cmd::Serve(args) => serve(args)?,
+        Cmd::Run {
+            scenario,
+            ticks,
+            until_seconds,
+            out,
+            seeds,
+        } => {
+            use starling_server::headless::{parse_seeds, run_batch};
+            let s = starling_server::scenario::Scenario::load(&scenario)?;
+            let ticks = match (ticks, until_seconds) {
+                (Some(t), _) => t,
+                (None, Some(secs)) => {
+                    anyhow::ensure!(
+                        secs.is_finite() && secs > 0.0 && secs <= 1e6,
+                        "--until-seconds {secs}: allowed > 0 ..= 1000000"
+                    );
+                    (secs * f64::from(s.params.tick_hz)).round().max(1.0) as u64
+                }
+                (None, None) => s.ticks,
+            };
+            let seeds = match seeds {
+                Some(text) => parse_seeds(&text)?,
+                None => vec![s.seed],
+            };
+            let stem = scenario
+                .file_stem()
+                .map_or("run".into(), |x| x.to_string_lossy().into_owned());
+            let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
+            let batch = run_batch(&s, &seeds, ticks, &out)?;
+            println!(
+                "{} seed(s), {ticks} ticks each, into {}: final order {:.3} ± {:.3}, {:.0} ticks/s",
+                seeds.len(),
+                out.display(),
+                batch.final_order.mean,
+                batch.final_order.std,
+                batch.ticks_per_s.mean
+            );
+        }
         Cmd::Bench {
             scenario,
             boids,

@@ -328,6 +328,35 @@ impl Flock {
         Ok(start..self.next_boid_id)
     }
 
+    /// Kills `count` boids chosen at random from the run's seed and the
+    /// current tick (the same run kills the same boids). Returns their ids.
+    pub fn kill_random(&mut self, count: usize) -> Result<Vec<u32>, SimError> {
+        if count > self.ids.len() {
+            return Err(ParamError::new(
+                "count",
+                count,
+                format!("0 ..= {} (the boids alive)", self.ids.len()),
+            )
+            .into());
+        }
+        let (seed, tick) = (self.seed, self.tick);
+        let mut ranked: Vec<(u64, u32)> = self
+            .ids
+            .iter()
+            .map(|&id| {
+                (
+                    crate::rng::bits(seed, crate::rng::Stream::Command, tick, u64::from(id)),
+                    id,
+                )
+            })
+            .collect();
+        ranked.sort_unstable();
+        let mut victims: Vec<u32> = ranked[..count].iter().map(|&(_, id)| id).collect();
+        victims.sort_unstable();
+        self.retain(|id| victims.binary_search(&id).is_err());
+        Ok(victims)
+    }
+
     /// Removes the boids with these ids. Rejects the whole command (removing
     /// nothing) if any id is unknown.
     pub fn remove_boids(&mut self, ids: &[u32]) -> Result<usize, SimError> {

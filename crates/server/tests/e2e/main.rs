@@ -3,4 +3,5 @@
 
 mod common;
 mod lifecycle;
+mod run;
 mod serve;

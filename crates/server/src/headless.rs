@@ -1,0 +1,342 @@
+//! `starling run`: scenarios headless, as fast as the machine allows,
+//! writing `metrics.csv`, `trajectories.csv` and `summary.json`. Several
+//! seeds run in parallel and are summarised with mean and spread.
+//!
+//! Outputs are deterministic: the same scenario and seed give byte-identical
+//! `metrics.csv` and `trajectories.csv` on any thread count (wall-clock
+//! figures appear only in `summary.json`). A run writes into `DIR.partial`
+//! and renames it to `DIR` only when everything succeeded, so no partial
+//! output ever looks finished.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use serde::Serialize;
+use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
+
+use crate::scenario::{Scenario, add_goal, add_obstacle, add_predator};
+
+/// One run's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Ticks run.
+    pub ticks: u64,
+    /// Simulated seconds.
+    pub simulated_s: f64,
+    /// Wall-clock seconds (not deterministic).
+    pub wall_s: f64,
+    /// Ticks per wall-clock second (not deterministic).
+    pub ticks_per_s: f64,
+    /// Events applied.
+    pub events_applied: usize,
+    /// Events scheduled after the last tick (never applied).
+    pub events_not_reached: usize,
+    /// Mean order over the metrics rows.
+    pub mean_order: f64,
+    /// Smallest nearest-neighbour distance seen, metres.
+    pub min_nn_m: Option<f32>,
+    /// Collisions summed over the metrics rows.
+    pub collisions_total: u64,
+    /// Metrics at the end.
+    pub last_tick: TickMetrics,
+    /// Swarm metrics at the end.
+    pub last_swarm: SwarmMetrics,
+}
+
+/// Mean and spread over seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    /// Mean.
+    pub mean: f64,
+    /// Sample standard deviation (0 for one run).
+    pub std: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+fn spread(xs: &[f64]) -> Spread {
+    let n = xs.len().max(1) as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    Spread {
+        mean,
+        std: var.sqrt(),
+        min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+        max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+/// A batch's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchSummary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seeds run.
+    pub seeds: Vec<u64>,
+    /// Final order across seeds.
+    pub final_order: Spread,
+    /// Mean order across seeds.
+    pub mean_order: Spread,
+    /// Collisions across seeds.
+    pub collisions_total: Spread,
+    /// Final largest cluster across seeds.
+    pub final_largest_cluster: Spread,
+    /// Ticks per second across seeds (not deterministic).
+    pub ticks_per_s: Spread,
+    /// Each run.
+    pub runs: Vec<RunSummary>,
+}
+
+fn opt(v: Option<f32>) -> String {
+    v.map_or(String::new(), |x| x.to_string())
+}
+
+const METRICS_HEADER: &str = "tick,time_s,n_boids,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation\n";
+const TRAJ_HEADER: &str = "tick,id,x,y,z,vx,vy,vz\n";
+
+/// Runs one seed for `ticks` ticks, writing into `dir` (created; must not exist).
+pub fn run_one(
+    s: &Scenario,
+    seed: u64,
+    ticks: u64,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> Result<RunSummary> {
+    if dir.exists() {
+        bail!(
+            "{} exists: choose another --out or remove it",
+            dir.display()
+        );
+    }
+    let partial = dir.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial)
+            .with_context(|| format!("clearing {}", partial.display()))?;
+    }
+    std::fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let result = run_into(s, seed, ticks, &partial, bar);
+    match result {
+        Ok(summary) => {
+            std::fs::rename(&partial, dir)
+                .with_context(|| format!("renaming to {}", dir.display()))?;
+            Ok(summary)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&partial);
+            Err(e)
+        }
+    }
+}
+
+fn run_into(
+    s: &Scenario,
+    seed: u64,
+    ticks: u64,
+    dir: &Path,
+    bar: &ProgressBar,
+) -> Result<RunSummary> {
+    let mut flock: Flock = s.build(seed)?;
+    let mut metrics = std::io::BufWriter::new(std::fs::File::create(dir.join("metrics.csv"))?);
+    let mut traj = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.csv"))?);
+    metrics.write_all(METRICS_HEADER.as_bytes())?;
+    traj.write_all(TRAJ_HEADER.as_bytes())?;
+    let mut events: Vec<(u64, usize)> = s
+        .events
+        .iter()
+        .enumerate()
+        .map(|(k, e)| (s.event_tick(e), k))
+        .collect();
+    events.sort_unstable();
+    let mut next_event = 0;
+    let mut meter = SwarmMeter::default();
+    let (mut order_sum, mut rows, mut collisions, mut min_nn) = (0.0f64, 0u64, 0u64, f32::INFINITY);
+    let mut last_swarm = SwarmMetrics::default();
+    let mut line = String::new();
+    let dt = 1.0 / f64::from(flock.params().tick_hz);
+    let t0 = Instant::now();
+    bar.set_length(ticks);
+    for _ in 0..ticks {
+        while next_event < events.len() && events[next_event].0 <= flock.tick() {
+            let e = &s.events[events[next_event].1];
+            apply_event(&mut flock, e).with_context(|| {
+                format!("event {} at tick {}", events[next_event].1, flock.tick())
+            })?;
+            next_event += 1;
+        }
+        flock.step();
+        let tick = flock.tick();
+        if tick.is_multiple_of(s.output.metrics_every) {
+            let m = *flock.metrics();
+            let w = meter.measure(&flock, &s.swarm);
+            line.clear();
+            writeln!(
+                line,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                tick,
+                tick as f64 * dt,
+                m.n_boids,
+                m.order,
+                m.mean_speed_mps,
+                opt(w.min_nn_m),
+                opt(w.mean_nn_m),
+                w.collisions,
+                w.collision_ratio,
+                w.clusters,
+                w.largest_cluster,
+                opt(w.obstacle_clearance_m),
+                opt(w.goal_distance_m),
+                opt(w.velocity_correlation),
+            )?;
+            metrics.write_all(line.as_bytes())?;
+            order_sum += f64::from(m.order);
+            rows += 1;
+            collisions += w.collisions as u64;
+            min_nn = min_nn.min(w.min_nn_m.unwrap_or(f32::INFINITY));
+            last_swarm = w;
+        }
+        let every = s.output.trajectories_every;
+        if every > 0 && tick.is_multiple_of(every) {
+            let (ids, boids) = (flock.ids(), flock.boids());
+            let mut order: Vec<usize> = (0..ids.len()).collect();
+            order.sort_unstable_by_key(|&i| ids[i]);
+            for i in order {
+                let b = boids[i];
+                line.clear();
+                writeln!(
+                    line,
+                    "{},{},{},{},{},{},{},{}",
+                    tick, ids[i], b.p.x, b.p.y, b.p.z, b.v.x, b.v.y, b.v.z
+                )?;
+                traj.write_all(line.as_bytes())?;
+            }
+        }
+        bar.inc(1);
+    }
+    metrics.flush()?;
+    traj.flush()?;
+    let wall = t0.elapsed().as_secs_f64();
+    let summary = RunSummary {
+        scenario: s.name.clone(),
+        seed,
+        ticks,
+        simulated_s: ticks as f64 * dt,
+        wall_s: wall,
+        ticks_per_s: ticks as f64 / wall.max(1e-9),
+        events_applied: next_event,
+        events_not_reached: events.len() - next_event,
+        mean_order: order_sum / rows.max(1) as f64,
+        min_nn_m: min_nn.is_finite().then_some(min_nn),
+        collisions_total: collisions,
+        last_tick: *flock.metrics(),
+        last_swarm,
+    };
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    Ok(summary)
+}
+
+fn apply_event(f: &mut Flock, e: &crate::scenario::Event) -> Result<()> {
+    if let Some(p) = &e.patch_params {
+        f.patch_params(p)?;
+    }
+    if let Some(n) = e.kill_count {
+        f.kill_random(n.min(f.len()))?;
+    }
+    if let Some(frac) = e.kill_fraction {
+        let n = (frac * f.len() as f64).round() as usize;
+        f.kill_random(n.min(f.len()))?;
+    }
+    if let Some(p) = &e.add_predator {
+        add_predator(f, p).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(o) = &e.add_obstacle {
+        add_obstacle(f, o).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(g) = &e.add_goal {
+        add_goal(f, g).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(id) = e.remove_agent {
+        f.remove_agent(id)?;
+    }
+    Ok(())
+}
+
+/// Runs `seeds` (in parallel when more than one), each into `out/seed-N`
+/// (or `out` itself for a single seed), with progress bars on a terminal.
+pub fn run_batch(s: &Scenario, seeds: &[u64], ticks: u64, out: &Path) -> Result<BatchSummary> {
+    let multi = MultiProgress::new();
+    let style =
+        ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} ticks {per_sec} {eta}")
+            .context("progress template")?;
+    let dirs: Vec<PathBuf> = if seeds.len() == 1 {
+        vec![out.to_path_buf()]
+    } else {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        seeds
+            .iter()
+            .map(|seed| out.join(format!("seed-{seed}")))
+            .collect()
+    };
+    let runs: Vec<Result<RunSummary>> = seeds
+        .par_iter()
+        .zip(dirs.par_iter())
+        .map(|(&seed, dir)| {
+            let bar = multi.add(
+                ProgressBar::new(ticks)
+                    .with_style(style.clone())
+                    .with_prefix(format!("seed {seed}")),
+            );
+            let r = run_one(s, seed, ticks, dir, &bar);
+            bar.finish();
+            r
+        })
+        .collect();
+    let runs: Vec<RunSummary> = runs.into_iter().collect::<Result<_>>()?;
+    let col = |f: &dyn Fn(&RunSummary) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
+    let batch = BatchSummary {
+        scenario: s.name.clone(),
+        seeds: seeds.to_vec(),
+        final_order: col(&|r| f64::from(r.last_tick.order)),
+        mean_order: col(&|r| r.mean_order),
+        collisions_total: col(&|r| r.collisions_total as f64),
+        final_largest_cluster: col(&|r| r.last_swarm.largest_cluster as f64),
+        ticks_per_s: col(&|r| r.ticks_per_s),
+        runs,
+    };
+    if seeds.len() > 1 {
+        std::fs::write(out.join("summary.json"), serde_json::to_vec_pretty(&batch)?)?;
+    }
+    Ok(batch)
+}
+
+/// Parses `A..B` (inclusive) or a single seed.
+pub fn parse_seeds(text: &str) -> Result<Vec<u64>> {
+    if let Some((a, b)) = text.split_once("..") {
+        let (a, b): (u64, u64) = (a.trim().parse()?, b.trim_start_matches('=').trim().parse()?);
+        if b < a || b - a >= 1000 {
+            bail!("--seeds {text}: allowed A..B with A <= B and at most 1000 seeds");
+        }
+        Ok((a..=b).collect())
+    } else {
+        Ok(vec![text.trim().parse().with_context(|| {
+            format!("--seeds {text}: expected a number or A..B")
+        })?])
+    }
+}

@@ -1,0 +1,614 @@
+//! Scenario files: a reproducible experiment in TOML (world, population and
+//! placement, seed, parameters, agents, timed events, outputs). Every
+//! validation error names the file, the line, the field and what is allowed.
+//!
+//! ```toml
+//! name = "obstacle-course"
+//! seed = 7
+//! population = 2000
+//! ticks = 1800                      # run length unless --ticks / --until-seconds
+//!
+//! [placement]                       # "uniform" (default) or a ball
+//! kind = "ball"
+//! center = [100, 100, 40]
+//! radius_m = 30
+//!
+//! [params]                          # any simulation parameter
+//! world_m = [200, 200, 80]
+//!
+//! [output]
+//! metrics_every = 10                # a metrics.csv row every N ticks
+//! trajectories_every = 30           # trajectories.csv sample interval (0: none)
+//!
+//! [[obstacles]]
+//! sphere = { center = [100, 100, 40], radius_m = 10 }
+//!
+//! [[goals]]
+//! waypoints = [[20, 20, 40], [180, 180, 40]]
+//! looping = true
+//!
+//! [[events]]
+//! at_s = 10.0                       # or at_tick
+//! kill_fraction = 0.2               # or kill_count, patch_params, add_predator, remove_agent
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+use starling_sim::{
+    Flock, FlockConfig, GoalKind, MAX_POPULATION, Params, ParamsPatch, PredatorMode, Shape,
+    SwarmConfig, Vec3,
+};
+
+/// A scenario file, parsed and validated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A name for reports.
+    #[serde(default)]
+    pub name: String,
+    /// Seed of every random draw. Default 1.
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Boids at start. Default 5000.
+    #[serde(default = "default_population")]
+    pub population: usize,
+    /// Ticks to run unless the command line says otherwise. Default 1800.
+    #[serde(default = "default_ticks")]
+    pub ticks: u64,
+    /// Where the boids start.
+    #[serde(default)]
+    pub placement: Placement,
+    /// Simulation parameters (unspecified ones default).
+    #[serde(default)]
+    pub params: Params,
+    /// Swarm-metric distances.
+    #[serde(default)]
+    pub swarm: SwarmConfig,
+    /// What to write.
+    #[serde(default)]
+    pub output: Output,
+    /// Obstacles at start.
+    #[serde(default)]
+    pub obstacles: Vec<ObstacleSpec>,
+    /// Goals at start.
+    #[serde(default)]
+    pub goals: Vec<GoalSpec>,
+    /// Predators at start.
+    #[serde(default)]
+    pub predators: Vec<PredatorSpec>,
+    /// Timed events.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+fn one() -> u64 {
+    1
+}
+fn default_population() -> usize {
+    5_000
+}
+fn default_ticks() -> u64 {
+    1_800
+}
+
+/// Initial placement.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
+pub enum Placement {
+    /// Uniformly at random in the world.
+    #[default]
+    Uniform,
+    /// Uniformly in a ball.
+    Ball {
+        /// Centre, metres.
+        center: [f32; 3],
+        /// Radius, metres.
+        radius_m: f32,
+    },
+}
+
+/// Output settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Output {
+    /// A metrics row every this many ticks (1 ..= 100000). Default 10 (the
+    /// swarm metrics cost about twice a step; 1 writes every tick).
+    pub metrics_every: u64,
+    /// Trajectory samples every this many ticks; 0 writes none. Default 30.
+    pub trajectories_every: u64,
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Self {
+            metrics_every: 10,
+            trajectories_every: 30,
+        }
+    }
+}
+
+/// An obstacle: exactly one of `sphere` and `box`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObstacleSpec {
+    /// A sphere.
+    pub sphere: Option<SphereSpec>,
+    /// An axis-aligned box.
+    #[serde(rename = "box")]
+    pub aabb: Option<BoxSpec>,
+    /// Removed after this many seconds.
+    pub ttl_s: Option<f32>,
+}
+
+/// `{ center, radius_m }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SphereSpec {
+    /// Centre, metres.
+    pub center: [f32; 3],
+    /// Radius, metres.
+    pub radius_m: f32,
+}
+
+/// `{ min, max }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxSpec {
+    /// Minimum corner.
+    pub min: [f32; 3],
+    /// Maximum corner.
+    pub max: [f32; 3],
+}
+
+/// A goal: `at` (a point) or `waypoints` (a path).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoalSpec {
+    /// A point goal.
+    pub at: Option<[f32; 3]>,
+    /// A waypoint path.
+    pub waypoints: Option<Vec<[f32; 3]>>,
+    /// Whether a path loops. Default false.
+    #[serde(default)]
+    pub looping: bool,
+    /// Arrive radius, metres. Default 8.
+    pub arrive_radius_m: Option<f32>,
+    /// Removed after this many seconds.
+    pub ttl_s: Option<f32>,
+}
+
+/// A predator.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredatorSpec {
+    /// `static`, `pointer` or `hunter`. Default `hunter`.
+    pub mode: Option<PredatorMode>,
+    /// Where, metres.
+    pub position: [f32; 3],
+    /// Top speed (default 1.5 × the boids').
+    pub max_speed_mps: Option<f32>,
+    /// Removed after this many seconds.
+    pub ttl_s: Option<f32>,
+}
+
+/// Something that happens at a tick or a time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// The tick it happens at (before that tick is stepped).
+    pub at_tick: Option<u64>,
+    /// Or the simulated time, seconds.
+    pub at_s: Option<f64>,
+    /// Change parameters.
+    pub patch_params: Option<ParamsPatch>,
+    /// Kill this many boids, chosen at random from the seed.
+    pub kill_count: Option<usize>,
+    /// Kill this fraction of the boids alive (0 ..= 1).
+    pub kill_fraction: Option<f64>,
+    /// Add a predator.
+    pub add_predator: Option<PredatorSpec>,
+    /// Add an obstacle.
+    pub add_obstacle: Option<ObstacleSpec>,
+    /// Add a goal.
+    pub add_goal: Option<GoalSpec>,
+    /// Remove the agent with this id.
+    pub remove_agent: Option<u32>,
+}
+
+/// A scenario error: the file, the line (when known), the field and what
+/// is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}: `{field}`: {detail}")]
+pub struct ScenarioError {
+    /// The scenario file.
+    pub file: String,
+    /// 1-based line (0 when not known).
+    pub line: usize,
+    /// The field at fault.
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub detail: String,
+}
+
+/// The first line of `text` that assigns `key` (`key =` or `key=`), after
+/// line `from` (so an array-of-tables entry finds its own key).
+fn line_of(text: &str, key: &str, from: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, l)| {
+            let t = l.trim_start();
+            t.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map_or(0, |(i, _)| i + 1)
+}
+
+/// The line of the `n`-th (0-based) `[[table]]` header.
+fn line_of_table(text: &str, table: &str, n: usize) -> usize {
+    let header = format!("[[{table}]]");
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == header)
+        .nth(n)
+        .map_or(0, |(i, _)| i + 1)
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            line: 0,
+            field: "file".into(),
+            detail: format!("cannot read it: {e}"),
+        })?;
+        Self::parse(&file, &text)
+    }
+
+    /// Parses and validates scenario text (`file` names it in errors).
+    pub fn parse(file: &str, text: &str) -> Result<Self, ScenarioError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |sp| {
+                text[..sp.start.min(text.len())].matches('\n').count() + 1
+            });
+            let msg = e.message().to_owned();
+            let field = msg
+                .split('`')
+                .nth(1)
+                .filter(|_| msg.contains("unknown field") || msg.contains("missing field"))
+                .unwrap_or("")
+                .to_owned();
+            ScenarioError {
+                file: file.to_owned(),
+                line,
+                field,
+                detail: msg,
+            }
+        })?;
+        s.validate(file, text)?;
+        Ok(s)
+    }
+
+    fn validate(&self, file: &str, text: &str) -> Result<(), ScenarioError> {
+        let err = |field: &str, line: usize, detail: String| ScenarioError {
+            file: file.to_owned(),
+            line,
+            field: field.to_owned(),
+            detail,
+        };
+        if let Err(e) = self.params.validate() {
+            let params_at = text
+                .lines()
+                .position(|l| l.trim() == "[params]")
+                .map_or(0, |i| i + 1);
+            return Err(err(
+                &format!("params.{}", e.field),
+                line_of(
+                    text,
+                    e.field.split('[').next().unwrap_or(e.field),
+                    params_at,
+                ),
+                format!("{} is not allowed: {}", e.value, e.allowed),
+            ));
+        }
+        if let Err(e) = self.swarm.validate() {
+            return Err(err(
+                &format!("swarm.{}", e.field),
+                line_of(text, e.field, 0),
+                format!("{}: allowed {}", e.value, e.allowed),
+            ));
+        }
+        if self.population > MAX_POPULATION {
+            return Err(err(
+                "population",
+                line_of(text, "population", 0),
+                format!(
+                    "{} is too many: allowed 0 ..= {MAX_POPULATION}",
+                    self.population
+                ),
+            ));
+        }
+        if !(1..=10_000_000).contains(&self.ticks) {
+            return Err(err(
+                "ticks",
+                line_of(text, "ticks", 0),
+                format!("{}: allowed 1 ..= 10000000", self.ticks),
+            ));
+        }
+        if !(1..=100_000).contains(&self.output.metrics_every) {
+            return Err(err(
+                "output.metrics_every",
+                line_of(text, "metrics_every", 0),
+                format!("{}: allowed 1 ..= 100000", self.output.metrics_every),
+            ));
+        }
+        if self.output.trajectories_every > 100_000 {
+            return Err(err(
+                "output.trajectories_every",
+                line_of(text, "trajectories_every", 0),
+                format!("{}: allowed 0 ..= 100000", self.output.trajectories_every),
+            ));
+        }
+        for (k, e) in self.events.iter().enumerate() {
+            let at = line_of_table(text, "events", k);
+            let actions = [
+                e.patch_params.is_some(),
+                e.kill_count.is_some(),
+                e.kill_fraction.is_some(),
+                e.add_predator.is_some(),
+                e.add_obstacle.is_some(),
+                e.add_goal.is_some(),
+                e.remove_agent.is_some(),
+            ]
+            .iter()
+            .filter(|&&a| a)
+            .count();
+            if actions != 1 {
+                return Err(err(
+                    &format!("events[{k}]"),
+                    at,
+                    format!(
+                        "{actions} actions: give exactly one of patch_params, kill_count, kill_fraction, add_predator, add_obstacle, add_goal, remove_agent"
+                    ),
+                ));
+            }
+            match (e.at_tick, e.at_s) {
+                (Some(_), None) => {}
+                (None, Some(s)) if s.is_finite() && s >= 0.0 => {}
+                _ => {
+                    return Err(err(
+                        &format!("events[{k}].at_tick"),
+                        at,
+                        "give exactly one of at_tick and a finite at_s >= 0".into(),
+                    ));
+                }
+            }
+            if let Some(f) = e.kill_fraction
+                && !(f.is_finite() && (0.0..=1.0).contains(&f))
+            {
+                return Err(err(
+                    &format!("events[{k}].kill_fraction"),
+                    line_of(text, "kill_fraction", at),
+                    format!("{f}: allowed 0 ..= 1"),
+                ));
+            }
+            if let Some(p) = &e.patch_params
+                && let Err(pe) = self.params.patched(p)
+            {
+                return Err(err(
+                    &format!("events[{k}].patch_params.{}", pe.field),
+                    line_of(text, pe.field, at),
+                    format!("{}: allowed {}", pe.value, pe.allowed),
+                ));
+            }
+        }
+        // Agents are validated by building the flock once (cheaply, without boids).
+        let mut probe = self.build_with(0).map_err(|(field, detail)| {
+            let (table, idx) = field
+                .split_once('[')
+                .map_or((field.as_str(), 0), |(t, rest)| {
+                    (t, rest.trim_end_matches(']').parse().unwrap_or(0))
+                });
+            err(&field, line_of_table(text, table, idx), detail)
+        })?;
+        for (k, e) in self.events.iter().enumerate() {
+            if let Some(spec) = &e.add_obstacle {
+                add_obstacle(&mut probe, spec).map_err(|d| {
+                    err(
+                        &format!("events[{k}].add_obstacle"),
+                        line_of_table(text, "events", k),
+                        d,
+                    )
+                })?;
+            }
+            if let Some(spec) = &e.add_goal {
+                add_goal(&mut probe, spec).map_err(|d| {
+                    err(
+                        &format!("events[{k}].add_goal"),
+                        line_of_table(text, "events", k),
+                        d,
+                    )
+                })?;
+            }
+            if let Some(spec) = &e.add_predator {
+                add_predator(&mut probe, spec).map_err(|d| {
+                    err(
+                        &format!("events[{k}].add_predator"),
+                        line_of_table(text, "events", k),
+                        d,
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tick an event happens at.
+    pub fn event_tick(&self, e: &Event) -> u64 {
+        e.at_tick.unwrap_or_else(|| {
+            (e.at_s.unwrap_or(0.0) * f64::from(self.params.tick_hz)).round() as u64
+        })
+    }
+
+    /// The flock at tick 0 with `seed`.
+    pub fn build(&self, seed: u64) -> Result<Flock, ScenarioError> {
+        let mut s = self.clone();
+        s.seed = seed;
+        s.build_with(self.population)
+            .map_err(|(field, detail)| ScenarioError {
+                file: self.name.clone(),
+                line: 0,
+                field,
+                detail,
+            })
+    }
+
+    fn build_with(&self, population: usize) -> Result<Flock, (String, String)> {
+        let uniform = matches!(self.placement, Placement::Uniform);
+        let mut f = Flock::new(FlockConfig {
+            params: self.params,
+            population: if uniform { population } else { 0 },
+            seed: self.seed,
+        })
+        .map_err(|e| ("params".to_owned(), e.to_string()))?;
+        if let Placement::Ball { center, radius_m } = self.placement {
+            f.spawn_boids(Vec3::from(center), radius_m, population)
+                .map_err(|e| ("placement".to_owned(), e.to_string()))?;
+        }
+        for (k, o) in self.obstacles.iter().enumerate() {
+            add_obstacle(&mut f, o).map_err(|d| (format!("obstacles[{k}]"), d))?;
+        }
+        for (k, g) in self.goals.iter().enumerate() {
+            add_goal(&mut f, g).map_err(|d| (format!("goals[{k}]"), d))?;
+        }
+        for (k, p) in self.predators.iter().enumerate() {
+            add_predator(&mut f, p).map_err(|d| (format!("predators[{k}]"), d))?;
+        }
+        Ok(f)
+    }
+}
+
+/// Adds an obstacle from its spec.
+pub fn add_obstacle(f: &mut Flock, o: &ObstacleSpec) -> Result<u32, String> {
+    let shape = match (o.sphere, o.aabb) {
+        (Some(s), None) => Shape::Sphere {
+            center: Vec3::from(s.center),
+            radius_m: s.radius_m,
+        },
+        (None, Some(b)) => Shape::Box {
+            min: Vec3::from(b.min),
+            max: Vec3::from(b.max),
+        },
+        _ => return Err("give exactly one of `sphere` and `box`".into()),
+    };
+    f.add_obstacle(shape, o.ttl_s).map_err(|e| e.to_string())
+}
+
+/// Adds a goal from its spec.
+pub fn add_goal(f: &mut Flock, g: &GoalSpec) -> Result<u32, String> {
+    let kind = match (g.at, &g.waypoints) {
+        (Some(at), None) => GoalKind::Point { at: Vec3::from(at) },
+        (None, Some(w)) => GoalKind::Path {
+            waypoints: w.iter().map(|&p| Vec3::from(p)).collect(),
+            looping: g.looping,
+        },
+        _ => return Err("give exactly one of `at` and `waypoints`".into()),
+    };
+    f.add_goal(kind, g.arrive_radius_m.unwrap_or(8.0), g.ttl_s)
+        .map_err(|e| e.to_string())
+}
+
+/// Adds a predator from its spec.
+pub fn add_predator(f: &mut Flock, p: &PredatorSpec) -> Result<u32, String> {
+    f.add_predator(
+        p.mode.unwrap_or(PredatorMode::Hunter),
+        Vec3::from(p.position),
+        p.max_speed_mps,
+        p.ttl_s,
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str, line: usize, field: &str) {
+        let e = Scenario::parse("s.toml", text).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
+        assert!(e.to_string().starts_with(&format!("s.toml:{line}:")), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_field() {
+        check("seed = 3\nbogus = 1\n", 2, "bogus");
+        check(
+            "population = 10\n[params]\nw_sep = 2\nfov_deg = 720\n",
+            4,
+            "params.fov_deg",
+        );
+        check("[output]\nmetrics_every = 0\n", 2, "output.metrics_every");
+        check(
+            "[[obstacles]]\nsphere = { center = [1, 2, 3], radius_m = 5 }\n[[obstacles]]\nsphere = { center = [1, 2, 3], radius_m = -5 }\n",
+            3,
+            "obstacles[1]",
+        );
+        check(
+            "[[events]]\nat_tick = 5\nkill_fraction = 1.5\n",
+            3,
+            "events[0].kill_fraction",
+        );
+        check("[[events]]\nat_tick = 5\n", 1, "events[0]");
+        check(
+            "[[events]]\nat_s = 1.0\n[events.patch_params]\nw_ali = -1\n",
+            4,
+            "events[0].patch_params.w_ali",
+        );
+        check("ticks = \"many\"\n", 1, "");
+    }
+
+    #[test]
+    fn a_full_scenario_parses() {
+        let s = Scenario::parse(
+            "s.toml",
+            r#"
+name = "demo"
+seed = 7
+population = 200
+ticks = 120
+[placement]
+kind = "ball"
+center = [50, 50, 20]
+radius_m = 10
+[params]
+world_m = [100, 100, 40]
+[output]
+trajectories_every = 10
+[[obstacles]]
+box = { min = [10, 10, 10], max = [20, 20, 20] }
+[[goals]]
+waypoints = [[20, 20, 20], [80, 80, 20]]
+looping = true
+[[predators]]
+mode = "hunter"
+position = [5, 5, 5]
+[[events]]
+at_s = 1.0
+kill_fraction = 0.1
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.event_tick(&s.events[0]), 60);
+        let f = s.build(7).unwrap();
+        assert_eq!(f.len(), 200);
+        assert_eq!(f.agents().obstacles().len(), 1);
+        assert!(
+            f.boids()
+                .iter()
+                .all(|b| (b.p - Vec3::new(50.0, 50.0, 20.0)).length() <= 10.0 + 1e-3)
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! `starling run`: scenario files headless, through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("starling-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn starling(args: &[&str], threads: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", threads)
+        .output()
+        .unwrap()
+}
+
+const SCENARIO: &str = r#"
+name = "test"
+seed = 5
+population = 300
+ticks = 240
+[params]
+world_m = [60, 60, 30]
+[output]
+metrics_every = 5
+trajectories_every = 60
+[[obstacles]]
+sphere = { center = [30, 30, 15], radius_m = 5 }
+[[goals]]
+at = [10, 10, 15]
+[[events]]
+at_s = 2.0
+kill_count = 30
+"#;
+
+fn write(dir: &Path, text: &str) -> String {
+    let p = dir.join("s.toml");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn a_scenario_runs_headless_and_writes_the_documented_files() {
+    let dir = scratch("files");
+    let scenario = write(&dir, SCENARIO);
+    let out = dir.join("out");
+    let r = starling(&["run", &scenario, "--out", out.to_str().unwrap()], "2");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let metrics = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    let mut lines = metrics.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("tick,time_s,n_boids,order")
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 240 / 5);
+    // The kill at 2 s (tick 120) shows in n_boids.
+    let n_at = |tick: &str| {
+        rows.iter()
+            .find(|r| r.starts_with(&format!("{tick},")))
+            .unwrap()
+            .split(',')
+            .nth(2)
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(n_at("115"), "300");
+    assert_eq!(n_at("125"), "270");
+    // Obstacle clearance and goal distance are filled in.
+    assert!(
+        rows[0].split(',').nth(11).is_some_and(|c| !c.is_empty()),
+        "{}",
+        rows[0]
+    );
+    let traj = std::fs::read_to_string(out.join("trajectories.csv")).unwrap();
+    assert_eq!(traj.lines().count(), 1 + 300 + 300 + 270 + 270);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ticks"], 240);
+    assert_eq!(summary["events_applied"], 1);
+    assert!(summary["ticks_per_s"].as_f64().unwrap() > 0.0);
+    assert!(!dir.join("out.partial").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_outputs_on_one_and_two_threads() {
+    let dir = scratch("threads");
+    let scenario = write(&dir, SCENARIO);
+    let (a, b) = (dir.join("one"), dir.join("two"));
+    assert!(
+        starling(&["run", &scenario, "--out", a.to_str().unwrap()], "1")
+            .status
+            .success()
+    );
+    assert!(
+        starling(&["run", &scenario, "--out", b.to_str().unwrap()], "2")
+            .status
+            .success()
+    );
+    for f in ["metrics.csv", "trajectories.csv"] {
+        assert!(
+            std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+    // A different seed gives a different run.
+    let c = dir.join("other");
+    assert!(
+        starling(
+            &[
+                "run",
+                &scenario,
+                "--seeds",
+                "6",
+                "--out",
+                c.to_str().unwrap()
+            ],
+            "2"
+        )
+        .status
+        .success()
+    );
+    assert!(
+        std::fs::read(a.join("metrics.csv")).unwrap()
+            != std::fs::read(c.join("metrics.csv")).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn seed_batches_summarise_mean_and_spread() {
+    let dir = scratch("batch");
+    let scenario = write(&dir, SCENARIO);
+    let out = dir.join("batch");
+    let r = starling(
+        &[
+            "run",
+            &scenario,
+            "--seeds",
+            "1..3",
+            "--ticks",
+            "60",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for seed in 1..=3 {
+        assert!(out.join(format!("seed-{seed}/metrics.csv")).exists());
+    }
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["seeds"], serde_json::json!([1, 2, 3]));
+    assert_eq!(s["runs"].as_array().unwrap().len(), 3);
+    let fo = &s["final_order"];
+    assert!(
+        fo["min"].as_f64().unwrap() <= fo["mean"].as_f64().unwrap()
+            && fo["mean"].as_f64().unwrap() <= fo["max"].as_f64().unwrap()
+    );
+    assert!(
+        fo["std"].as_f64().unwrap() > 0.0,
+        "three seeds differ: {fo}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
+    let dir = scratch("bad");
+    for (text, want) in [
+        (
+            "population = 10\n[params]\nw_sep = 1\nmax_speed_mps = -3\n",
+            ":4: `params.max_speed_mps`",
+        ),
+        ("population = 10\nspeed = 3\n", ":2: `speed`"),
+        (
+            "[[events]]\nat_tick = 3\nkill_fraction = 2\n",
+            ":3: `events[0].kill_fraction`",
+        ),
+    ] {
+        let scenario = write(&dir, text);
+        let out = dir.join("never");
+        let r = starling(&["run", &scenario, "--out", out.to_str().unwrap()], "2");
+        assert!(!r.status.success());
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains(&format!("s.toml{want}")), "{err}");
+        assert!(!out.exists() && !dir.join("never.partial").exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_example_scenarios_are_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            starling_server::scenario::Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 3);
+}
