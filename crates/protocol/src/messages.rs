@@ -304,6 +304,11 @@ pub enum Command {
         /// New seed.
         seed: Option<u64>,
     },
+    /// Failure injection: kill boids chosen at random from the run's seed.
+    KillBoids {
+        /// How many.
+        count: u32,
+    },
 }
 
 impl Command {
@@ -316,7 +321,7 @@ impl Command {
             // Moving or removing an agent needs the agent's kind, which
             // only the server knows; the server checks it.
             Command::MoveAgent { .. } | Command::RemoveAgent { .. } => CommandKind::Predator,
-            Command::SpawnBoids { .. } => CommandKind::Boids,
+            Command::SpawnBoids { .. } | Command::KillBoids { .. } => CommandKind::Boids,
             Command::PatchParams { .. } | Command::Preset { .. } => CommandKind::Params,
             Command::Pause | Command::Resume | Command::Step { .. } | Command::Reset { .. } => {
                 CommandKind::Control

@@ -111,6 +111,7 @@ fn command() -> impl Strategy<Value = Command> {
         Just(Command::Resume),
         any::<u32>().prop_map(|n| Command::Step { n }),
         any::<Option<u64>>().prop_map(|seed| Command::Reset { seed }),
+        any::<u32>().prop_map(|count| Command::KillBoids { count }),
     ]
 }
 

@@ -61,6 +61,11 @@ pub enum Op {
         /// Ids.
         ids: Vec<u32>,
     },
+    /// Failure injection: kill boids chosen at random from the seed.
+    KillBoids {
+        /// How many (at most the boids alive).
+        count: usize,
+    },
     /// Grow or shrink the flock to exactly this many boids.
     SetPopulation {
         /// Target population.
@@ -100,6 +105,7 @@ impl Op {
             Op::RemoveAgent { .. } => "remove_agent",
             Op::SpawnBoids { .. } => "spawn_boids",
             Op::RemoveBoids { .. } => "remove_boids",
+            Op::KillBoids { .. } => "kill_boids",
             Op::SetPopulation { .. } => "set_population",
             Op::PatchParams(_) => "patch_params",
             Op::Preset(_) => "preset",

@@ -38,6 +38,7 @@ pub fn routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(spawn_boids))
         .routes(routes!(remove_boids))
         .routes(routes!(set_population))
+        .routes(routes!(kill_boids))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(step))
@@ -587,6 +588,48 @@ struct SpawnBody {
 #[serde(deny_unknown_fields)]
 struct RemoveBoidsBody {
     ids: Vec<u32>,
+}
+
+/// `POST /boids/kill`: exactly one of `count` and `fraction`.
+#[derive(Debug, Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct KillBody {
+    /// How many boids to kill.
+    count: Option<usize>,
+    /// Or what fraction of the boids alive, 0 ..= 1.
+    fraction: Option<f64>,
+}
+
+/// Failure injection: kills boids chosen at random from the run's seed (operator).
+#[utoipa::path(post, path = "/boids/kill", tag = "boids", request_body = KillBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
+async fn kill_boids(
+    State(s): State<Shared>,
+    caller: Caller,
+    Body(b): Body<KillBody>,
+) -> Result<Json<AppliedBody>, ApiError> {
+    caller.require(Role::Operator, "killing boids")?;
+    let count = match (b.count, b.fraction) {
+        (Some(n), None) => n,
+        (None, Some(f)) if f.is_finite() && (0.0..=1.0).contains(&f) => {
+            (f * s.state().population as f64).round() as usize
+        }
+        (None, Some(f)) => {
+            return Err(ApiError::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("fraction".into()),
+                format!("fraction = {f}: allowed 0 ..= 1"),
+            ));
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("count".into()),
+                "give exactly one of `count` and `fraction`",
+            ));
+        }
+    };
+    Ok(applied(StatusCode::OK, s.submit(Op::KillBoids { count }).await?).1)
 }
 
 #[derive(Debug, Deserialize, ToSchema, Default)]

@@ -418,6 +418,9 @@ impl State {
             Op::RemoveBoids { ids } => {
                 f.remove_boids(&ids)?;
             }
+            Op::KillBoids { count } => {
+                f.kill_random(count)?;
+            }
             Op::SetPopulation { population } => f.set_population(population)?,
             Op::PatchParams(patch) => {
                 let before: Params = *f.params();

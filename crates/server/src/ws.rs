@@ -515,6 +515,9 @@ async fn command_reply(
         Command::Resume => Op::Resume,
         Command::Step { n } => Op::Step { n },
         Command::Reset { seed } => Op::Reset { seed },
+        Command::KillBoids { count } => Op::KillBoids {
+            count: count as usize,
+        },
     };
     if creates {
         s.check_pilot_cap(role, key)?;

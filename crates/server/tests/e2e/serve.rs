@@ -650,3 +650,44 @@ async fn swarm_metrics_reach_rest_prometheus_and_viewers() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_injection_kills_boids_over_rest_and_websocket() {
+    let server = TestServer::start(test_config()).await;
+    let (s, b) = rest(
+        Method::POST,
+        &server.url("/api/v1/boids/kill"),
+        None,
+        Some(json!({ "fraction": 0.1 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(get(&server.url("/api/v1/state")).await["population"], 900);
+    let (s, b) = rest(
+        Method::POST,
+        &server.url("/api/v1/boids/kill"),
+        None,
+        Some(json!({ "fraction": 1.5 })),
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (422, Some("fraction")), "{b}");
+    let (s, b) = rest(
+        Method::POST,
+        &server.url("/api/v1/boids/kill"),
+        None,
+        Some(json!({ "count": 5000 })),
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (422, Some("count")), "{b}");
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    assert!(matches!(
+        v.command(9, Command::KillBoids { count: 100 }).await,
+        Reply::Ack(_)
+    ));
+    // The viewers' next keyframe (the population changed) holds 800 boids.
+    let mut f = v.next_frame().await;
+    while f.len() != 800 {
+        f = v.next_frame().await;
+    }
+    server.stop().await.unwrap();
+}
