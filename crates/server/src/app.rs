@@ -168,6 +168,7 @@ pub async fn run(
             snapshot_hz: config.snapshot_hz,
             keyframe_interval_s: config.keyframe_interval_s,
             swarm: config.swarm,
+            record: config.record.clone(),
         },
         telemetry.clone(),
     )?;

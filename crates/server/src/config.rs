@@ -34,6 +34,8 @@ pub struct Config {
     pub web_dir: PathBuf,
     /// Checkpoint file: resumed from at start when present, written on shutdown.
     pub state_file: Option<PathBuf>,
+    /// Record every applied command (and state digests) here, for `starling replay`.
+    pub record: Option<PathBuf>,
     /// Token granting the viewer role.
     pub viewer_token: Option<String>,
     /// Token granting the pilot role.
@@ -67,6 +69,7 @@ impl Default for Config {
             keyframe_interval_s: 10.0,
             web_dir: PathBuf::from("web-client/dist"),
             state_file: None,
+            record: None,
             viewer_token: None,
             pilot_token: None,
             operator_token: None,

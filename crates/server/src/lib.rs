@@ -15,6 +15,7 @@
 //!   `telemetry.rs`: Prometheus metrics.
 //! - `scenario.rs`: scenario files (TOML, validated with file:line:field);
 //!   `headless.rs`: `starling run`, CSV and JSON outputs, seed batches.
+//! - `recording.rs`: record (`serve --record`) and `starling replay`.
 //! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`);
 //!   `fanout.rs`: benchmark C, many viewers of a child server process.
 //!
@@ -35,6 +36,7 @@ pub mod fanout;
 pub mod headless;
 pub mod ops;
 pub mod published;
+pub mod recording;
 pub mod rest;
 pub mod scenario;
 pub mod shared;

@@ -67,6 +67,10 @@ struct ServeArgs {
     /// Token for the operator role (required on a non-loopback address).
     #[arg(long, env = "STARLING_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// Record every applied command and state digests to this file (JSON
+    /// Lines), for `starling replay`.
+    #[arg(long, env = "STARLING_RECORD")]
+    record: Option<PathBuf>,
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
@@ -79,6 +83,12 @@ struct ServeArgs {
 enum Cmd {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
+    /// Replay a recording (`serve --record`) and check it reproduces the
+    /// recorded states bit for bit.
+    Replay {
+        /// The recording.
+        file: PathBuf,
+    },
     /// Run a scenario file headless, as fast as possible; writes
     /// metrics.csv, trajectories.csv and summary.json.
     Run {
@@ -149,6 +159,10 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
         Cmd::Serve(args) => serve(args)?,
+        Cmd::Replay { file } => {
+            let report = starling_server::recording::replay(&file, |_| {})?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
         Cmd::Run {
             scenario,
             ticks,
@@ -310,6 +324,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         config.params.dims = v;
     }
     config.state_file = args.state_file.or(config.state_file);
+    config.record = args.record.or(config.record);
     config.viewer_token = args.viewer_token.or(config.viewer_token);
     config.pilot_token = args.pilot_token.or(config.pilot_token);
     config.operator_token = args.operator_token.or(config.operator_token);

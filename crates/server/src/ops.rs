@@ -2,11 +2,15 @@
 //! [`Op`] per request, answered through a oneshot channel once the tick
 //! loop has applied it at a tick boundary (or refused it, changing nothing).
 
-use starling_sim::{GoalKind, ParamsPatch, PredatorMode, Preset, Shape, SimError, Vec3};
+use serde::{Deserialize, Serialize};
+use starling_sim::{
+    Flock, GoalKind, ParamError, ParamsPatch, PredatorMode, Preset, Shape, SimError, Vec3,
+};
 use tokio::sync::oneshot;
 
-/// One change to the simulation.
-#[derive(Debug, Clone)]
+/// One change to the simulation (serialisable: recordings store them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// Add a predator.
     AddPredator {
@@ -147,4 +151,88 @@ pub struct Request {
     pub op: Op,
     /// Where the answer goes.
     pub reply: oneshot::Sender<Result<Applied, OpError>>,
+}
+
+/// Applies an op to the flock: the one place ops take effect (the tick
+/// loop, replays and headless runs all use it). `paused` is the loop's
+/// pause state; `step` advances one tick (the server times it). A refused
+/// op changes nothing.
+pub fn apply(
+    f: &mut Flock,
+    paused: &mut bool,
+    op: Op,
+    mut step: impl FnMut(&mut Flock),
+) -> Result<Applied, OpError> {
+    let tick = f.tick();
+    let mut created_id = None;
+    match op {
+        Op::AddPredator {
+            mode,
+            position,
+            max_speed_mps,
+            ttl_s,
+        } => created_id = Some(f.add_predator(mode, position, max_speed_mps, ttl_s)?),
+        Op::AddGoal {
+            kind,
+            arrive_radius_m,
+            ttl_s,
+        } => created_id = Some(f.add_goal(kind, arrive_radius_m, ttl_s)?),
+        Op::AddObstacle { shape, ttl_s } => created_id = Some(f.add_obstacle(shape, ttl_s)?),
+        Op::MoveAgent { id, to } => {
+            f.move_agent(id, to)?;
+        }
+        Op::RemoveAgent { id } => {
+            f.remove_agent(id)?;
+        }
+        Op::SpawnBoids {
+            center,
+            count,
+            spread_m,
+        } => {
+            f.spawn_boids(center, spread_m, count)?;
+        }
+        Op::RemoveBoids { ids } => {
+            f.remove_boids(&ids)?;
+        }
+        Op::KillBoids { count } => {
+            f.kill_random(count)?;
+        }
+        Op::SetPopulation { population } => f.set_population(population)?,
+        Op::PatchParams(patch) => {
+            f.patch_params(&patch).map_err(SimError::from)?;
+        }
+        Op::Preset(preset) => {
+            let p = f.params().with_preset(preset);
+            f.set_params(p).map_err(SimError::from)?;
+        }
+        Op::Pause => *paused = true,
+        Op::Resume => *paused = false,
+        Op::Step { n } => {
+            if !*paused {
+                return Err(OpError::Conflict(
+                    "step advances a paused simulation: pause it first".into(),
+                ));
+            }
+            if n == 0 || n > MAX_STEP_TICKS {
+                return Err(SimError::from(ParamError::new(
+                    "n",
+                    n,
+                    format!("1 ..= {MAX_STEP_TICKS}"),
+                ))
+                .into());
+            }
+            for _ in 0..n {
+                step(f);
+            }
+            return Ok(Applied {
+                tick,
+                created_id: None,
+            });
+        }
+        Op::Reset { seed } => f.reset(seed),
+    }
+    Ok(Applied {
+        tick: f.tick(),
+        created_id,
+    })
 }

@@ -18,12 +18,13 @@ use starling_sim::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::ops::{Applied, MAX_STEP_TICKS, Op, OpError, Request};
+use crate::ops::{Applied, Op, OpError, Request};
 use crate::published::{Broadcast, Published};
+use crate::recording::Recorder;
 use crate::telemetry::Telemetry;
 
 /// How the loop paces snapshots.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LoopConfig {
     /// Most snapshots per second (viewers may ask for fewer).
     pub snapshot_hz: u32,
@@ -32,6 +33,8 @@ pub struct LoopConfig {
     pub keyframe_interval_s: f32,
     /// Swarm-metric distances.
     pub swarm: SwarmConfig,
+    /// Record every applied op (and digests) to this file, for `starling replay`.
+    pub record: Option<std::path::PathBuf>,
 }
 
 /// Swarm metrics are measured every this many ticks (4 Hz at 60 Hz). They
@@ -159,6 +162,8 @@ struct State {
     swarm_results: SwarmResults,
     /// The boid buffer, here when the worker is idle.
     swarm_buf: Option<Vec<Boid>>,
+    /// The recording, when one was asked for.
+    recorder: Option<Recorder>,
 }
 
 impl State {
@@ -167,6 +172,10 @@ impl State {
         let swarm = SwarmMeter::default().measure(&flock, &cfg.swarm);
         telemetry.record_swarm(&swarm);
         let (swarm_jobs, swarm_results) = spawn_swarm_worker(cfg.swarm)?;
+        let recorder = match &cfg.record {
+            Some(path) => Some(Recorder::create(path, &flock)?),
+            None => None,
+        };
         let mut s = Self {
             flock,
             cfg,
@@ -188,12 +197,25 @@ impl State {
             swarm_jobs,
             swarm_results,
             swarm_buf: Some(Vec::new()),
+            recorder,
         };
         s.encode_broadcast();
         Ok(s)
     }
 
     fn run(
+        &mut self,
+        rx: mpsc::Receiver<Request>,
+        out: &watch::Sender<Arc<Published>>,
+        stop: &AtomicBool,
+    ) {
+        self.tick_until_stopped(rx, out, stop);
+        if let Some(rec) = self.recorder.as_mut() {
+            rec.finish(&self.flock);
+        }
+    }
+
+    fn tick_until_stopped(
         &mut self,
         mut rx: mpsc::Receiver<Request>,
         out: &watch::Sender<Arc<Published>>,
@@ -248,12 +270,10 @@ impl State {
     }
 
     fn step(&mut self) {
-        let t0 = Instant::now();
-        self.flock.step();
-        self.telemetry.ticks.inc();
-        self.telemetry
-            .tick_seconds
-            .observe(t0.elapsed().as_secs_f64());
+        timed_step(&mut self.flock, &self.telemetry);
+        if let Some(rec) = self.recorder.as_mut() {
+            rec.after_tick(&self.flock);
+        }
     }
 
     /// Snapshots go out every `tick_hz / snapshot_hz` ticks, and after any
@@ -387,86 +407,29 @@ impl State {
     }
 
     fn apply(&mut self, op: Op) -> Result<Applied, OpError> {
-        let f = &mut self.flock;
-        let mut created_id = None;
-        match op {
-            Op::AddPredator {
-                mode,
-                position,
-                max_speed_mps,
-                ttl_s,
-            } => created_id = Some(f.add_predator(mode, position, max_speed_mps, ttl_s)?),
-            Op::AddGoal {
-                kind,
-                arrive_radius_m,
-                ttl_s,
-            } => created_id = Some(f.add_goal(kind, arrive_radius_m, ttl_s)?),
-            Op::AddObstacle { shape, ttl_s } => created_id = Some(f.add_obstacle(shape, ttl_s)?),
-            Op::MoveAgent { id, to } => {
-                f.move_agent(id, to)?;
-            }
-            Op::RemoveAgent { id } => {
-                f.remove_agent(id)?;
-            }
-            Op::SpawnBoids {
-                center,
-                count,
-                spread_m,
-            } => {
-                f.spawn_boids(center, spread_m, count)?;
-            }
-            Op::RemoveBoids { ids } => {
-                f.remove_boids(&ids)?;
-            }
-            Op::KillBoids { count } => {
-                f.kill_random(count)?;
-            }
-            Op::SetPopulation { population } => f.set_population(population)?,
-            Op::PatchParams(patch) => {
-                let before: Params = *f.params();
-                f.patch_params(&patch)
-                    .map_err(starling_sim::SimError::from)?;
-                if *f.params() != before {
-                    self.params_version += 1;
-                }
-            }
-            Op::Preset(preset) => {
-                let p = f.params().with_preset(preset);
-                f.set_params(p).map_err(starling_sim::SimError::from)?;
-                self.params_version += 1;
-            }
-            Op::Pause => self.paused = true,
-            Op::Resume => self.paused = false,
-            Op::Step { n } => {
-                if !self.paused {
-                    return Err(OpError::Conflict(
-                        "step advances a paused simulation: pause it first".into(),
-                    ));
-                }
-                if n == 0 || n > MAX_STEP_TICKS {
-                    return Err(starling_sim::SimError::from(starling_sim::ParamError::new(
-                        "n",
-                        n,
-                        format!("1 ..= {MAX_STEP_TICKS}"),
-                    ))
-                    .into());
-                }
-                let tick = self.flock.tick();
-                for _ in 0..n {
-                    self.step();
-                }
-                return Ok(Applied {
-                    tick,
-                    created_id: None,
-                });
-            }
-            Op::Reset { seed } => f.reset(seed),
+        let before = *self.flock.params();
+        let record = self.recorder.is_some().then(|| op.clone());
+        let tick = self.flock.tick();
+        let tel = self.telemetry.clone();
+        let result = crate::ops::apply(&mut self.flock, &mut self.paused, op, |f| {
+            timed_step(f, &tel);
+        });
+        if *self.flock.params() != before {
+            self.params_version += 1;
         }
-        Ok(Applied {
-            tick: self.flock.tick(),
-            created_id,
-        })
+        if let (Ok(_), Some(op), Some(rec)) = (&result, record, self.recorder.as_mut()) {
+            rec.op(tick, &op);
+        }
+        result
     }
+}
+
+/// One tick, counted and timed in the metrics.
+fn timed_step(f: &mut Flock, telemetry: &Telemetry) {
+    let t0 = Instant::now();
+    f.step();
+    telemetry.ticks.inc();
+    telemetry.tick_seconds.observe(t0.elapsed().as_secs_f64());
 }
 
 fn agent_list(f: &Flock) -> AgentList {

@@ -214,7 +214,12 @@ impl Viewer {
 
     /// The next snapshot.
     pub(crate) async fn next_frame(&mut self) -> Frame {
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no frame within {WAIT:?}"
+            );
             match self.read_one().await {
                 Event::Frame(f) => return f,
                 Event::Closed => panic!("connection closed while waiting for a frame"),
@@ -225,7 +230,11 @@ impl Viewer {
 
     /// Reads until `pred` holds for what was seen (or the connection closes).
     pub(crate) async fn until(&mut self, mut pred: impl FnMut(&Seen) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
+            if tokio::time::Instant::now() >= deadline {
+                return pred(&self.seen);
+            }
             if pred(&self.seen) {
                 return true;
             }
@@ -242,7 +251,12 @@ impl Viewer {
             command,
         })
         .await;
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no reply within {WAIT:?}"
+            );
             match self.read_one().await {
                 Event::Ack(a) if a.request_id == request_id => return Reply::Ack(a),
                 Event::Error(e) if e.request_id == Some(request_id) => return Reply::Error(e),
