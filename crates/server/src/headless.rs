@@ -19,7 +19,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
 
-use crate::scenario::{Scenario, add_goal, add_obstacle, add_predator};
+use crate::recording::Recorder;
+use crate::scenario::{Scenario, apply_op};
 
 /// One run's results.
 #[derive(Debug, Clone, Serialize)]
@@ -116,6 +117,7 @@ pub fn run_one(
     ticks: u64,
     dir: &Path,
     bar: &ProgressBar,
+    record: Option<&Path>,
 ) -> Result<RunSummary> {
     if dir.exists() {
         bail!(
@@ -129,7 +131,7 @@ pub fn run_one(
             .with_context(|| format!("clearing {}", partial.display()))?;
     }
     std::fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
-    let result = run_into(s, seed, ticks, &partial, bar);
+    let result = run_into(s, seed, ticks, &partial, bar, record);
     match result {
         Ok(summary) => {
             std::fs::rename(&partial, dir)
@@ -149,8 +151,14 @@ fn run_into(
     ticks: u64,
     dir: &Path,
     bar: &ProgressBar,
+    record: Option<&Path>,
 ) -> Result<RunSummary> {
     let mut flock: Flock = s.build(seed)?;
+    let mut recorder = record
+        .map(|p| {
+            Recorder::create(p, &flock).with_context(|| format!("recording to {}", p.display()))
+        })
+        .transpose()?;
     let mut metrics = std::io::BufWriter::new(std::fs::File::create(dir.join("metrics.csv"))?);
     let mut traj = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.csv"))?);
     metrics.write_all(METRICS_HEADER.as_bytes())?;
@@ -172,13 +180,21 @@ fn run_into(
     bar.set_length(ticks);
     for _ in 0..ticks {
         while next_event < events.len() && events[next_event].0 <= flock.tick() {
-            let e = &s.events[events[next_event].1];
-            apply_event(&mut flock, e).with_context(|| {
-                format!("event {} at tick {}", events[next_event].1, flock.tick())
-            })?;
+            let k = events[next_event].1;
+            let op = s.events[k].op(flock.len()).map_err(anyhow::Error::msg)?;
+            let tick = flock.tick();
+            apply_op(&mut flock, op.clone())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("event {k} at tick {tick}"))?;
+            if let Some(rec) = recorder.as_mut() {
+                rec.op(tick, &op);
+            }
             next_event += 1;
         }
         flock.step();
+        if let Some(rec) = recorder.as_mut() {
+            rec.after_tick(&flock);
+        }
         let tick = flock.tick();
         if tick.is_multiple_of(s.output.metrics_every) {
             let m = *flock.metrics();
@@ -229,6 +245,9 @@ fn run_into(
     }
     metrics.flush()?;
     traj.flush()?;
+    if let Some(rec) = recorder.as_mut() {
+        rec.finish(&flock);
+    }
     let wall = t0.elapsed().as_secs_f64();
     let summary = RunSummary {
         scenario: s.name.clone(),
@@ -252,35 +271,18 @@ fn run_into(
     Ok(summary)
 }
 
-fn apply_event(f: &mut Flock, e: &crate::scenario::Event) -> Result<()> {
-    if let Some(p) = &e.patch_params {
-        f.patch_params(p)?;
-    }
-    if let Some(n) = e.kill_count {
-        f.kill_random(n.min(f.len()))?;
-    }
-    if let Some(frac) = e.kill_fraction {
-        let n = (frac * f.len() as f64).round() as usize;
-        f.kill_random(n.min(f.len()))?;
-    }
-    if let Some(p) = &e.add_predator {
-        add_predator(f, p).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(o) = &e.add_obstacle {
-        add_obstacle(f, o).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(g) = &e.add_goal {
-        add_goal(f, g).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(id) = e.remove_agent {
-        f.remove_agent(id)?;
-    }
-    Ok(())
-}
-
 /// Runs `seeds` (in parallel when more than one), each into `out/seed-N`
 /// (or `out` itself for a single seed), with progress bars on a terminal.
-pub fn run_batch(s: &Scenario, seeds: &[u64], ticks: u64, out: &Path) -> Result<BatchSummary> {
+pub fn run_batch(
+    s: &Scenario,
+    seeds: &[u64],
+    ticks: u64,
+    out: &Path,
+    record: Option<&Path>,
+) -> Result<BatchSummary> {
+    if record.is_some() && seeds.len() != 1 {
+        bail!("--record records one run: give a single seed");
+    }
     let multi = MultiProgress::new();
     let style =
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} ticks {per_sec} {eta}")
@@ -303,7 +305,7 @@ pub fn run_batch(s: &Scenario, seeds: &[u64], ticks: u64, out: &Path) -> Result<
                     .with_style(style.clone())
                     .with_prefix(format!("seed {seed}")),
             );
-            let r = run_one(s, seed, ticks, dir, &bar);
+            let r = run_one(s, seed, ticks, dir, &bar, record);
             bar.finish();
             r
         })

@@ -107,6 +107,9 @@ enum Cmd {
         /// (default: the scenario's seed).
         #[arg(long)]
         seeds: Option<String>,
+        /// Record the run (start state, events, digests) for `starling replay`.
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
     /// Measure the engine: prints one JSON line per (scenario, boids, threads).
     Bench {
@@ -169,6 +172,7 @@ fn main() -> Result<()> {
             until_seconds,
             out,
             seeds,
+            record,
         } => {
             use starling_server::headless::{parse_seeds, run_batch};
             let s = starling_server::scenario::Scenario::load(&scenario)?;
@@ -191,7 +195,7 @@ fn main() -> Result<()> {
                 .file_stem()
                 .map_or("run".into(), |x| x.to_string_lossy().into_owned());
             let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
-            let batch = run_batch(&s, &seeds, ticks, &out)?;
+            let batch = run_batch(&s, &seeds, ticks, &out, record.as_deref())?;
             println!(
                 "{} seed(s), {ticks} ticks each, into {}: final order {:.3} ± {:.3}, {:.0} ticks/s",
                 seeds.len(),

@@ -34,6 +34,7 @@
 
 use std::path::Path;
 
+use crate::ops::Op;
 use serde::Deserialize;
 use starling_sim::{
     Flock, FlockConfig, GoalKind, MAX_POPULATION, Params, ParamsPatch, PredatorMode, Shape,
@@ -414,33 +415,15 @@ impl Scenario {
                 });
             err(&field, line_of_table(text, table, idx), detail)
         })?;
+        // Agent-adding events are tried on the probe flock too (ids and
+        // caps aside, they either apply anywhere or nowhere).
         for (k, e) in self.events.iter().enumerate() {
-            if let Some(spec) = &e.add_obstacle {
-                add_obstacle(&mut probe, spec).map_err(|d| {
-                    err(
-                        &format!("events[{k}].add_obstacle"),
-                        line_of_table(text, "events", k),
-                        d,
-                    )
-                })?;
-            }
-            if let Some(spec) = &e.add_goal {
-                add_goal(&mut probe, spec).map_err(|d| {
-                    err(
-                        &format!("events[{k}].add_goal"),
-                        line_of_table(text, "events", k),
-                        d,
-                    )
-                })?;
-            }
-            if let Some(spec) = &e.add_predator {
-                add_predator(&mut probe, spec).map_err(|d| {
-                    err(
-                        &format!("events[{k}].add_predator"),
-                        line_of_table(text, "events", k),
-                        d,
-                    )
-                })?;
+            if e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some() {
+                e.op(0)
+                    .and_then(|op| apply_op(&mut probe, op))
+                    .map_err(|d| {
+                        err(&format!("events[{k}]"), line_of_table(text, "events", k), d)
+                    })?;
             }
         }
         Ok(())
@@ -479,20 +462,24 @@ impl Scenario {
                 .map_err(|e| ("placement".to_owned(), e.to_string()))?;
         }
         for (k, o) in self.obstacles.iter().enumerate() {
-            add_obstacle(&mut f, o).map_err(|d| (format!("obstacles[{k}]"), d))?;
+            obstacle_op(o)
+                .and_then(|op| apply_op(&mut f, op))
+                .map_err(|d| (format!("obstacles[{k}]"), d))?;
         }
         for (k, g) in self.goals.iter().enumerate() {
-            add_goal(&mut f, g).map_err(|d| (format!("goals[{k}]"), d))?;
+            goal_op(g)
+                .and_then(|op| apply_op(&mut f, op))
+                .map_err(|d| (format!("goals[{k}]"), d))?;
         }
         for (k, p) in self.predators.iter().enumerate() {
-            add_predator(&mut f, p).map_err(|d| (format!("predators[{k}]"), d))?;
+            apply_op(&mut f, predator_op(p)).map_err(|d| (format!("predators[{k}]"), d))?;
         }
         Ok(f)
     }
 }
 
-/// Adds an obstacle from its spec.
-pub fn add_obstacle(f: &mut Flock, o: &ObstacleSpec) -> Result<u32, String> {
+/// The op that adds an obstacle from its spec.
+pub fn obstacle_op(o: &ObstacleSpec) -> Result<Op, String> {
     let shape = match (o.sphere, o.aabb) {
         (Some(s), None) => Shape::Sphere {
             center: Vec3::from(s.center),
@@ -504,11 +491,14 @@ pub fn add_obstacle(f: &mut Flock, o: &ObstacleSpec) -> Result<u32, String> {
         },
         _ => return Err("give exactly one of `sphere` and `box`".into()),
     };
-    f.add_obstacle(shape, o.ttl_s).map_err(|e| e.to_string())
+    Ok(Op::AddObstacle {
+        shape,
+        ttl_s: o.ttl_s,
+    })
 }
 
-/// Adds a goal from its spec.
-pub fn add_goal(f: &mut Flock, g: &GoalSpec) -> Result<u32, String> {
+/// The op that adds a goal from its spec.
+pub fn goal_op(g: &GoalSpec) -> Result<Op, String> {
     let kind = match (g.at, &g.waypoints) {
         (Some(at), None) => GoalKind::Point { at: Vec3::from(at) },
         (None, Some(w)) => GoalKind::Path {
@@ -517,19 +507,63 @@ pub fn add_goal(f: &mut Flock, g: &GoalSpec) -> Result<u32, String> {
         },
         _ => return Err("give exactly one of `at` and `waypoints`".into()),
     };
-    f.add_goal(kind, g.arrive_radius_m.unwrap_or(8.0), g.ttl_s)
-        .map_err(|e| e.to_string())
+    Ok(Op::AddGoal {
+        kind,
+        arrive_radius_m: g.arrive_radius_m.unwrap_or(8.0),
+        ttl_s: g.ttl_s,
+    })
 }
 
-/// Adds a predator from its spec.
-pub fn add_predator(f: &mut Flock, p: &PredatorSpec) -> Result<u32, String> {
-    f.add_predator(
-        p.mode.unwrap_or(PredatorMode::Hunter),
-        Vec3::from(p.position),
-        p.max_speed_mps,
-        p.ttl_s,
-    )
-    .map_err(|e| e.to_string())
+/// The op that adds a predator from its spec.
+pub fn predator_op(p: &PredatorSpec) -> Op {
+    Op::AddPredator {
+        mode: p.mode.unwrap_or(PredatorMode::Hunter),
+        position: Vec3::from(p.position),
+        max_speed_mps: p.max_speed_mps,
+        ttl_s: p.ttl_s,
+    }
+}
+
+impl Event {
+    /// The op this event performs on a flock of `alive` boids (validated
+    /// events have exactly one action).
+    pub fn op(&self, alive: usize) -> Result<Op, String> {
+        if let Some(p) = &self.patch_params {
+            return Ok(Op::PatchParams(Box::new(*p)));
+        }
+        if let Some(n) = self.kill_count {
+            return Ok(Op::KillBoids {
+                count: n.min(alive),
+            });
+        }
+        if let Some(frac) = self.kill_fraction {
+            let n = (frac * alive as f64).round() as usize;
+            return Ok(Op::KillBoids {
+                count: n.min(alive),
+            });
+        }
+        if let Some(p) = &self.add_predator {
+            return Ok(predator_op(p));
+        }
+        if let Some(o) = &self.add_obstacle {
+            return obstacle_op(o);
+        }
+        if let Some(g) = &self.add_goal {
+            return goal_op(g);
+        }
+        if let Some(id) = self.remove_agent {
+            return Ok(Op::RemoveAgent { id });
+        }
+        Err("no action".into())
+    }
+}
+
+/// Applies an op outside the server (building a scenario, headless events).
+pub fn apply_op(f: &mut Flock, op: Op) -> Result<Option<u32>, String> {
+    let mut paused = false;
+    crate::ops::apply(f, &mut paused, op, |f| f.step())
+        .map(|a| a.created_id)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -210,3 +210,30 @@ fn the_example_scenarios_are_valid() {
     }
     assert!(n >= 3);
 }
+
+#[test]
+fn a_recorded_headless_run_replays() {
+    let dir = scratch("record");
+    let scenario = write(&dir, SCENARIO);
+    let rec = dir.join("run.jsonl");
+    let out = dir.join("out");
+    let r = starling(
+        &[
+            "run",
+            &scenario,
+            "--out",
+            out.to_str().unwrap(),
+            "--record",
+            rec.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = starling(&["replay", rec.to_str().unwrap()], "1");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(report["ops"], 1, "the kill event");
+    assert_eq!(report["final_tick"], 240);
+    assert!(report["digests_checked"].as_u64().unwrap() >= 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
