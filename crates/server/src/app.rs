@@ -162,6 +162,7 @@ pub async fn run(
     config.validate()?;
     let flock = initial_flock(&config)?;
     let telemetry = Arc::new(Telemetry::default());
+    let history = crate::history::History::default();
     let sim = SimLoop::spawn(
         flock,
         LoopConfig {
@@ -171,6 +172,7 @@ pub async fn run(
             record: config.record.clone(),
         },
         telemetry.clone(),
+        history.clone(),
     )?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shared = Shared::new(
@@ -180,6 +182,7 @@ pub async fn run(
         config.tokens(),
         config.limits(),
         stop_rx,
+        history,
     );
     let router = app(shared, &config.web_dir);
     tracing::info!(addr = %listener.local_addr()?, "serving");

@@ -34,6 +34,7 @@ pub mod auth;
 pub mod config;
 pub mod fanout;
 pub mod headless;
+pub mod history;
 pub mod ops;
 pub mod published;
 pub mod recording;

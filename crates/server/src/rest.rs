@@ -45,6 +45,7 @@ pub fn routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(reset))
         .routes(routes!(state))
         .routes(routes!(metrics))
+        .routes(routes!(trajectories))
         .split_for_parts()
 }
 
@@ -777,6 +778,49 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
         missed_ticks: st.missed_ticks,
         viewers: s.0.viewers.load(std::sync::atomic::Ordering::Relaxed),
     })
+}
+
+/// `GET /trajectories.csv` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct TrajectoryQuery {
+    /// Seconds of history, 1 ..= 60 (default 10).
+    seconds: Option<u32>,
+}
+
+/// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
+/// sampled at 2 Hz, in id order per sample; at most 60 s and 1M rows are kept.
+#[utoipa::path(get, path = "/trajectories.csv", tag = "state", params(TrajectoryQuery),
+    responses((status = 200, content_type = "text/csv", body = String), (status = "4XX", body = ErrorBody)))]
+async fn trajectories(
+    State(s): State<Shared>,
+    query: Result<axum::extract::Query<TrajectoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<([(axum::http::header::HeaderName, &'static str); 1], String), ApiError> {
+    let axum::extract::Query(q) = query.map_err(|e| {
+        let text = e.body_text();
+        let field = text
+            .split("unknown field `")
+            .nth(1)
+            .and_then(|r| r.split('`').next())
+            .unwrap_or("seconds")
+            .to_owned();
+        ApiError::invalid(StatusCode::BAD_REQUEST, Some(field), text)
+    })?;
+    let seconds = q.seconds.unwrap_or(10);
+    if !(1..=crate::history::HISTORY_MAX_S).contains(&seconds) {
+        return Err(ApiError::invalid(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("seconds".into()),
+            format!(
+                "seconds = {seconds}: allowed 1 ..= {}",
+                crate::history::HISTORY_MAX_S
+            ),
+        ));
+    }
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/csv")],
+        s.0.history.csv(seconds),
+    ))
 }
 
 /// `GET /metrics`.

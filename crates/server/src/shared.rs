@@ -84,6 +84,8 @@ pub struct Inner {
     buckets: Mutex<HashMap<String, Bucket>>,
     /// Open WebSocket connections (for the cap).
     pub viewers: std::sync::atomic::AtomicUsize,
+    /// Recent boid states for trajectory export.
+    pub history: crate::history::History,
 }
 
 impl Shared {
@@ -95,6 +97,7 @@ impl Shared {
         tokens: Tokens,
         limits: Limits,
         shutdown: watch::Receiver<bool>,
+        history: crate::history::History,
     ) -> Self {
         Self(Arc::new(Inner {
             requests,
@@ -107,6 +110,7 @@ impl Shared {
             pilot_agents: Mutex::default(),
             buckets: Mutex::default(),
             viewers: Default::default(),
+            history,
         }))
     }
 

@@ -18,6 +18,7 @@ use starling_sim::{
 };
 use tokio::sync::{mpsc, watch};
 
+use crate::history::History;
 use crate::ops::{Applied, Op, OpError, Request};
 use crate::published::{Broadcast, Published};
 use crate::recording::Recorder;
@@ -104,9 +105,10 @@ impl SimLoop {
         flock: Flock,
         cfg: LoopConfig,
         telemetry: Arc<Telemetry>,
+        history: History,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let mut state = State::new(flock, cfg, telemetry)?;
+        let mut state = State::new(flock, cfg, telemetry, history)?;
         let (pub_tx, pub_rx) = watch::channel(Arc::new(state.publish()));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
@@ -164,10 +166,17 @@ struct State {
     swarm_buf: Option<Vec<Boid>>,
     /// The recording, when one was asked for.
     recorder: Option<Recorder>,
+    /// Recent samples for trajectory export.
+    history: History,
 }
 
 impl State {
-    fn new(flock: Flock, cfg: LoopConfig, telemetry: Arc<Telemetry>) -> std::io::Result<Self> {
+    fn new(
+        flock: Flock,
+        cfg: LoopConfig,
+        telemetry: Arc<Telemetry>,
+        history: History,
+    ) -> std::io::Result<Self> {
         let agent_list = agent_list(&flock);
         let swarm = SwarmMeter::default().measure(&flock, &cfg.swarm);
         telemetry.record_swarm(&swarm);
@@ -198,6 +207,7 @@ impl State {
             swarm_results,
             swarm_buf: Some(Vec::new()),
             recorder,
+            history,
         };
         s.encode_broadcast();
         Ok(s)
@@ -274,6 +284,7 @@ impl State {
         if let Some(rec) = self.recorder.as_mut() {
             rec.after_tick(&self.flock);
         }
+        self.history.after_tick(&self.flock);
     }
 
     /// Snapshots go out every `tick_hz / snapshot_hz` ticks, and after any

@@ -691,3 +691,41 @@ async fn failure_injection_kills_boids_over_rest_and_websocket() {
     }
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_seconds_export_as_csv() {
+    let server = TestServer::start(test_config()).await;
+    // Wait (for ticks, via frames) until at least three samples exist.
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    let mut f = v.next_frame().await;
+    while f.tick < 100 {
+        f = v.next_frame().await;
+    }
+    let r = reqwest::get(server.url("/api/v1/trajectories.csv?seconds=1"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/csv");
+    let text = r.text().await.unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("tick,time_s,id,x,y,z,vx,vy,vz"));
+    let ticks: std::collections::BTreeSet<u64> = lines
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    // One second at 2 Hz: two or three samples, 30 ticks apart, of 1000 boids each.
+    assert!((2..=3).contains(&ticks.len()), "{ticks:?}");
+    assert!(ticks.iter().all(|t| t % 30 == 0));
+    assert_eq!(text.lines().count() - 1, ticks.len() * 1_000);
+    for (bad, field) in [
+        ("seconds=0", "seconds"),
+        ("seconds=61", "seconds"),
+        ("seconds=soon", "seconds"),
+        ("minutes=1", "minutes"),
+    ] {
+        let url = server.url(&format!("/api/v1/trajectories.csv?{bad}"));
+        let (s, b) = rest(Method::GET, &url, None, None).await;
+        assert!(s == 400 || s == 422, "{bad}: {s} {b}");
+        assert_eq!(b["field"], field, "{bad}: {b}");
+    }
+    server.stop().await.unwrap();
+}

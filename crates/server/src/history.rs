@@ -1,0 +1,106 @@
+//! The recent past of a live session, for `GET /api/v1/trajectories.csv`:
+//! every boid's state sampled every `HISTORY_EVERY_TICKS` ticks, for at most
+//! `HISTORY_MAX_S` seconds and `HISTORY_MAX_ROWS` rows in all (the oldest
+//! samples go first), so memory is bounded whatever the population.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use starling_sim::Flock;
+
+/// Ticks between samples (2 Hz at 60 Hz).
+pub const HISTORY_EVERY_TICKS: u64 = 30;
+/// Longest window kept, seconds.
+pub const HISTORY_MAX_S: u32 = 60;
+/// Most rows (boid states) kept in all: about 28 MB.
+pub const HISTORY_MAX_ROWS: usize = 1_000_000;
+
+/// One sample: the tick and every boid's `(id, position, velocity)` in id order.
+#[derive(Debug)]
+struct Sample {
+    tick: u64,
+    rows: Vec<(u32, [f32; 3], [f32; 3])>,
+}
+
+/// Shared between the tick thread (writer) and REST handlers (readers).
+#[derive(Debug, Default, Clone)]
+pub struct History(Arc<Mutex<Inner>>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    samples: VecDeque<Sample>,
+    rows: usize,
+    tick_hz: u32,
+}
+
+impl History {
+    /// Samples the flock when the tick is due.
+    pub fn after_tick(&self, f: &Flock) {
+        if !f.tick().is_multiple_of(HISTORY_EVERY_TICKS) {
+            return;
+        }
+        let (ids, boids) = (f.ids(), f.boids());
+        let mut rows: Vec<(u32, [f32; 3], [f32; 3])> = ids
+            .iter()
+            .zip(boids)
+            .map(|(&id, b)| (id, b.p.to_array(), b.v.to_array()))
+            .collect();
+        rows.sort_unstable_by_key(|r| r.0);
+        let mut h = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        h.tick_hz = f.params().tick_hz;
+        // A reset (tick back to 0) starts a new history.
+        if h.samples.back().is_some_and(|s| s.tick >= f.tick()) {
+            h.samples.clear();
+            h.rows = 0;
+        }
+        h.rows += rows.len();
+        h.samples.push_back(Sample {
+            tick: f.tick(),
+            rows,
+        });
+        let oldest_allowed = f
+            .tick()
+            .saturating_sub(u64::from(HISTORY_MAX_S) * u64::from(h.tick_hz));
+        while let Some(front) = h.samples.front() {
+            if h.rows > HISTORY_MAX_ROWS || front.tick < oldest_allowed {
+                h.rows -= front.rows.len();
+                h.samples.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// The last `seconds` as CSV: `tick,time_s,id,x,y,z,vx,vy,vz`.
+    pub fn csv(&self, seconds: u32) -> String {
+        let h = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(last) = h.samples.back() else {
+            return "tick,time_s,id,x,y,z,vx,vy,vz\n".to_owned();
+        };
+        let hz = f64::from(h.tick_hz.max(1));
+        let from = last
+            .tick
+            .saturating_sub(u64::from(seconds) * u64::from(h.tick_hz));
+        let mut out = String::from("tick,time_s,id,x,y,z,vx,vy,vz\n");
+        for s in h.samples.iter().filter(|s| s.tick >= from) {
+            for (id, p, v) in &s.rows {
+                // Writing into a String cannot fail.
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{}",
+                    s.tick,
+                    s.tick as f64 / hz,
+                    id,
+                    p[0],
+                    p[1],
+                    p[2],
+                    v[0],
+                    v[1],
+                    v[2]
+                );
+            }
+        }
+        out
+    }
+}
