@@ -10,6 +10,11 @@ use starling_sim::SimError;
 
 use crate::ops::OpError;
 
+/// The field serde names in an "unknown field `x`" message, if it is one.
+pub fn unknown_field(msg: &str) -> Option<&str> {
+    msg.split("unknown field `").nth(1)?.split('`').next()
+}
+
 /// A refused request.
 #[derive(Debug, Clone)]
 pub struct ApiError {

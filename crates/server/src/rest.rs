@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 use starling_protocol::Role;
 use starling_sim::{AgentKind, GoalKind, ParamsPatch, PredatorMode, Preset, Shape, Vec3};
 
-use crate::api_error::ApiError;
+use crate::api_error::{ApiError, unknown_field};
 use crate::auth::bearer;
 use crate::ops::{Applied, Op};
 use crate::shared::Shared;
@@ -137,13 +137,12 @@ fn json_error(rej: JsonRejection) -> ApiError {
         .strip_prefix("Failed to deserialize the JSON body into the target type: ")
         .unwrap_or(&text)
         .to_owned();
-    let field = if let Some(rest) = detail.split("unknown field `").nth(1) {
-        rest.split('`').next().map(str::to_owned)
-    } else {
-        detail
+    let field = match unknown_field(&detail) {
+        Some(f) => Some(f.to_owned()),
+        None => detail
             .split_once(": ")
             .map(|(path, _)| path.to_owned())
-            .filter(|p| !p.contains(' '))
+            .filter(|p| !p.contains(' ')),
     };
     ApiError {
         status,
@@ -798,12 +797,7 @@ async fn trajectories(
 ) -> Result<([(axum::http::header::HeaderName, &'static str); 1], String), ApiError> {
     let axum::extract::Query(q) = query.map_err(|e| {
         let text = e.body_text();
-        let field = text
-            .split("unknown field `")
-            .nth(1)
-            .and_then(|r| r.split('`').next())
-            .unwrap_or("seconds")
-            .to_owned();
+        let field = unknown_field(&text).unwrap_or("seconds").to_owned();
         ApiError::invalid(StatusCode::BAD_REQUEST, Some(field), text)
     })?;
     let seconds = q.seconds.unwrap_or(10);

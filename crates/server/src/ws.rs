@@ -25,7 +25,7 @@ use starling_protocol::{
 use starling_sim::{GoalKind, Params, PredatorMode, Preset, Shape, Vec3};
 use tokio::sync::mpsc;
 
-use crate::api_error::ApiError;
+use crate::api_error::{ApiError, unknown_field};
 use crate::auth::{allowed, bearer, needed_role};
 use crate::ops::Op;
 use crate::published::{Broadcast, Published};
@@ -550,11 +550,7 @@ fn patch_from(changes: &[(String, ParamValue)]) -> Result<starling_sim::ParamsPa
     }
     serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| {
         let msg = e.to_string();
-        let field = msg
-            .split("unknown field `")
-            .nth(1)
-            .and_then(|r| r.split('`').next())
-            .map(str::to_owned);
+        let field = unknown_field(&msg).map(str::to_owned);
         ApiError::invalid(axum::http::StatusCode::UNPROCESSABLE_ENTITY, field, msg)
     })
 }
