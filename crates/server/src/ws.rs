@@ -226,8 +226,11 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
                 // jitter never costs a frame: at the full rate every
                 // broadcast goes out.
                 let min_ticks = f64::from(st.params.tick_hz) / f64::from(fps);
+                // While paused every broadcast is a step or an edit the
+                // viewer must see, however close in ticks to the last.
                 let due = |b: &Broadcast| {
-                    last_frame_tick.is_none_or(|t: u64| b.tick < t || (b.tick - t) as f64 >= min_ticks * 0.999)
+                    st.paused
+                        || last_frame_tick.is_none_or(|t: u64| b.tick < t || (b.tick - t) as f64 >= min_ticks * 0.999)
                 };
                 if let Some(b) = st.broadcast.as_ref().filter(|b| due(b)) {
                     if held[0] == Some(b.seq) {

@@ -1,0 +1,302 @@
+// Browser tests of the Starling viewer: a real `starling serve` on
+// 127.0.0.1 with the built viewer, Debian chromium driven by npm
+// playwright-core. Run by `cargo xtask test`, which sets:
+//   STARLING_BIN       the starling binary
+//   STARLING_WEB_DIR   the built viewer (web-client/dist)
+//   STARLING_ARTIFACTS where screenshots go
+//   CHROMIUM           the browser (default /usr/bin/chromium)
+// Every wait is for a condition, bounded by a timeout.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const BIN = process.env.STARLING_BIN;
+const WEB = process.env.STARLING_WEB_DIR;
+const ARTIFACTS = process.env.STARLING_ARTIFACTS ?? 'artifacts';
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const WAIT_MS = 30_000;
+
+if (!BIN || !WEB) {
+  throw new Error('set STARLING_BIN and STARLING_WEB_DIR (cargo xtask test does)');
+}
+mkdirSync(ARTIFACTS, { recursive: true });
+console.log(`screenshots go to ${ARTIFACTS}`);
+
+let browser;
+const servers = [];
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--no-first-run', '--disable-quic',
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  for (const s of servers) await s.stop();
+});
+
+/** Starts `starling serve` on 127.0.0.1:0 and waits for its URL. */
+async function startServer(extra = []) {
+  const population = extra.includes('--population') ? [] : ['--population', '2000'];
+  const proc = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--web-dir', WEB, ...population, ...extra], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, RUST_LOG: 'warn' },
+  });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d; });
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the server printed no URL in ${WAIT_MS} ms: ${log}`)), WAIT_MS);
+    let out = '';
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/at (http:\/\/127\.0\.0\.1:\d+)\//);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`the server exited (${code}): ${log}`)); });
+  });
+  const server = {
+    url,
+    async stop() {
+      if (proc.exitCode !== null) return;
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      const timeout = new Promise((r) => setTimeout(r, 10_000, 'timeout'));
+      if ((await Promise.race([exited, timeout])) === 'timeout') proc.kill('SIGKILL');
+    },
+  };
+  servers.push(server);
+  return server;
+}
+
+async function rest(server, path, init = {}) {
+  const res = await fetch(server.url + '/api/v1' + path, init);
+  const body = await res.text();
+  assert.ok(res.ok, `${init.method ?? 'GET'} ${path}: ${res.status} ${body}`);
+  return body.startsWith('[') || body.startsWith('{') ? JSON.parse(body) : body;
+}
+
+const post = (server, path, body, token) => rest(server, path, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+  body: JSON.stringify(body ?? {}),
+});
+
+/** Polls `f` until it returns a truthy value. */
+async function until(what, f, ms = WAIT_MS) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    last = await f();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+async function openViewer(server, query = '') {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(server.url + '/' + query);
+  await until('frames on the page', async () => Number(await page.locator('#st-frames').innerText()) >= 3);
+  assert.deepEqual(errors, [], 'no script errors');
+  return page;
+}
+
+const number = async (page, sel) => Number(await page.locator(sel).innerText());
+
+/** The canvas downsampled to brightness values. */
+const pixels = (page) => page.evaluate(() => {
+  const c = document.getElementById('view');
+  const t = document.createElement('canvas');
+  t.width = 320; t.height = 200;
+  const g = t.getContext('2d');
+  g.drawImage(c, 0, 0, 320, 200);
+  const d = g.getImageData(0, 0, 320, 200).data;
+  const out = [];
+  for (let i = 0; i < d.length; i += 4) out.push(d[i] + d[i + 1] + d[i + 2]);
+  return out;
+});
+
+const shot = (page, name) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+
+test('the page loads, draws the flock with WebGL2 and the flock moves', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  const gl2 = await page.evaluate(() => document.getElementById('view').getContext('webgl2') !== null);
+  assert.ok(gl2, 'the canvas has a WebGL2 context');
+  assert.equal(await page.locator('#st-boids').innerText(), '2000');
+  const a = await pixels(page);
+  await shot(page, 'flock-1');
+  const frames = await number(page, '#st-frames');
+  const tick = await number(page, '#st-tick');
+  await until('more frames', async () => (await number(page, '#st-frames')) >= frames + 10);
+  assert.ok((await number(page, '#st-tick')) > tick, 'the tick shown advances');
+  const b = await pixels(page);
+  await shot(page, 'flock-2');
+  // Not blank: a few hundred lit pixels (boids and the world box).
+  const lit = a.filter((v) => v > 200).length;
+  assert.ok(lit > 200, `only ${lit} lit pixels: the canvas looks blank`);
+  const changed = a.filter((v, i) => Math.abs(v - b[i]) > 30).length;
+  assert.ok(changed > 100, `only ${changed} pixels changed: the flock does not move`);
+  assert.match(await page.locator('#st-conn').innerText(), /live/);
+  await page.close();
+});
+
+test('a weight slider changes the value the REST API reports', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  const before = (await rest(server, '/params')).w_ali;
+  // Move the slider as a user would: input events while dragging, change on release.
+  await page.evaluate(() => {
+    const s = document.getElementById('param-w_ali');
+    s.value = '600';
+    s.dispatchEvent(new Event('input', { bubbles: true }));
+    s.dispatchEvent(new Event('change', { bubbles: true }));
+  });
+  const shown = Number(await page.locator('#value-w_ali').innerText());
+  assert.notEqual(shown, before);
+  await until('REST reports the new w_ali', async () => (await rest(server, '/params')).w_ali === shown);
+  await until('the ack on the page', async () => /parameter change: done/.test(await page.locator('#message').innerText()));
+  // A preset from the menu applies too.
+  await page.selectOption('#preset', 'fish-ball');
+  await until('the preset applied', async () => (await rest(server, '/params')).w_ali !== shown);
+  await page.close();
+});
+
+test('predator mode: holding the mouse makes a pointer predator the boids flee', async () => {
+  const server = await startServer(['--population', '500']);
+  const page = await openViewer(server);
+  // The canvas centre shows the world centre at mid-height (80, 80, 40):
+  // put a tight ball of boids there, then hold the predator on it.
+  await post(server, '/boids/spawn', { center: [80, 80, 40], count: 400, spread_m: 4 });
+  await page.click('[data-mode=predator]');
+  await page.mouse.move(640, 400);
+  await page.mouse.down();
+  await page.mouse.move(641, 400);
+  const [predator] = await until('a pointer predator', async () => {
+    const list = await rest(server, '/predators');
+    return list.length === 1 && list[0].mode === 'pointer' ? list : null;
+  });
+  const p = predator.position;
+  assert.ok(Math.hypot(p[0] - 80, p[1] - 80, p[2] - 40) < 3, `predator at ${p}, expected near the centre`);
+  const near = async () => {
+    const csv = await rest(server, '/trajectories.csv?seconds=1');
+    const rows = csv.trim().split('\n').slice(1).map((l) => l.split(',').map(Number));
+    const last = Math.max(...rows.map((r) => r[0]));
+    return rows.filter((r) => r[0] === last && Math.hypot(r[3] - p[0], r[4] - p[1], r[5] - p[2]) < 10).length;
+  };
+  const start = await near();
+  await shot(page, 'predator');
+  // Boids flee at panic speed (about 20 m/s): within 2 s the ball is gone.
+  await until('the boids near the predator to flee', async () => (await near()) < start / 4, 10_000);
+  await page.mouse.up();
+  await until('the predator removed on release', async () => (await rest(server, '/predators')).length === 0);
+  await page.close();
+});
+
+test('clicks in goal, obstacle and add-boids modes create them', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  await page.click('[data-mode=goal]');
+  await page.mouse.click(560, 420);
+  await until('a goal', async () => (await rest(server, '/goals')).length === 1);
+  await page.click('[data-mode=obstacle]');
+  await page.mouse.click(700, 380);
+  await until('an obstacle', async () => (await rest(server, '/obstacles')).length === 1);
+  await page.click('[data-mode=boids]');
+  await page.mouse.click(640, 400);
+  await until('50 more boids', async () => (await rest(server, '/state')).population === 2050);
+  // Off the world box: refused on the page, nothing sent.
+  await page.click('[data-mode=goal]');
+  await page.mouse.click(20, 780);
+  await until('the message', async () => /inside the world box/.test(await page.locator('#message').innerText()));
+  assert.equal((await rest(server, '/goals')).length, 1);
+  await shot(page, 'agents');
+  await page.close();
+});
+
+test('pause stops the tick, step advances it, space resumes', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  await page.click('#pause');
+  const paused = await until('paused', async () => {
+    const s = await rest(server, '/state');
+    return s.paused ? s : null;
+  });
+  await until('the button to say Resume', async () => (await page.locator('#pause').innerText()) === 'Resume');
+  const t0 = (await rest(server, '/state')).tick;
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal((await rest(server, '/state')).tick, t0, 'no ticks while paused');
+  assert.ok(t0 >= paused.tick);
+  await page.click('#step');
+  await until('one step', async () => (await rest(server, '/state')).tick === t0 + 1);
+  await until('the page shows it', async () => (await number(page, '#st-tick')) === t0 + 1);
+  await page.keyboard.press('Space');
+  await until('running again', async () => {
+    const s = await rest(server, '/state');
+    return !s.paused && s.tick > t0 + 5;
+  });
+  await page.close();
+});
+
+test('with a viewer token the controls are disabled and say which role they need', async () => {
+  const server = await startServer(['--operator-token', 'operator-secret', '--viewer-token', 'viewer-secret']);
+  const page = await openViewer(server, '?token=viewer-secret');
+  await until('the role', async () => (await page.locator('#st-role').innerText()) === 'viewer');
+  for (const sel of ['#pause', '#step', '#reset', '#preset', '#param-w_sep', '[data-mode=predator]', '[data-mode=goal]']) {
+    assert.ok(await page.locator(sel).isDisabled(), `${sel} is disabled`);
+  }
+  assert.match(await page.locator('#pause').getAttribute('title'), /needs the operator role; you are viewer/);
+  assert.match(await page.locator('[data-mode=predator]').getAttribute('title'), /needs the pilot role/);
+  // The keyboard shortcut is refused on the page too, and nothing changes.
+  await page.keyboard.press('Space');
+  await until('the refusal', async () => /needs the operator role/.test(await page.locator('#message').innerText()));
+  const s = await rest(server, '/state', { headers: { authorization: 'Bearer operator-secret' } });
+  assert.equal(s.paused, false);
+  await shot(page, 'viewer-role');
+  // The operator token enables them.
+  const op = await openViewer(server, '?token=operator-secret');
+  await until('the role', async () => (await op.locator('#st-role').innerText()) === 'operator');
+  assert.ok(await op.locator('#pause').isEnabled());
+  await page.close();
+  await op.close();
+});
+
+test('two pages at once see the same tick sequence', async () => {
+  const server = await startServer();
+  const [a, b] = [await openViewer(server), await openViewer(server)];
+  await new Promise((r) => setTimeout(r, 3000));
+  const ticks = async (p) => (await p.evaluate(() => document.body.dataset.ticks)).split(' ').map(Number);
+  const [ta, tb] = [await ticks(a), await ticks(b)];
+  for (const t of [ta, tb]) {
+    assert.ok(t.length >= 20, `${t.length} frames logged`);
+    assert.ok(t.every((v, i) => i === 0 || v > t[i - 1]), 'ticks only go forward');
+  }
+  // Within the span both logs cover, both pages got the same broadcasts.
+  const lo = Math.max(ta[0], tb[0]);
+  const hi = Math.min(ta[ta.length - 1], tb[tb.length - 1]);
+  const inA = ta.filter((t) => t >= lo && t <= hi);
+  const inB = new Set(tb.filter((t) => t >= lo && t <= hi));
+  assert.ok(inA.length >= 10, `overlap of ${inA.length} frames`);
+  const common = inA.filter((t) => inB.has(t)).length;
+  assert.ok(common >= inA.length * 0.9, `${common} of ${inA.length} ticks in common`);
+  // Paused, both show exactly the server's tick.
+  await post(server, '/control/pause');
+  const { tick } = await rest(server, '/state');
+  for (const p of [a, b]) {
+    await until('the paused tick on the page', async () => (await number(p, '#st-tick')) === tick);
+  }
+  await a.close();
+  await b.close();
+});

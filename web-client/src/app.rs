@@ -1,0 +1,757 @@
+//! The viewer's state and what each event does to it: messages from the
+//! server, pointer and keyboard input, the render tick and the status
+//! tick. `lib.rs` wires browser events to these methods.
+
+use std::collections::VecDeque;
+
+use glam::Vec3;
+use js_sys::{ArrayBuffer, Uint8Array};
+use starling_protocol::{
+    AgentList, ClientMsg, CloseReason, Command, Hello, Metrics, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+    ParamInfo, ParamValue, PredatorMode, ServerFrame, ServerMsg, Shape, decode_server,
+    encode_client,
+};
+
+use crate::camera::Camera;
+use crate::net::{NetEvent, Socket, backoff_ms};
+use crate::render::{Renderer, Scene};
+use crate::stats::{History, Rate, TickLog};
+use crate::stream::Stream;
+use crate::ui::{Dom, PLOT_SAMPLES, Status};
+
+/// Snapshots per second the viewer asks for.
+const WANT_FPS: u16 = 30;
+/// Commands awaiting an answer that the viewer remembers.
+const MAX_PENDING: usize = 256;
+/// Boids added per click in "add boids" mode.
+const SPAWN_COUNT: u32 = 50;
+/// Seconds a pointer predator lives if the page never removes it.
+const POINTER_PREDATOR_TTL_S: f32 = 120.0;
+/// Least time between predator moves sent while dragging.
+const MOVE_INTERVAL_MS: f64 = 40.0;
+/// Pixels a press may move and still count as a click.
+const CLICK_SLOP_PX: f64 = 4.0;
+
+/// What a click on the canvas does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Orbit and pick a boid.
+    View,
+    /// Spawn boids.
+    Boids,
+    /// Place a goal.
+    Goal,
+    /// Place an obstacle.
+    Obstacle,
+    /// A pointer predator follows the pointer while held.
+    Predator,
+}
+
+impl Mode {
+    /// The mode a `data-mode` attribute names.
+    pub(crate) fn named(s: &str) -> Option<Self> {
+        Some(match s {
+            "view" => Mode::View,
+            "boids" => Mode::Boids,
+            "goal" => Mode::Goal,
+            "obstacle" => Mode::Obstacle,
+            "predator" => Mode::Predator,
+            _ => return None,
+        })
+    }
+}
+
+/// What a command in flight was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    /// Creating the pointer predator.
+    Predator,
+    /// Anything else: the label shown when it is done.
+    Other(&'static str),
+    /// Answers nobody waits for (predator moves).
+    Quiet,
+}
+
+/// The pointer predator being dragged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drag {
+    None,
+    /// Asked for; `held` is false once the pointer was released.
+    Creating {
+        held: bool,
+    },
+    /// Exists with this id.
+    Active(u32),
+}
+
+/// A pointer on the canvas.
+#[derive(Debug, Clone, Copy)]
+struct Touch {
+    id: i32,
+    x: f64,
+    y: f64,
+}
+
+/// Everything the viewer holds.
+pub(crate) struct App {
+    pub(crate) dom: Dom,
+    url: String,
+    socket: Option<Socket>,
+    /// A socket closed from inside its own callback, dropped later.
+    dead_socket: Option<Socket>,
+    attempt: u32,
+    give_up: bool,
+    renderer: Option<Renderer>,
+    camera: Option<Camera>,
+    hello: Option<Hello>,
+    params: Vec<ParamInfo>,
+    agents: Option<AgentList>,
+    metrics: Option<Metrics>,
+    stream: Stream,
+    inbox: Vec<u8>,
+    out: Vec<u8>,
+    arrived_ms: f64,
+    frame_interval_ms: f64,
+    frames: Rate,
+    rendered: Rate,
+    frames_total: u64,
+    ticks: TickLog,
+    history: History<PLOT_SAMPLES>,
+    latency_ms: Option<f64>,
+    trails: bool,
+    mode: Mode,
+    next_request: u32,
+    pending: VecDeque<(u32, Pending)>,
+    drag: Drag,
+    last_move_ms: f64,
+    picked: Option<u32>,
+    touches: Vec<Touch>,
+    press: Option<(f64, f64, bool)>,
+    pinch: Option<f64>,
+    status_ticks: u32,
+}
+
+impl App {
+    /// A viewer for the page `dom`, connecting to `url`.
+    pub(crate) fn new(dom: Dom, url: String) -> Self {
+        Self {
+            dom,
+            url,
+            socket: None,
+            dead_socket: None,
+            attempt: 0,
+            give_up: false,
+            renderer: None,
+            camera: None,
+            hello: None,
+            params: Vec::new(),
+            agents: None,
+            metrics: None,
+            stream: Stream::default(),
+            inbox: Vec::new(),
+            out: Vec::new(),
+            arrived_ms: 0.0,
+            frame_interval_ms: 1000.0 / f64::from(WANT_FPS),
+            frames: Rate::default(),
+            rendered: Rate::default(),
+            frames_total: 0,
+            ticks: TickLog::default(),
+            history: History::default(),
+            latency_ms: None,
+            trails: false,
+            mode: Mode::View,
+            next_request: 1,
+            pending: VecDeque::new(),
+            drag: Drag::None,
+            last_move_ms: 0.0,
+            picked: None,
+            touches: Vec::with_capacity(4),
+            press: None,
+            pinch: None,
+            status_ticks: 0,
+        }
+    }
+
+    /// Opens the socket (events go to `handler`).
+    pub(crate) fn connect(&mut self, handler: impl Fn(NetEvent) + Clone + 'static) {
+        self.dead_socket = None;
+        self.dom.connection("connecting…", false);
+        match Socket::open(&self.url, handler) {
+            Ok(s) => self.socket = Some(s),
+            Err(e) => self
+                .dom
+                .message(&format!("cannot open {}: {e:?}", self.url), true),
+        }
+    }
+
+    /// Handles a socket event; returns the delay before reconnecting, if
+    /// the connection is gone and should be retried.
+    pub(crate) fn on_net(&mut self, ev: NetEvent, now_ms: f64) -> Option<u32> {
+        match ev {
+            NetEvent::Open => {
+                self.dom.connection("connected", true);
+                let sub = ClientMsg::Subscribe {
+                    major: PROTOCOL_MAJOR,
+                    minor: PROTOCOL_MINOR,
+                    max_fps: WANT_FPS,
+                    region: None,
+                };
+                self.send(&sub);
+                None
+            }
+            NetEvent::Message(buf) => {
+                self.on_message(&buf, now_ms);
+                None
+            }
+            NetEvent::Closed { code, reason } => {
+                self.dead_socket = self.socket.take();
+                self.stream.clear();
+                if let Some(r) = &mut self.renderer {
+                    r.clear_boids();
+                }
+                self.drag = Drag::None;
+                self.pending.clear();
+                if self.give_up {
+                    self.dom.connection("closed", false);
+                    return None;
+                }
+                let wait = backoff_ms(self.attempt);
+                self.attempt = self.attempt.saturating_add(1);
+                let why = if reason.is_empty() {
+                    format!("code {code}")
+                } else {
+                    reason
+                };
+                self.dom.connection(
+                    &format!(
+                        "disconnected ({why}); retrying in {:.1} s",
+                        f64::from(wait) / 1000.0
+                    ),
+                    false,
+                );
+                Some(wait)
+            }
+        }
+    }
+
+    fn on_message(&mut self, buf: &ArrayBuffer, now_ms: f64) {
+        let bytes = Uint8Array::new(buf);
+        let mut inbox = std::mem::take(&mut self.inbox);
+        inbox.resize(bytes.length() as usize, 0);
+        bytes.copy_to(&mut inbox);
+        match decode_server(&inbox) {
+            Ok(ServerFrame::Keyframe(k)) => {
+                let arrived = self.stream.keyframe(&k);
+                self.frame_arrived(arrived.tick, arrived.aligned, inbox.len(), now_ms);
+            }
+            Ok(ServerFrame::Delta(d)) => match self.stream.delta(&d) {
+                Ok(arrived) => {
+                    self.frame_arrived(arrived.tick, arrived.aligned, inbox.len(), now_ms)
+                }
+                Err(_) => {
+                    // Missed a base (a skipped frame): ask for a keyframe.
+                    self.send(&ClientMsg::Resync);
+                }
+            },
+            Ok(ServerFrame::Control(msg)) => self.on_control(msg, now_ms),
+            Err(e) => self
+                .dom
+                .message(&format!("undecodable message from the server: {e}"), true),
+        }
+        self.inbox = inbox;
+    }
+
+    fn frame_arrived(&mut self, tick: u64, aligned: bool, bytes: usize, now_ms: f64) {
+        let dt = now_ms - self.arrived_ms;
+        if aligned && dt > 0.0 {
+            self.frame_interval_ms = (0.8 * self.frame_interval_ms + 0.2 * dt).clamp(5.0, 500.0);
+        }
+        self.arrived_ms = now_ms;
+        self.frames.add(now_ms, bytes as f64);
+        self.frames_total += 1;
+        self.ticks.push(tick);
+        if let (Some(r), Some(f)) = (&mut self.renderer, self.stream.newest()) {
+            r.upload(f, aligned);
+        }
+    }
+
+    fn on_control(&mut self, msg: ServerMsg, now_ms: f64) {
+        match msg {
+            ServerMsg::Hello(h) => self.on_hello(h),
+            ServerMsg::Params(p) => {
+                if let Err(e) = self.dom.params(&p) {
+                    self.dom.message(&e, true);
+                }
+                self.params = p;
+            }
+            ServerMsg::Agents(a) => {
+                if let Drag::Active(id) = self.drag
+                    && !a.predators.iter().any(|p| p.id == id)
+                {
+                    // It expired or someone removed it.
+                    self.drag = Drag::None;
+                }
+                self.agents = Some(a);
+            }
+            ServerMsg::Metrics(m) => {
+                self.history.push(m.order, m.min_nn_m);
+                self.dom.plot(&self.history);
+                if let Some(b) = self.dom.doc.get_element_by_id("pause") {
+                    b.set_text_content(Some(if m.paused { "Resume" } else { "Pause" }));
+                }
+                self.metrics = Some(m);
+            }
+            ServerMsg::Ack(a) => match self.take_pending(a.request_id) {
+                Some(Pending::Predator) => match (self.drag, a.created_id) {
+                    (Drag::Creating { held: true }, Some(id)) => self.drag = Drag::Active(id),
+                    (_, Some(id)) => {
+                        // Released before the server answered.
+                        self.drag = Drag::None;
+                        self.command(Command::RemoveAgent { id }, Pending::Quiet);
+                    }
+                    _ => self.drag = Drag::None,
+                },
+                Some(Pending::Other(label)) => {
+                    let text = match a.created_id {
+                        Some(id) => format!("{label}: done at tick {} (id {id})", a.tick),
+                        None => format!("{label}: done at tick {}", a.tick),
+                    };
+                    self.dom.message(&text, false);
+                }
+                Some(Pending::Quiet) | None => {}
+            },
+            ServerMsg::Error(e) => {
+                let what = e.request_id.and_then(|id| self.take_pending(id));
+                if what == Some(Pending::Predator) {
+                    self.drag = Drag::None;
+                }
+                let label = match what {
+                    Some(Pending::Other(l)) => l,
+                    Some(Pending::Predator | Pending::Quiet) => "predator",
+                    None => "server",
+                };
+                let text = match &e.field {
+                    Some(f) => format!("{label}: refused ({f}): {}", e.detail),
+                    None => format!("{label}: refused: {}", e.detail),
+                };
+                self.dom.message(&text, true);
+            }
+            ServerMsg::Pong { nonce, .. } => {
+                self.latency_ms = Some(now_ms - nonce as f64 / 1000.0);
+            }
+            ServerMsg::Close(c) => {
+                if matches!(
+                    c.reason,
+                    CloseReason::VersionMismatch | CloseReason::Unauthorized
+                ) {
+                    self.give_up = true;
+                }
+                self.dom.message(
+                    &format!("the server closed the connection: {}", c.detail),
+                    true,
+                );
+            }
+        }
+    }
+
+    fn on_hello(&mut self, h: Hello) {
+        self.attempt = 0;
+        self.stream.clear();
+        self.history.clear();
+        let dims = h.world.dims;
+        let same_world = self
+            .hello
+            .as_ref()
+            .is_some_and(|old| old.world.dims == dims && old.world.world_m == h.world.world_m);
+        if !same_world {
+            self.camera = Some(Camera::framing(h.world.world_m, dims));
+            self.renderer = None;
+        }
+        if self.renderer.is_none() {
+            match Renderer::new(self.dom.canvas.clone(), dims) {
+                Ok(r) => self.renderer = Some(r),
+                Err(e) => self.dom.message(&e, true),
+            }
+        }
+        if let Err(e) = self.dom.params(&h.params) {
+            self.dom.message(&e, true);
+        }
+        self.dom.gate(h.role, &h.allowed);
+        self.dom.connection(&format!("live · {}", h.server), true);
+        self.params = h.params.clone();
+        self.hello = Some(h);
+    }
+
+    fn take_pending(&mut self, id: u32) -> Option<Pending> {
+        let at = self.pending.iter().position(|(r, _)| *r == id)?;
+        self.pending.remove(at).map(|(_, p)| p)
+    }
+
+    fn send(&mut self, msg: &ClientMsg) -> bool {
+        let Some(s) = &self.socket else { return false };
+        if encode_client(msg, &mut self.out).is_err() {
+            return false;
+        }
+        s.send(&self.out)
+    }
+
+    /// Sends a command; the answer shows on the message line.
+    fn command(&mut self, command: Command, pending: Pending) {
+        let request_id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        if !self.send(&ClientMsg::Command {
+            request_id,
+            command,
+        }) {
+            self.dom
+                .message("not connected: the command was not sent", true);
+            return;
+        }
+        if self.pending.len() == MAX_PENDING {
+            self.pending.pop_front();
+        }
+        self.pending.push_back((request_id, pending));
+    }
+
+    fn allowed(&self, kind: starling_protocol::CommandKind) -> bool {
+        self.hello
+            .as_ref()
+            .is_some_and(|h| h.allowed.contains(&kind))
+    }
+
+    /// The pause button and the space key.
+    pub(crate) fn toggle_pause(&mut self) {
+        if !self.allowed(starling_protocol::CommandKind::Control) {
+            self.dom.message("pausing needs the operator role", true);
+            return;
+        }
+        if self.metrics.as_ref().is_some_and(|m| m.paused) {
+            self.command(Command::Resume, Pending::Other("resume"));
+        } else {
+            self.command(Command::Pause, Pending::Other("pause"));
+        }
+    }
+
+    /// The step button.
+    pub(crate) fn step(&mut self) {
+        self.command(Command::Step { n: 1 }, Pending::Other("step"));
+    }
+
+    /// The reset button.
+    pub(crate) fn reset(&mut self) {
+        self.picked = None;
+        self.command(Command::Reset { seed: None }, Pending::Other("reset"));
+    }
+
+    /// The trails button and the `t` key; returns the new state.
+    pub(crate) fn toggle_trails(&mut self) -> bool {
+        self.trails = !self.trails;
+        self.trails
+    }
+
+    /// A mode button.
+    pub(crate) fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// A slider was released at `value`.
+    pub(crate) fn set_param(&mut self, name: &str, value: ParamValue) {
+        self.command(
+            Command::PatchParams {
+                changes: vec![(name.to_owned(), value)],
+            },
+            Pending::Other("parameter change"),
+        );
+    }
+
+    /// The preset menu.
+    pub(crate) fn preset(&mut self, name: &str) {
+        self.command(
+            Command::Preset {
+                name: name.to_owned(),
+            },
+            Pending::Other("preset"),
+        );
+    }
+
+    /// The world point under canvas point (`x`, `y`) in CSS pixels, on the
+    /// flock's mid-height plane; None when it is outside the world box.
+    fn world_point(&self, x: f64, y: f64) -> Option<Vec3> {
+        let cam = self.camera.as_ref()?;
+        let h = self.hello.as_ref()?;
+        let (w, ht) = (
+            f64::from(self.dom.canvas.client_width().max(1)),
+            f64::from(self.dom.canvas.client_height().max(1)),
+        );
+        let (nx, ny) = ((x / w * 2.0 - 1.0) as f32, (1.0 - y / ht * 2.0) as f32);
+        let z = if h.world.dims == 2 {
+            0.0
+        } else {
+            h.world.world_m[2] / 2.0
+        };
+        let p = cam.hit_plane(nx, ny, z)?;
+        let inside = (0..2).all(|a| p[a] >= 0.0 && p[a] <= h.world.world_m[a]);
+        inside.then_some(p)
+    }
+
+    fn outside_message(&self) {
+        if let Some(h) = &self.hello {
+            let [x, y, _] = h.world.world_m;
+            self.dom.message(
+                &format!("click inside the world box (x 0 ..= {x} m, y 0 ..= {y} m)"),
+                true,
+            );
+        }
+    }
+
+    /// A pointer went down on the canvas at CSS pixel (`x`, `y`).
+    pub(crate) fn pointer_down(&mut self, id: i32, x: f64, y: f64) {
+        self.touches.retain(|t| t.id != id);
+        if self.touches.len() < 4 {
+            self.touches.push(Touch { id, x, y });
+        }
+        if self.touches.len() == 2 {
+            self.pinch = Some(self.spread());
+            self.press = None;
+            return;
+        }
+        self.press = Some((x, y, false));
+        if self.mode == Mode::Predator && self.drag == Drag::None {
+            let Some(p) = self.world_point(x, y) else {
+                self.outside_message();
+                return;
+            };
+            self.drag = Drag::Creating { held: true };
+            self.command(
+                Command::AddPredator {
+                    mode: PredatorMode::Pointer,
+                    position: p.into(),
+                    ttl_s: Some(POINTER_PREDATOR_TTL_S),
+                },
+                Pending::Predator,
+            );
+        }
+    }
+
+    fn spread(&self) -> f64 {
+        match self.touches.as_slice() {
+            [a, b, ..] => ((a.x - b.x).powi(2) + (a.y - b.y).powi(2)).sqrt().max(1.0),
+            _ => 1.0,
+        }
+    }
+
+    /// The pointer moved.
+    pub(crate) fn pointer_move(&mut self, id: i32, x: f64, y: f64, now_ms: f64) {
+        let Some(t) = self.touches.iter_mut().find(|t| t.id == id) else {
+            return;
+        };
+        let (dx, dy) = (x - t.x, y - t.y);
+        (t.x, t.y) = (x, y);
+        if let Some(before) = self.pinch {
+            let now = self.spread();
+            if let Some(cam) = &mut self.camera {
+                cam.zoom((before / now) as f32);
+            }
+            self.pinch = Some(now);
+            return;
+        }
+        let Some((px, py, moved)) = self.press else {
+            return;
+        };
+        let moved = moved || (x - px).abs() + (y - py).abs() > CLICK_SLOP_PX;
+        self.press = Some((px, py, moved));
+        if self.mode == Mode::Predator {
+            if let Drag::Active(id) = self.drag
+                && now_ms - self.last_move_ms >= MOVE_INTERVAL_MS
+                && let Some(p) = self.world_point(x, y)
+            {
+                self.last_move_ms = now_ms;
+                self.command(Command::MoveAgent { id, to: p.into() }, Pending::Quiet);
+            }
+            return;
+        }
+        if moved {
+            let h = f64::from(self.dom.canvas.client_height()) as f32;
+            if let Some(cam) = &mut self.camera {
+                cam.drag(dx as f32, dy as f32, h);
+            }
+        }
+    }
+
+    /// The pointer went up (or was cancelled).
+    pub(crate) fn pointer_up(&mut self, id: i32, x: f64, y: f64) {
+        self.touches.retain(|t| t.id != id);
+        if self.touches.len() < 2 {
+            self.pinch = None;
+        }
+        let press = self.press.take();
+        if self.mode == Mode::Predator {
+            match self.drag {
+                Drag::Active(id) => {
+                    self.drag = Drag::None;
+                    self.command(Command::RemoveAgent { id }, Pending::Quiet);
+                }
+                Drag::Creating { .. } => self.drag = Drag::Creating { held: false },
+                Drag::None => {}
+            }
+            return;
+        }
+        if !matches!(press, Some((_, _, false))) {
+            return;
+        }
+        // A click.
+        if self.mode == Mode::View {
+            self.pick(x, y);
+            return;
+        }
+        let Some(p) = self.world_point(x, y) else {
+            self.outside_message();
+            return;
+        };
+        let size = self
+            .hello
+            .as_ref()
+            .map_or(100.0, |h| h.world.world_m[0].max(h.world.world_m[1]));
+        match self.mode {
+            Mode::Boids => self.command(
+                Command::SpawnBoids {
+                    center: p.into(),
+                    count: SPAWN_COUNT,
+                    spread_m: size / 40.0,
+                },
+                Pending::Other("add boids"),
+            ),
+            Mode::Goal => self.command(
+                Command::AddGoal {
+                    position: p.into(),
+                    waypoints: Vec::new(),
+                    looping: false,
+                    ttl_s: None,
+                },
+                Pending::Other("goal"),
+            ),
+            Mode::Obstacle => self.command(
+                Command::AddObstacle {
+                    shape: Shape::Sphere {
+                        center: p.into(),
+                        radius_m: size / 25.0,
+                    },
+                    ttl_s: None,
+                },
+                Pending::Other("obstacle"),
+            ),
+            Mode::View | Mode::Predator => {}
+        }
+    }
+
+    /// Picks the boid drawn nearest the click (within a few pixels) to show
+    /// its perception radii; a click on empty space clears the pick.
+    fn pick(&mut self, x: f64, y: f64) {
+        self.picked = None;
+        let (Some(cam), Some(f)) = (&self.camera, self.stream.newest()) else {
+            return;
+        };
+        let Some(q) = f.quant else { return };
+        let (w, h) = (
+            f64::from(self.dom.canvas.client_width().max(1)),
+            f64::from(self.dom.canvas.client_height().max(1)),
+        );
+        let mut best = (12.0f64 * 12.0, None);
+        for i in 0..f.len() {
+            let p = Vec3::from(q.dequantize(f.position(i)));
+            if let Some((nx, ny)) = cam.project(p) {
+                let sx = (f64::from(nx) + 1.0) / 2.0 * w;
+                let sy = (1.0 - f64::from(ny)) / 2.0 * h;
+                let d2 = (sx - x).powi(2) + (sy - y).powi(2);
+                if d2 < best.0 {
+                    best = (d2, Some(f.ids[i]));
+                }
+            }
+        }
+        self.picked = best.1;
+        match self.picked {
+            Some(id) => self.dom.message(
+                &format!("boid {id}: separation and cohesion radii shown"),
+                false,
+            ),
+            None => self.dom.message("", false),
+        }
+    }
+
+    /// The mouse wheel.
+    pub(crate) fn wheel(&mut self, delta_y: f64) {
+        if let Some(cam) = &mut self.camera {
+            cam.zoom((delta_y * 0.0015).exp() as f32);
+        }
+    }
+
+    fn param(&self, name: &str) -> Option<f32> {
+        self.params
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| match p.value {
+                ParamValue::Number(v) => Some(v as f32),
+                ParamValue::Text(_) => None,
+            })
+    }
+
+    /// Draws a frame. Allocates nothing.
+    pub(crate) fn render(&mut self, now_ms: f64, device_pixel_ratio: f64) {
+        let (Some(r), Some(cam), Some(h)) = (&self.renderer, &mut self.camera, &self.hello) else {
+            return;
+        };
+        cam.set_aspect(r.fit(device_pixel_ratio));
+        let picked = self.picked.and_then(|id| {
+            let i = self.stream.index_of(id)?;
+            let f = self.stream.newest()?;
+            let p = Vec3::from(f.quant?.dequantize(f.position(i)));
+            let sep = self.params.iter().find(|p| p.name == "sep_radius_m");
+            let coh = self.params.iter().find(|p| p.name == "coh_radius_m");
+            let num = |p: Option<&ParamInfo>| match p.map(|p| &p.value) {
+                Some(ParamValue::Number(v)) => *v as f32,
+                _ => 0.0,
+            };
+            Some((p, num(sep), num(coh)))
+        });
+        let scene = Scene {
+            view_proj: cam.view_proj(),
+            alpha: ((now_ms - self.arrived_ms) / self.frame_interval_ms) as f32,
+            trails: self.trails,
+            world: h.world.world_m,
+            dims: h.world.dims,
+            agents: self.agents.as_ref(),
+            picked,
+            flee_radius_m: self.param("flee_radius_m").unwrap_or(0.0),
+        };
+        r.draw(&scene);
+        self.rendered.add(now_ms, 1.0);
+    }
+
+    /// Twice a second: the status line, and a latency probe every 2 s.
+    pub(crate) fn status_tick(&mut self, now_ms: f64) {
+        let (fps, _) = self.rendered.per_second(now_ms);
+        let (_, bytes) = self.frames.per_second(now_ms);
+        self.dom.status(&Status {
+            fps,
+            tick: self.stream.newest().map(|f| f.tick),
+            boids: self.stream.newest().map(|f| f.len()),
+            kbps: bytes / 1000.0,
+            latency_ms: self.latency_ms,
+            frames: self.frames_total,
+            role: self.hello.as_ref().map(|h| h.role),
+        });
+        self.dom.tick_log(self.ticks.iter());
+        self.status_ticks = self.status_ticks.wrapping_add(1);
+        if self.status_ticks.is_multiple_of(4) && self.hello.is_some() {
+            // The nonce is the send time in microseconds.
+            let nonce = (now_ms * 1000.0) as u64;
+            self.send(&ClientMsg::Ping { nonce });
+        }
+        if let Some(s) = &self.socket
+            && s.buffered() > 1 << 20
+        {
+            self.dom
+                .message("the connection is backed up; commands may be slow", true);
+        }
+    }
+}

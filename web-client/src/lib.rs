@@ -1,0 +1,332 @@
+//! starling-web: the Starling viewer, Rust compiled to wasm32 and drawing
+//! the live flock with WebGL2. `index.html` is the page; this crate is
+//! everything it does.
+//!
+//! # Layout
+//! - `lib.rs`: the entry point; wires browser events to [`app`].
+//! - `app.rs`: the viewer's state and what each event does.
+//! - `net.rs`: the WebSocket and the reconnect backoff.
+//! - `stream.rs`: keyframes and deltas rebuilt into reused frames.
+//! - `render.rs`: WebGL2: instanced boids from the quantised blocks,
+//!   interpolated between snapshots; agents, world box, perception radii.
+//! - `camera.rs`: the orbit camera and click-to-world rays.
+//! - `ui.rs`: the page's controls, status, role gating and plot.
+//! - `stats.rs`: rates and bounded histories for the status and plot.
+//!
+//! Depends on the protocol crate only (of Starling's crates).
+
+mod app;
+mod camera;
+mod net;
+mod render;
+mod stats;
+mod stream;
+mod ui;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use web_sys::{
+    Event, HtmlElement, HtmlInputElement, HtmlSelectElement, KeyboardEvent, PointerEvent,
+    WheelEvent, Window,
+};
+
+use crate::app::{App, Mode};
+use crate::net::NetEvent;
+use starling_protocol::ParamValue;
+
+type Shared = Rc<RefCell<App>>;
+
+/// Starts the viewer (called by wasm-bindgen when the module loads).
+#[wasm_bindgen(start)]
+pub fn start() -> Result<(), JsValue> {
+    let window = web_sys::window().ok_or("no window")?;
+    let doc = window.document().ok_or("no document")?;
+    let dom = ui::Dom::find(doc).map_err(|e| JsValue::from_str(&e))?;
+    let app: Shared = Rc::new(RefCell::new(App::new(dom, socket_url(&window)?)));
+    wire_controls(&app)?;
+    wire_canvas(&app)?;
+    wire_keys(&app, &window)?;
+    start_render_loop(&app, &window)?;
+    start_status_timer(&app, &window)?;
+    load_presets(&app);
+    connect(&app);
+    Ok(())
+}
+
+/// `ws(s)://<this host>/ws`, with the page's `?token=` passed on.
+fn socket_url(window: &Window) -> Result<String, JsValue> {
+    let loc = window.location();
+    let scheme = if loc.protocol()? == "https:" {
+        "wss"
+    } else {
+        "ws"
+    };
+    let params = web_sys::UrlSearchParams::new_with_str(&loc.search()?)?;
+    let mut url = format!("{scheme}://{}/ws", loc.host()?);
+    if let Some(t) = params.get("token") {
+        url.push_str("?token=");
+        url.push_str(&String::from(js_sys::encode_uri_component(&t)));
+    }
+    Ok(url)
+}
+
+fn now() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+fn connect(app: &Shared) {
+    let weak = Rc::downgrade(app);
+    let handler = move |ev: NetEvent| {
+        let Some(app) = weak.upgrade() else { return };
+        let retry = app.borrow_mut().on_net(ev, now());
+        if let Some(ms) = retry {
+            let again = app.clone();
+            let f = Closure::once_into_js(move || connect(&again));
+            if let Some(w) = web_sys::window() {
+                let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(
+                    f.unchecked_ref(),
+                    ms as i32,
+                );
+            }
+        }
+    };
+    app.borrow_mut().connect(handler);
+}
+
+/// Adds a listener for the page's lifetime.
+fn listen<E: wasm_bindgen::convert::FromWasmAbi + 'static>(
+    target: &web_sys::EventTarget,
+    event: &str,
+    f: impl FnMut(E) + 'static,
+) -> Result<(), JsValue> {
+    let c = Closure::<dyn FnMut(E)>::new(f);
+    target.add_event_listener_with_callback(event, c.as_ref().unchecked_ref())?;
+    // Page-lifetime listeners: created once, never removed.
+    c.forget();
+    Ok(())
+}
+
+fn element(app: &Shared, id: &str) -> Result<HtmlElement, JsValue> {
+    app.borrow()
+        .dom
+        .doc
+        .get_element_by_id(id)
+        .ok_or_else(|| JsValue::from_str(&format!("the page has no #{id}")))?
+        .dyn_into()
+        .map_err(|_| JsValue::from_str(&format!("#{id} is not an HTML element")))
+}
+
+fn wire_controls(app: &Shared) -> Result<(), JsValue> {
+    let a = app.clone();
+    let el = element(app, "pause")?;
+    listen(&el, "click", move |_: Event| a.borrow_mut().toggle_pause())?;
+    let a = app.clone();
+    let el = element(app, "step")?;
+    listen(&el, "click", move |_: Event| a.borrow_mut().step())?;
+    let a = app.clone();
+    let el = element(app, "reset")?;
+    listen(&el, "click", move |_: Event| a.borrow_mut().reset())?;
+    let a = app.clone();
+    let trails = element(app, "trails")?;
+    let button = trails.clone();
+    listen(&trails, "click", move |_: Event| {
+        let on = a.borrow_mut().toggle_trails();
+        button.set_class_name(if on { "on" } else { "" });
+    })?;
+    // Mode buttons: one listener on their container.
+    let a = app.clone();
+    let modes = element(app, "modes")?;
+    let container = modes.clone();
+    listen(&modes, "click", move |e: Event| {
+        let Some(b) = e.target().and_then(|t| t.dyn_into::<HtmlElement>().ok()) else {
+            return;
+        };
+        let Some(mode) = b.get_attribute("data-mode").and_then(|m| Mode::named(&m)) else {
+            return;
+        };
+        if b.has_attribute("disabled") {
+            return;
+        }
+        a.borrow_mut().set_mode(mode);
+        if let Ok(all) = container.query_selector_all("button") {
+            for k in 0..all.length() {
+                if let Some(el) = all.item(k).and_then(|n| n.dyn_into::<HtmlElement>().ok()) {
+                    el.set_class_name(if el == b { "on" } else { "" });
+                }
+            }
+        }
+    })?;
+    // Sliders and choices: shown live on input, sent on release.
+    let params = element(app, "params")?;
+    let a = app.clone();
+    listen(&params, "input", move |e: Event| {
+        if let Some(input) = e
+            .target()
+            .and_then(|t| t.dyn_into::<HtmlInputElement>().ok())
+            && let Some(name) = input.get_attribute("data-param")
+            && let Some(v) = ui::value_of(&input)
+        {
+            a.borrow().dom.show_value(&name, v);
+        }
+    })?;
+    let a = app.clone();
+    listen(&params, "change", move |e: Event| {
+        let Some(target) = e.target() else { return };
+        let Some(el) = target.dyn_ref::<web_sys::Element>() else {
+            return;
+        };
+        let Some(name) = el.get_attribute("data-param") else {
+            return;
+        };
+        let value = if let Some(input) = target.dyn_ref::<HtmlInputElement>() {
+            let Some(v) = ui::value_of(input) else { return };
+            ParamValue::Number(v)
+        } else if let Some(select) = target.dyn_ref::<HtmlSelectElement>() {
+            ParamValue::Text(select.value())
+        } else {
+            return;
+        };
+        a.borrow_mut().set_param(&name, value);
+    })?;
+    let a = app.clone();
+    let preset = app.borrow().dom.preset.clone();
+    listen(&preset.clone(), "change", move |_: Event| {
+        let name = preset.value();
+        if !name.is_empty() {
+            a.borrow_mut().preset(&name);
+            preset.set_value("");
+        }
+    })?;
+    Ok(())
+}
+
+fn wire_canvas(app: &Shared) -> Result<(), JsValue> {
+    let canvas = app.borrow().dom.canvas.clone();
+    let a = app.clone();
+    let c = canvas.clone();
+    listen(&canvas, "pointerdown", move |e: PointerEvent| {
+        let _ = c.set_pointer_capture(e.pointer_id());
+        a.borrow_mut().pointer_down(
+            e.pointer_id(),
+            f64::from(e.offset_x()),
+            f64::from(e.offset_y()),
+        );
+    })?;
+    let a = app.clone();
+    listen(&canvas, "pointermove", move |e: PointerEvent| {
+        a.borrow_mut().pointer_move(
+            e.pointer_id(),
+            f64::from(e.offset_x()),
+            f64::from(e.offset_y()),
+            now(),
+        );
+    })?;
+    for ev in ["pointerup", "pointercancel"] {
+        let a = app.clone();
+        listen(&canvas, ev, move |e: PointerEvent| {
+            a.borrow_mut().pointer_up(
+                e.pointer_id(),
+                f64::from(e.offset_x()),
+                f64::from(e.offset_y()),
+            );
+        })?;
+    }
+    let a = app.clone();
+    listen(&canvas, "wheel", move |e: WheelEvent| {
+        e.prevent_default();
+        a.borrow_mut().wheel(e.delta_y());
+    })?;
+    Ok(())
+}
+
+fn wire_keys(app: &Shared, window: &Window) -> Result<(), JsValue> {
+    let a = app.clone();
+    listen(window, "keydown", move |e: KeyboardEvent| {
+        // Keys typed into a form control belong to it.
+        let in_control = e
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+            .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
+        if in_control || e.ctrl_key() || e.meta_key() || e.alt_key() {
+            return;
+        }
+        match e.key().as_str() {
+            " " => {
+                e.prevent_default();
+                a.borrow_mut().toggle_pause();
+            }
+            "t" => {
+                let on = a.borrow_mut().toggle_trails();
+                if let Some(b) = a.borrow().dom.doc.get_element_by_id("trails") {
+                    b.set_class_name(if on { "on" } else { "" });
+                }
+            }
+            _ => {}
+        }
+    })
+}
+
+fn start_render_loop(app: &Shared, window: &Window) -> Result<(), JsValue> {
+    type Frame = Rc<RefCell<Option<Closure<dyn FnMut(f64)>>>>;
+    let slot: Frame = Rc::new(RefCell::new(None));
+    let again = slot.clone();
+    let a = app.clone();
+    let w = window.clone();
+    *slot.borrow_mut() = Some(Closure::new(move |t: f64| {
+        a.borrow_mut().render(t, w.device_pixel_ratio());
+        if let Some(f) = again.borrow().as_ref() {
+            let _ = w.request_animation_frame(f.as_ref().unchecked_ref());
+        }
+    }));
+    if let Some(f) = slot.borrow().as_ref() {
+        window.request_animation_frame(f.as_ref().unchecked_ref())?;
+    }
+    Ok(())
+}
+
+fn start_status_timer(app: &Shared, window: &Window) -> Result<(), JsValue> {
+    let a = app.clone();
+    let c = Closure::<dyn FnMut()>::new(move || a.borrow_mut().status_tick(now()));
+    window
+        .set_interval_with_callback_and_timeout_and_arguments_0(c.as_ref().unchecked_ref(), 500)?;
+    c.forget();
+    Ok(())
+}
+
+/// Fills the preset menu from `GET /api/v1/params/presets`.
+fn load_presets(app: &Shared) {
+    let a = app.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        let names = async {
+            let w = web_sys::window()?;
+            let resp =
+                wasm_bindgen_futures::JsFuture::from(w.fetch_with_str("/api/v1/params/presets"))
+                    .await
+                    .ok()?
+                    .dyn_into::<web_sys::Response>()
+                    .ok()?;
+            let json = wasm_bindgen_futures::JsFuture::from(resp.json().ok()?)
+                .await
+                .ok()?;
+            let list: js_sys::Array = json.dyn_into().ok()?;
+            Some(
+                list.iter()
+                    .filter_map(|o| js_sys::Reflect::get(&o, &"name".into()).ok()?.as_string())
+                    .collect::<Vec<_>>(),
+            )
+        }
+        .await;
+        match names {
+            Some(n) => a.borrow().dom.presets(&n),
+            None => a
+                .borrow()
+                .dom
+                .message("could not load the preset list", true),
+        }
+    });
+}

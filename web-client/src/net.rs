@@ -1,0 +1,103 @@
+//! The WebSocket to the server: binary frames in, events out, and the
+//! reconnect backoff. The socket's callbacks live as long as the socket.
+
+use js_sys::ArrayBuffer;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use web_sys::{BinaryType, CloseEvent, MessageEvent, WebSocket};
+
+/// Something that happened on the socket.
+pub(crate) enum NetEvent {
+    /// Connected: send `Subscribe` now.
+    Open,
+    /// A binary message.
+    Message(ArrayBuffer),
+    /// The socket closed (code and reason as the browser reports them).
+    Closed {
+        /// WebSocket close code.
+        code: u16,
+        /// Close reason text.
+        reason: String,
+    },
+}
+
+/// An open (or opening) socket with its callbacks.
+pub(crate) struct Socket {
+    ws: WebSocket,
+    _on_open: Closure<dyn FnMut()>,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_close: Closure<dyn FnMut(CloseEvent)>,
+}
+
+impl Socket {
+    /// Opens `url`; every event goes to `handler`.
+    pub(crate) fn open(
+        url: &str,
+        handler: impl Fn(NetEvent) + Clone + 'static,
+    ) -> Result<Self, JsValue> {
+        let ws = WebSocket::new(url)?;
+        ws.set_binary_type(BinaryType::Arraybuffer);
+        let h = handler.clone();
+        let on_open = Closure::<dyn FnMut()>::new(move || h(NetEvent::Open));
+        let h = handler.clone();
+        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            if let Ok(buf) = e.data().dyn_into::<ArrayBuffer>() {
+                h(NetEvent::Message(buf));
+            }
+        });
+        let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |e: CloseEvent| {
+            handler(NetEvent::Closed {
+                code: e.code(),
+                reason: e.reason(),
+            });
+        });
+        ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
+        ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+        Ok(Self {
+            ws,
+            _on_open: on_open,
+            _on_message: on_message,
+            _on_close: on_close,
+        })
+    }
+
+    /// Sends a binary message; false if the socket is not open.
+    pub(crate) fn send(&self, bytes: &[u8]) -> bool {
+        self.ws.ready_state() == WebSocket::OPEN && self.ws.send_with_u8_array(bytes).is_ok()
+    }
+
+    /// Bytes queued by the browser and not yet sent.
+    pub(crate) fn buffered(&self) -> u32 {
+        self.ws.buffered_amount()
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.ws.set_onopen(None);
+        self.ws.set_onmessage(None);
+        self.ws.set_onclose(None);
+        let _ = self.ws.close();
+    }
+}
+
+/// Milliseconds to wait before reconnect attempt `attempt` (0-based):
+/// 0.5 s doubling to at most 10 s.
+pub(crate) fn backoff_ms(attempt: u32) -> u32 {
+    500u32.saturating_mul(1 << attempt.min(5)).min(10_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_ms;
+
+    #[test]
+    fn backoff_doubles_up_to_ten_seconds() {
+        assert_eq!(backoff_ms(0), 500);
+        assert_eq!(backoff_ms(1), 1_000);
+        assert_eq!(backoff_ms(4), 8_000);
+        assert_eq!(backoff_ms(5), 10_000);
+        assert_eq!(backoff_ms(u32::MAX), 10_000);
+    }
+}

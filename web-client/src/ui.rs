@@ -1,0 +1,403 @@
+//! The page around the canvas: the status line, the message line, the
+//! parameter sliders (built from the server's parameter list), the
+//! buttons, role gating and the live plot. The layout is `index.html`;
+//! this file finds its elements and keeps them up to date.
+
+use starling_protocol::{CommandKind, ParamInfo, ParamValue, Role};
+use wasm_bindgen::JsCast;
+use web_sys::{
+    CanvasRenderingContext2d, Document, Element, HtmlCanvasElement, HtmlElement, HtmlInputElement,
+    HtmlSelectElement,
+};
+
+use crate::stats::History;
+
+/// Samples in the live plot.
+pub(crate) const PLOT_SAMPLES: usize = 240;
+
+/// The elements the viewer updates.
+pub(crate) struct Dom {
+    pub(crate) doc: Document,
+    pub(crate) canvas: HtmlCanvasElement,
+    message: HtmlElement,
+    conn: HtmlElement,
+    fields: [HtmlElement; 7],
+    params: HtmlElement,
+    pub(crate) preset: HtmlSelectElement,
+    plot: HtmlCanvasElement,
+    legend_order: HtmlElement,
+    legend_nn: HtmlElement,
+}
+
+/// One status line's worth of figures.
+pub(crate) struct Status {
+    pub(crate) fps: f64,
+    pub(crate) tick: Option<u64>,
+    pub(crate) boids: Option<usize>,
+    pub(crate) kbps: f64,
+    pub(crate) latency_ms: Option<f64>,
+    pub(crate) frames: u64,
+    pub(crate) role: Option<Role>,
+}
+
+fn by_id<T: JsCast>(doc: &Document, id: &str) -> Result<T, String> {
+    doc.get_element_by_id(id)
+        .ok_or_else(|| format!("the page has no #{id}"))?
+        .dyn_into()
+        .map_err(|_| format!("#{id} is not the expected element"))
+}
+
+impl Dom {
+    /// Finds the page's elements.
+    pub(crate) fn find(doc: Document) -> Result<Self, String> {
+        let f = |id: &str| by_id::<HtmlElement>(&doc, id);
+        Ok(Self {
+            canvas: by_id(&doc, "view")?,
+            message: f("message")?,
+            conn: f("st-conn")?,
+            fields: [
+                f("st-fps")?,
+                f("st-tick")?,
+                f("st-boids")?,
+                f("st-kbps")?,
+                f("st-latency")?,
+                f("st-frames")?,
+                f("st-role")?,
+            ],
+            params: f("params")?,
+            preset: by_id(&doc, "preset")?,
+            plot: by_id(&doc, "plot")?,
+            legend_order: f("lg-order")?,
+            legend_nn: f("lg-nn")?,
+            doc,
+        })
+    }
+
+    /// Shows a message; errors in red.
+    pub(crate) fn message(&self, text: &str, error: bool) {
+        self.message.set_text_content(Some(text));
+        self.message
+            .set_class_name(if error { "error" } else { "" });
+    }
+
+    /// Shows the connection state.
+    pub(crate) fn connection(&self, text: &str, ok: bool) {
+        self.conn.set_text_content(Some(text));
+        self.conn.set_class_name(if ok { "ok" } else { "bad" });
+    }
+
+    /// Updates the status line.
+    pub(crate) fn status(&self, s: &Status) {
+        let dash = || "–".to_owned();
+        let texts = [
+            format!("{:.0}", s.fps),
+            s.tick.map_or_else(dash, |t| t.to_string()),
+            s.boids.map_or_else(dash, |n| n.to_string()),
+            format!("{:.1}", s.kbps),
+            s.latency_ms.map_or_else(dash, |l| format!("{l:.0} ms")),
+            s.frames.to_string(),
+            s.role.map_or_else(dash, |r| r.name().to_owned()),
+        ];
+        for (el, text) in self.fields.iter().zip(texts) {
+            el.set_text_content(Some(&text));
+        }
+    }
+
+    /// Records the ticks of the last frames on `<body data-ticks>`, for
+    /// tests that compare what two pages saw.
+    pub(crate) fn tick_log(&self, ticks: impl Iterator<Item = u64>) {
+        let mut s = String::new();
+        for t in ticks {
+            if !s.is_empty() {
+                s.push(' ');
+            }
+            s.push_str(&t.to_string());
+        }
+        if let Some(body) = self.doc.body() {
+            let _ = body.set_attribute("data-ticks", &s);
+        }
+    }
+
+    /// Builds (first time) or updates the sliders and choices.
+    pub(crate) fn params(&self, params: &[ParamInfo]) -> Result<(), String> {
+        for p in params {
+            let id = format!("param-{}", p.name);
+            let input = match self.doc.get_element_by_id(&id) {
+                Some(el) => el,
+                None => self.param_row(p, &id)?,
+            };
+            match &p.value {
+                ParamValue::Number(v) => {
+                    let Ok(input) = input.dyn_into::<HtmlInputElement>() else {
+                        continue;
+                    };
+                    let (min, max) = (p.min.unwrap_or(0.0), p.max.unwrap_or(1.0));
+                    for (k, v) in [("data-min", min), ("data-max", max)] {
+                        let _ = input.set_attribute(k, &v.to_string());
+                    }
+                    if whole_number(&p.name) {
+                        let _ = input.set_attribute("data-int", "");
+                    }
+                    input.set_min("0");
+                    input.set_max(&SLIDER_STEPS.to_string());
+                    input.set_step("1");
+                    input.set_value_as_number(slider_pos(*v, min, max));
+                    self.show_value(&p.name, *v);
+                }
+                ParamValue::Text(t) => {
+                    if let Ok(select) = input.dyn_into::<HtmlSelectElement>() {
+                        select.set_value(t);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn param_row(&self, p: &ParamInfo, id: &str) -> Result<Element, String> {
+        let js = |e: wasm_bindgen::JsValue| format!("{e:?}");
+        let row = self.doc.create_element("div").map_err(js)?;
+        row.set_class_name("row");
+        let label = self.doc.create_element("label").map_err(js)?;
+        label.set_attribute("for", id).map_err(js)?;
+        label.set_text_content(Some(&p.name));
+        row.append_child(&label).map_err(js)?;
+        let input = match &p.value {
+            ParamValue::Number(_) => {
+                let input = self.doc.create_element("input").map_err(js)?;
+                input.set_attribute("type", "range").map_err(js)?;
+                input
+            }
+            ParamValue::Text(_) => {
+                let select = self.doc.create_element("select").map_err(js)?;
+                for c in &p.choices {
+                    let o = self.doc.create_element("option").map_err(js)?;
+                    o.set_attribute("value", c).map_err(js)?;
+                    o.set_text_content(Some(c));
+                    select.append_child(&o).map_err(js)?;
+                }
+                select
+            }
+        };
+        input.set_id(id);
+        input.set_attribute("data-param", &p.name).map_err(js)?;
+        input.set_attribute("data-needs", "Params").map_err(js)?;
+        row.append_child(&input).map_err(js)?;
+        if matches!(p.value, ParamValue::Number(_)) {
+            let out = self.doc.create_element("output").map_err(js)?;
+            out.set_id(&format!("value-{}", p.name));
+            row.append_child(&out).map_err(js)?;
+        }
+        self.params.append_child(&row).map_err(js)?;
+        Ok(input)
+    }
+
+    /// Shows a slider's live value next to it.
+    pub(crate) fn show_value(&self, name: &str, v: f64) {
+        if let Some(out) = self.doc.get_element_by_id(&format!("value-{name}")) {
+            let text = if v.fract() == 0.0 && v.abs() < 1e6 {
+                format!("{v:.0}")
+            } else if v.abs() >= 100.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.2}")
+            };
+            out.set_text_content(Some(&text));
+        }
+    }
+
+    /// Adds the preset names to the preset menu.
+    pub(crate) fn presets(&self, names: &[String]) {
+        let have = self.preset.length();
+        if have > 1 {
+            return;
+        }
+        for n in names {
+            if let Ok(o) = self.doc.create_element("option") {
+                let _ = o.set_attribute("value", n);
+                o.set_text_content(Some(n));
+                let _ = self.preset.append_child(&o);
+            }
+        }
+    }
+
+    /// Enables what `allowed` permits and disables the rest, with a
+    /// tooltip naming the role needed.
+    pub(crate) fn gate(&self, role: Role, allowed: &[CommandKind]) {
+        let Ok(list) = self.doc.query_selector_all("[data-needs]") else {
+            return;
+        };
+        for k in 0..list.length() {
+            let Some(el) = list.item(k).and_then(|n| n.dyn_into::<HtmlElement>().ok()) else {
+                continue;
+            };
+            let needs = el.get_attribute("data-needs").unwrap_or_default();
+            let kind = kind_named(&needs);
+            let ok = kind.is_some_and(|k| allowed.contains(&k));
+            let _ = if ok {
+                el.remove_attribute("disabled")
+            } else {
+                el.set_attribute("disabled", "")
+            };
+            let why = format!(
+                "needs the {} role; you are {}",
+                kind.map_or("operator", needed_role),
+                role.name()
+            );
+            if ok {
+                if el.get_attribute("data-why").is_some() {
+                    let _ = el.remove_attribute("data-why");
+                }
+            } else {
+                let _ = el.set_attribute("data-why", &why);
+                let _ = el.set_attribute("title", &why);
+            }
+        }
+    }
+
+    /// Redraws the plot and its legend.
+    pub(crate) fn plot(&self, h: &History<PLOT_SAMPLES>) {
+        let w = f64::from(self.plot.client_width().max(1));
+        let ht = f64::from(self.plot.client_height().max(1));
+        if self.plot.width() != w as u32 {
+            self.plot.set_width(w as u32);
+            self.plot.set_height(ht as u32);
+        }
+        let Some(ctx) = self
+            .plot
+            .get_context("2d")
+            .ok()
+            .flatten()
+            .and_then(|c| c.dyn_into::<CanvasRenderingContext2d>().ok())
+        else {
+            return;
+        };
+        ctx.clear_rect(0.0, 0.0, w, ht);
+        let max_nn = h.iter().map(|(_, d)| d).fold(1e-3f32, f32::max);
+        let dx = w / (PLOT_SAMPLES - 1) as f64;
+        for (series, color) in [(0, "#7be08a"), (1, "#6cc4ff")] {
+            ctx.begin_path();
+            ctx.set_stroke_style_str(color);
+            for (k, (order, nn)) in h.iter().enumerate() {
+                let v = if series == 0 { order } else { nn / max_nn };
+                let (x, y) = (
+                    k as f64 * dx,
+                    ht - 2.0 - f64::from(v.clamp(0.0, 1.0)) * (ht - 4.0),
+                );
+                if k == 0 {
+                    ctx.move_to(x, y);
+                } else {
+                    ctx.line_to(x, y);
+                }
+            }
+            ctx.stroke();
+        }
+        if let Some((order, nn)) = h.iter().last() {
+            self.legend_order
+                .set_text_content(Some(&format!("{order:.2}")));
+            self.legend_nn
+                .set_text_content(Some(&format!("{nn:.2} m (plot max {max_nn:.1})")));
+        }
+    }
+}
+
+/// Positions of a parameter slider.
+const SLIDER_STEPS: u32 = 1000;
+
+/// Parameters that take whole numbers.
+fn whole_number(name: &str) -> bool {
+    matches!(name, "k_nearest" | "tick_hz")
+}
+
+/// A slider's position for value `v` of a parameter allowed in
+/// `min ..= max`. The scale is cubic: the allowed ranges are wide (a weight
+/// may be 0 ..= 100, a radius 0 ..= 1000) while useful values sit near the
+/// bottom, so the low end gets most of the slider.
+pub(crate) fn slider_pos(v: f64, min: f64, max: f64) -> f64 {
+    if max <= min || !v.is_finite() {
+        return 0.0;
+    }
+    ((v - min) / (max - min)).clamp(0.0, 1.0).cbrt() * f64::from(SLIDER_STEPS)
+}
+
+/// The value a slider position stands for: whole numbers for counts and
+/// rates, else three significant digits (what the label shows is exactly
+/// what is sent).
+pub(crate) fn slider_value(pos: f64, min: f64, max: f64, integer: bool) -> f64 {
+    let t = (pos / f64::from(SLIDER_STEPS)).clamp(0.0, 1.0);
+    let v = min + (max - min) * t * t * t;
+    if integer || v == 0.0 {
+        return v.round();
+    }
+    let scale = 10f64.powi(2 - v.abs().log10().floor() as i32);
+    ((v * scale).round() / scale).clamp(min, max)
+}
+
+/// The value an input slider stands for (its range in `data-min`,
+/// `data-max`, `data-int`).
+pub(crate) fn value_of(input: &HtmlInputElement) -> Option<f64> {
+    let num = |k: &str| input.get_attribute(k)?.parse::<f64>().ok();
+    Some(slider_value(
+        input.value_as_number(),
+        num("data-min")?,
+        num("data-max")?,
+        input.has_attribute("data-int"),
+    ))
+}
+
+fn kind_named(name: &str) -> Option<CommandKind> {
+    Some(match name {
+        "Predator" => CommandKind::Predator,
+        "Goal" => CommandKind::Goal,
+        "Obstacle" => CommandKind::Obstacle,
+        "Boids" => CommandKind::Boids,
+        "Params" => CommandKind::Params,
+        "Control" => CommandKind::Control,
+        _ => return None,
+    })
+}
+
+/// The least role that may do `kind` (as the server's `auth.rs` decides).
+fn needed_role(kind: CommandKind) -> &'static str {
+    match kind {
+        CommandKind::Predator | CommandKind::Goal | CommandKind::Obstacle => "pilot",
+        CommandKind::Boids | CommandKind::Params | CommandKind::Control => "operator",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliders_round_trip_and_favour_small_values() {
+        // A default weight sits a quarter of the way along, not at the end.
+        let p = slider_pos(1.5, 0.0, 100.0);
+        assert!((200.0..300.0).contains(&p), "{p}");
+        for (v, min, max, int) in [
+            (1.5, 0.0, 100.0, false),
+            (10.0, 0.0, 1000.0, false),
+            (7.0, 0.0, 32.0, true),
+            (60.0, 1.0, 1000.0, true),
+            (270.0, 0.0, 360.0, false),
+        ] {
+            let back = slider_value(slider_pos(v, min, max).round(), min, max, int);
+            assert!((back - v).abs() <= v * 0.02, "{v} came back as {back}");
+        }
+        assert_eq!(slider_value(0.0, 0.0, 100.0, false), 0.0);
+        assert_eq!(slider_value(1000.0, 0.0, 100.0, false), 100.0);
+        assert_eq!(slider_value(500.0, 0.0, 32.0, true), 4.0);
+        // Three significant digits.
+        assert_eq!(slider_value(333.0, 0.0, 100.0, false), 3.69);
+        assert_eq!(slider_pos(f64::NAN, 0.0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn every_gated_kind_names_a_role() {
+        for k in ["Predator", "Goal", "Obstacle", "Boids", "Params", "Control"] {
+            assert!(kind_named(k).is_some(), "{k}");
+        }
+        assert_eq!(needed_role(CommandKind::Goal), "pilot");
+        assert_eq!(needed_role(CommandKind::Control), "operator");
+    }
+}
