@@ -306,7 +306,7 @@ const SLIDER_STEPS: u32 = 1000;
 
 /// Parameters that take whole numbers.
 fn whole_number(name: &str) -> bool {
-    matches!(name, "k_nearest" | "tick_hz")
+    matches!(name, "k_nearest" | "tick_hz" | "latency_ticks")
 }
 
 /// A slider's position for value `v` of a parameter allowed in

@@ -12,7 +12,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 0;
+pub const PROTOCOL_MINOR: u16 = 1;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -309,6 +309,14 @@ pub enum Command {
         /// How many.
         count: u32,
     },
+    /// Failure injection (1.1): freeze boids chosen at random from the
+    /// run's seed (dead motors: they drift on their last velocity).
+    FreezeBoids {
+        /// How many.
+        count: u32,
+    },
+    /// Thaw every frozen boid (1.1).
+    ThawBoids,
 }
 
 impl Command {
@@ -321,7 +329,10 @@ impl Command {
             // Moving or removing an agent needs the agent's kind, which
             // only the server knows; the server checks it.
             Command::MoveAgent { .. } | Command::RemoveAgent { .. } => CommandKind::Predator,
-            Command::SpawnBoids { .. } | Command::KillBoids { .. } => CommandKind::Boids,
+            Command::SpawnBoids { .. }
+            | Command::KillBoids { .. }
+            | Command::FreezeBoids { .. }
+            | Command::ThawBoids => CommandKind::Boids,
             Command::PatchParams { .. } | Command::Preset { .. } => CommandKind::Params,
             Command::Pause | Command::Resume | Command::Step { .. } | Command::Reset { .. } => {
                 CommandKind::Control

@@ -112,6 +112,8 @@ fn command() -> impl Strategy<Value = Command> {
         any::<u32>().prop_map(|n| Command::Step { n }),
         any::<Option<u64>>().prop_map(|seed| Command::Reset { seed }),
         any::<u32>().prop_map(|count| Command::KillBoids { count }),
+        any::<u32>().prop_map(|count| Command::FreezeBoids { count }),
+        Just(Command::ThawBoids),
     ]
 }
 

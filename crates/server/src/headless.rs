@@ -181,7 +181,9 @@ fn run_into(
     for _ in 0..ticks {
         while next_event < events.len() && events[next_event].0 <= flock.tick() {
             let k = events[next_event].1;
-            let op = s.events[k].op(flock.len()).map_err(anyhow::Error::msg)?;
+            let op = s.events[k]
+                .op(flock.len(), flock.frozen_count())
+                .map_err(anyhow::Error::msg)?;
             let tick = flock.tick();
             apply_op(&mut flock, op.clone())
                 .map_err(anyhow::Error::msg)

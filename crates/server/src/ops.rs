@@ -70,6 +70,22 @@ pub enum Op {
         /// How many (at most the boids alive).
         count: usize,
     },
+    /// Failure injection: freeze boids (dead motors: they drift on their
+    /// last velocity and ignore every rule), chosen at random from the seed.
+    FreezeBoids {
+        /// How many (at most the boids not frozen).
+        count: usize,
+    },
+    /// Failure injection: freeze these boids (all or nothing).
+    FreezeIds {
+        /// Ids.
+        ids: Vec<u32>,
+    },
+    /// Thaw these frozen boids, or all of them (`None`).
+    Thaw {
+        /// Ids (None: every frozen boid).
+        ids: Option<Vec<u32>>,
+    },
     /// Grow or shrink the flock to exactly this many boids.
     SetPopulation {
         /// Target population.
@@ -110,6 +126,8 @@ impl Op {
             Op::SpawnBoids { .. } => "spawn_boids",
             Op::RemoveBoids { .. } => "remove_boids",
             Op::KillBoids { .. } => "kill_boids",
+            Op::FreezeBoids { .. } | Op::FreezeIds { .. } => "freeze_boids",
+            Op::Thaw { .. } => "thaw_boids",
             Op::SetPopulation { .. } => "set_population",
             Op::PatchParams(_) => "patch_params",
             Op::Preset(_) => "preset",
@@ -196,6 +214,15 @@ pub fn apply(
         }
         Op::KillBoids { count } => {
             f.kill_random(count)?;
+        }
+        Op::FreezeBoids { count } => {
+            f.freeze_random(count)?;
+        }
+        Op::FreezeIds { ids } => {
+            f.freeze(&ids)?;
+        }
+        Op::Thaw { ids } => {
+            f.thaw(ids.as_deref())?;
         }
         Op::SetPopulation { population } => f.set_population(population)?,
         Op::PatchParams(patch) => {

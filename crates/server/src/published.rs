@@ -35,6 +35,8 @@ pub struct Published {
     pub paused: bool,
     /// Boids alive.
     pub population: usize,
+    /// Frozen boids (failure injection).
+    pub frozen: usize,
     /// Current parameters.
     pub params: Params,
     /// Bumped whenever the parameters change, so viewers resend them.

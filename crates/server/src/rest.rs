@@ -39,6 +39,8 @@ pub fn routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(remove_boids))
         .routes(routes!(set_population))
         .routes(routes!(kill_boids))
+        .routes(routes!(freeze_boids))
+        .routes(routes!(thaw_boids))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(step))
@@ -632,6 +634,85 @@ async fn kill_boids(
     Ok(applied(StatusCode::OK, s.submit(Op::KillBoids { count }).await?).1)
 }
 
+/// `POST /boids/freeze`: exactly one of `count`, `fraction` and `ids`.
+#[derive(Debug, Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct FreezeBody {
+    /// How many boids to freeze, chosen at random from the seed.
+    count: Option<usize>,
+    /// Or what fraction of the boids alive, 0 ..= 1.
+    fraction: Option<f64>,
+    /// Or exactly these boids.
+    ids: Option<Vec<u32>>,
+}
+
+/// Failure injection: freezes boids (dead motors: they drift on their last
+/// velocity and ignore every rule; others still see them). Operator.
+#[utoipa::path(post, path = "/boids/freeze", tag = "boids", request_body = FreezeBody,
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
+async fn freeze_boids(
+    State(s): State<Shared>,
+    caller: Caller,
+    Body(b): Body<FreezeBody>,
+) -> Result<Json<AppliedBody>, ApiError> {
+    caller.require(Role::Operator, "freezing boids")?;
+    let op = match (b.count, b.fraction, b.ids) {
+        (Some(count), None, None) => Op::FreezeBoids { count },
+        (None, Some(f), None) if f.is_finite() && (0.0..=1.0).contains(&f) => Op::FreezeBoids {
+            count: (f * s.state().population as f64).round() as usize,
+        },
+        (None, Some(f), None) => {
+            return Err(ApiError::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("fraction".into()),
+                format!("fraction = {f}: allowed 0 ..= 1"),
+            ));
+        }
+        (None, None, Some(ids)) if ids.len() <= starling_sim::MAX_POPULATION => {
+            Op::FreezeIds { ids }
+        }
+        (None, None, Some(ids)) => {
+            return Err(ApiError::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("ids".into()),
+                format!(
+                    "{} ids: allowed at most {}",
+                    ids.len(),
+                    starling_sim::MAX_POPULATION
+                ),
+            ));
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some("count".into()),
+                "give exactly one of `count`, `fraction` and `ids`",
+            ));
+        }
+    };
+    Ok(applied(StatusCode::OK, s.submit(op).await?).1)
+}
+
+/// `POST /boids/thaw`: the ids to thaw (none: every frozen boid).
+#[derive(Debug, Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct ThawBody {
+    /// Ids of frozen boids to thaw (absent: all of them).
+    ids: Option<Vec<u32>>,
+}
+
+/// Thaws frozen boids: they follow the rules again (operator).
+#[utoipa::path(post, path = "/boids/thaw", tag = "boids", request_body(content = ThawBody, description = "optional"),
+    responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
+async fn thaw_boids(
+    State(s): State<Shared>,
+    caller: Caller,
+    Body(b): Body<ThawBody>,
+) -> Result<Json<AppliedBody>, ApiError> {
+    caller.require(Role::Operator, "thawing boids")?;
+    Ok(applied(StatusCode::OK, s.submit(Op::Thaw { ids: b.ids }).await?).1)
+}
+
 #[derive(Debug, Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 struct PopulationBody {
@@ -757,6 +838,8 @@ async fn reset(
 struct StateBody {
     tick: u64,
     population: usize,
+    /// Frozen boids (failure injection).
+    frozen: usize,
     paused: bool,
     tick_hz: u32,
     step_ms: f32,
@@ -771,6 +854,7 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
     Json(StateBody {
         tick: st.tick,
         population: st.population,
+        frozen: st.frozen,
         paused: st.paused,
         tick_hz: st.params.tick_hz,
         step_ms: st.metrics.step_ms,

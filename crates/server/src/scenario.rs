@@ -29,7 +29,9 @@
 //!
 //! [[events]]
 //! at_s = 10.0                       # or at_tick
-//! kill_fraction = 0.2               # or kill_count, patch_params, add_predator, remove_agent
+//! kill_fraction = 0.2               # or kill_count, freeze_count, freeze_fraction, thaw,
+//!                                   # patch_params (noise_m, dropout, latency_ticks, ...),
+//!                                   # add_predator, add_obstacle, add_goal, remove_agent
 //! ```
 
 use std::path::Path;
@@ -207,6 +209,13 @@ pub struct Event {
     pub kill_count: Option<usize>,
     /// Kill this fraction of the boids alive (0 ..= 1).
     pub kill_fraction: Option<f64>,
+    /// Freeze this many boids (dead motors), chosen at random from the
+    /// seed; fewer if fewer are left unfrozen.
+    pub freeze_count: Option<usize>,
+    /// Freeze this fraction of the boids alive (0 ..= 1).
+    pub freeze_fraction: Option<f64>,
+    /// `true`: thaw every frozen boid.
+    pub thaw: Option<bool>,
     /// Add a predator.
     pub add_predator: Option<PredatorSpec>,
     /// Add an obstacle.
@@ -359,6 +368,9 @@ impl Scenario {
                 e.patch_params.is_some(),
                 e.kill_count.is_some(),
                 e.kill_fraction.is_some(),
+                e.freeze_count.is_some(),
+                e.freeze_fraction.is_some(),
+                e.thaw.is_some(),
                 e.add_predator.is_some(),
                 e.add_obstacle.is_some(),
                 e.add_goal.is_some(),
@@ -372,7 +384,7 @@ impl Scenario {
                     &format!("events[{k}]"),
                     at,
                     format!(
-                        "{actions} actions: give exactly one of patch_params, kill_count, kill_fraction, add_predator, add_obstacle, add_goal, remove_agent"
+                        "{actions} actions: give exactly one of patch_params, kill_count, kill_fraction, freeze_count, freeze_fraction, thaw, add_predator, add_obstacle, add_goal, remove_agent"
                     ),
                 ));
             }
@@ -387,13 +399,25 @@ impl Scenario {
                     ));
                 }
             }
-            if let Some(f) = e.kill_fraction
-                && !(f.is_finite() && (0.0..=1.0).contains(&f))
-            {
+            for (name, frac) in [
+                ("kill_fraction", e.kill_fraction),
+                ("freeze_fraction", e.freeze_fraction),
+            ] {
+                if let Some(f) = frac
+                    && !(f.is_finite() && (0.0..=1.0).contains(&f))
+                {
+                    return Err(err(
+                        &format!("events[{k}].{name}"),
+                        line_of(text, name, at),
+                        format!("{f}: allowed 0 ..= 1"),
+                    ));
+                }
+            }
+            if e.thaw == Some(false) {
                 return Err(err(
-                    &format!("events[{k}].kill_fraction"),
-                    line_of(text, "kill_fraction", at),
-                    format!("{f}: allowed 0 ..= 1"),
+                    &format!("events[{k}].thaw"),
+                    line_of(text, "thaw", at),
+                    "false: allowed true (thaw every frozen boid)".into(),
                 ));
             }
             if let Some(p) = &e.patch_params
@@ -419,7 +443,7 @@ impl Scenario {
         // caps aside, they either apply anywhere or nowhere).
         for (k, e) in self.events.iter().enumerate() {
             if e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some() {
-                e.op(0)
+                e.op(0, 0)
                     .and_then(|op| apply_op(&mut probe, op))
                     .map_err(|d| {
                         err(&format!("events[{k}]"), line_of_table(text, "events", k), d)
@@ -525,9 +549,24 @@ pub fn predator_op(p: &PredatorSpec) -> Op {
 }
 
 impl Event {
-    /// The op this event performs on a flock of `alive` boids (validated
-    /// events have exactly one action).
-    pub fn op(&self, alive: usize) -> Result<Op, String> {
+    /// The op this event performs on a flock of `alive` boids of which
+    /// `frozen` are frozen (validated events have exactly one action).
+    pub fn op(&self, alive: usize, frozen: usize) -> Result<Op, String> {
+        let unfrozen = alive - frozen.min(alive);
+        if let Some(n) = self.freeze_count {
+            return Ok(Op::FreezeBoids {
+                count: n.min(unfrozen),
+            });
+        }
+        if let Some(frac) = self.freeze_fraction {
+            let n = (frac * alive as f64).round() as usize;
+            return Ok(Op::FreezeBoids {
+                count: n.min(unfrozen),
+            });
+        }
+        if self.thaw == Some(true) {
+            return Ok(Op::Thaw { ids: None });
+        }
         if let Some(p) = &self.patch_params {
             return Ok(Op::PatchParams(Box::new(*p)));
         }
@@ -594,6 +633,21 @@ mod tests {
             "[[events]]\nat_tick = 5\nkill_fraction = 1.5\n",
             3,
             "events[0].kill_fraction",
+        );
+        check(
+            "[[events]]\nat_tick = 5\nfreeze_fraction = -0.1\n",
+            3,
+            "events[0].freeze_fraction",
+        );
+        check(
+            "[[events]]\nat_tick = 5\nthaw = false\n",
+            3,
+            "events[0].thaw",
+        );
+        check(
+            "[[events]]\nat_tick = 5\n[events.patch_params]\nlatency_ticks = 500\n",
+            4,
+            "events[0].patch_params.latency_ticks",
         );
         check("[[events]]\nat_tick = 5\n", 1, "events[0]");
         check(

@@ -403,6 +403,7 @@ impl State {
             tick: self.flock.tick(),
             paused: self.paused,
             population: self.flock.len(),
+            frozen: self.flock.frozen_count(),
             params: *p,
             params_version: self.params_version,
             agents: self.flock.agents().clone(),

@@ -518,6 +518,10 @@ async fn command_reply(
         Command::Resume => Op::Resume,
         Command::Step { n } => Op::Step { n },
         Command::Reset { seed } => Op::Reset { seed },
+        Command::FreezeBoids { count } => Op::FreezeBoids {
+            count: count as usize,
+        },
+        Command::ThawBoids => Op::Thaw { ids: None },
         Command::KillBoids { count } => Op::KillBoids {
             count: count as usize,
         },
@@ -538,6 +542,11 @@ fn patch_from(changes: &[(String, ParamValue)]) -> Result<starling_sim::ParamsPa
     let mut obj = serde_json::Map::new();
     for (name, v) in changes {
         let value = match v {
+            // Whole numbers as integers, so count parameters (k_nearest,
+            // tick_hz, latency_ticks) accept them.
+            ParamValue::Number(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
+                serde_json::Value::Number(serde_json::Number::from(*x as i64))
+            }
             ParamValue::Number(x) => serde_json::Number::from_f64(*x)
                 .map(serde_json::Value::Number)
                 .ok_or_else(|| {
@@ -595,6 +604,14 @@ pub fn param_infos(p: &Params) -> Vec<ParamInfo> {
         ),
         num("lookahead_s", f(p.lookahead_s), 0.0, 10.0),
         num("tick_hz", f(p.tick_hz as f32), 1.0, 1000.0),
+        num("noise_m", f(p.noise_m), 0.0, 100.0),
+        num("dropout", f(p.dropout), 0.0, 1.0),
+        num(
+            "latency_ticks",
+            f64::from(p.latency_ticks),
+            0.0,
+            f64::from(starling_sim::params::MAX_LATENCY_TICKS),
+        ),
         ParamInfo {
             name: "boundary".into(),
             value: ParamValue::Text(p.boundary.as_str().into()),

@@ -28,6 +28,9 @@ pub struct Checkpoint {
     pub boids: Vec<Boid>,
     /// Predators, goals and obstacles, with their ids and expiry ticks.
     pub agents: Agents,
+    /// Ids of frozen boids (failure injection), ascending.
+    #[serde(default)]
+    pub frozen: Vec<u32>,
 }
 
 impl Flock {
@@ -42,6 +45,7 @@ impl Flock {
             ids: ids.to_vec(),
             boids: boids.to_vec(),
             agents: agents.clone(),
+            frozen: self.frozen_ids(),
         }
     }
 
@@ -90,7 +94,7 @@ impl Flock {
             .into());
         }
         cp.agents.validate_ids()?;
-        Ok(Flock::from_parts(
+        let mut flock = Flock::from_parts(
             cp.params,
             cp.seed,
             cp.tick,
@@ -98,7 +102,14 @@ impl Flock {
             cp.ids,
             cp.boids,
             cp.agents,
-        ))
+        );
+        flock.freeze(&cp.frozen).map_err(|e| match e {
+            SimError::UnknownBoid { id } => {
+                ParamError::new("frozen", id, "ids of boids in the checkpoint").into()
+            }
+            other => other,
+        })?;
+        Ok(flock)
     }
 }
 
@@ -148,6 +159,27 @@ mod tests {
         }
         assert_eq!(a.digest(), b.digest());
         assert_eq!(b.tick(), 150);
+    }
+
+    /// Frozen boids stay frozen across a checkpoint; an unknown frozen id
+    /// is refused.
+    #[test]
+    fn frozen_boids_survive_a_checkpoint() {
+        let mut a = busy();
+        let frozen = a.freeze_random(40).unwrap();
+        let cp = a.checkpoint();
+        assert_eq!(cp.frozen, frozen);
+        let mut b = Flock::restore(cp.clone()).unwrap();
+        assert_eq!(b.frozen_ids(), frozen);
+        for _ in 0..30 {
+            a.step();
+            b.step();
+        }
+        assert_eq!(a.digest(), b.digest());
+        let mut bad = cp;
+        bad.frozen.push(1_000_000);
+        let err = Flock::restore(bad).unwrap_err().to_string();
+        assert!(err.contains("`frozen`"), "{err}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use glam::Vec3;
 use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
 use crate::error::{ParamError, SimError};
 use crate::exec::for_each_chunk2;
+use crate::faults::{self, DelayLine, Faulty, MAX_DELAYED_STATES};
 use crate::grid::Grid;
 use crate::kernel::{Neighbourhood, SortedBoids, Sums};
 use crate::metrics::{MetricsAcc, TickMetrics};
@@ -105,6 +106,17 @@ pub struct Flock {
     sorted: SortedBoids,
     /// Scratch: per-boid kernel output.
     sums: Vec<Sums>,
+    /// Frozen boids (dead motors), parallel to `boids`.
+    frozen: Vec<bool>,
+    /// How many are frozen (0: the flag is never read).
+    frozen_count: usize,
+    /// Scratch: `frozen` in cell order.
+    sorted_frozen: Vec<bool>,
+    /// Scratch, perception failures only: the true states in cell order
+    /// (`sorted` then holds what others see).
+    truth: SortedBoids,
+    /// Past states, for the latency failure.
+    delay: DelayLine,
 }
 
 impl Flock {
@@ -124,7 +136,14 @@ impl Flock {
             grid: Grid::default(),
             sorted: SortedBoids::default(),
             sums: Vec::new(),
+            frozen: Vec::new(),
+            frozen_count: 0,
+            sorted_frozen: Vec::new(),
+            truth: SortedBoids::default(),
+            delay: DelayLine::default(),
         };
+        flock.delay.reset(config.params.latency_ticks);
+        flock.check_delay_room(config.population)?;
         flock.grow_uniform(config.population);
         flock.metrics = flock.measure_now();
         Ok(flock)
@@ -142,6 +161,21 @@ impl Flock {
             &self.boids,
             &self.agents,
         )
+    }
+
+    /// Ids of the frozen boids, ascending.
+    pub fn frozen_ids(&self) -> Vec<u32> {
+        if self.frozen_count == 0 {
+            return Vec::new();
+        }
+        let mut ids: Vec<u32> = self
+            .ids
+            .iter()
+            .zip(&self.frozen)
+            .filter_map(|(&id, &f)| f.then_some(id))
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// A flock from validated persistent state (see `checkpoint.rs`).
@@ -167,7 +201,14 @@ impl Flock {
             grid: Grid::default(),
             sorted: SortedBoids::default(),
             sums: Vec::new(),
+            frozen: Vec::new(),
+            frozen_count: 0,
+            sorted_frozen: Vec::new(),
+            truth: SortedBoids::default(),
+            delay: DelayLine::default(),
         };
+        flock.frozen.resize(flock.ids.len(), false);
+        flock.delay.reset(params.latency_ticks);
         flock.metrics = flock.measure_now();
         flock
     }
@@ -210,6 +251,22 @@ impl Flock {
     /// Replaces the parameters (validated first; on error nothing changes).
     pub fn set_params(&mut self, params: Params) -> Result<(), ParamError> {
         params.validate()?;
+        if params.latency_ticks != self.params.latency_ticks {
+            let states = (params.latency_ticks as usize + 1) * self.next_boid_id as usize;
+            if params.latency_ticks > 0 && states > MAX_DELAYED_STATES {
+                let most =
+                    (MAX_DELAYED_STATES / (self.next_boid_id as usize).max(1)).saturating_sub(1);
+                return Err(ParamError::new(
+                    "latency_ticks",
+                    params.latency_ticks,
+                    format!(
+                        "0 ..= {most} for this flock: the delay line holds at most {MAX_DELAYED_STATES} boid states (latency + 1) x (boid ids handed out, {})",
+                        self.next_boid_id
+                    ),
+                ));
+            }
+            self.delay.reset(params.latency_ticks);
+        }
         if params.is_2d() && !self.params.is_2d() {
             for b in &mut self.boids {
                 b.p.z = 0.0;
@@ -277,6 +334,9 @@ impl Flock {
         self.boids.clear();
         self.next_boid_id = 0;
         self.agents = Agents::default();
+        self.frozen.clear();
+        self.frozen_count = 0;
+        self.delay.reset(self.params.latency_ticks);
         self.grow_uniform(n);
         self.metrics = self.measure_now();
     }
@@ -303,6 +363,7 @@ impl Flock {
                 limit: MAX_POPULATION,
             });
         }
+        self.check_delay_room(count)?;
         let planar = self.params.is_2d();
         let start = self.next_boid_id;
         for _ in 0..count {
@@ -385,6 +446,7 @@ impl Flock {
     pub fn set_population(&mut self, n: usize) -> Result<(), SimError> {
         check_population(n)?;
         if n > self.boids.len() {
+            self.check_delay_room(n - self.boids.len())?;
             self.grow_uniform(n - self.boids.len());
         } else if n < self.boids.len() {
             let mut sorted = self.ids.clone();
@@ -393,6 +455,108 @@ impl Flock {
             self.retain(|id| id < cutoff);
         }
         Ok(())
+    }
+
+    /// With latency on, whether `more` new ids still fit the delay line.
+    fn check_delay_room(&self, more: usize) -> Result<(), SimError> {
+        let d = self.params.latency_ticks as usize;
+        if d == 0 {
+            return Ok(());
+        }
+        let ids = self.next_boid_id as usize + more;
+        if (d + 1) * ids > MAX_DELAYED_STATES {
+            return Err(SimError::Capacity {
+                what: "boid ids with latency_ticks on (the delay line)",
+                requested: ids,
+                limit: MAX_DELAYED_STATES / (d + 1),
+            });
+        }
+        Ok(())
+    }
+
+    /// Freezes `count` boids not yet frozen, chosen at random from the
+    /// run's seed and tick (a dead motor: they drift on their last velocity
+    /// and ignore every rule). Returns their ids.
+    pub fn freeze_random(&mut self, count: usize) -> Result<Vec<u32>, SimError> {
+        let alive = self.ids.len() - self.frozen_count;
+        if count > alive {
+            return Err(ParamError::new(
+                "count",
+                count,
+                format!("0 ..= {alive} (the boids not frozen)"),
+            )
+            .into());
+        }
+        let (seed, tick) = (self.seed, self.tick);
+        let mut ranked: Vec<(u64, usize)> = (0..self.ids.len())
+            .filter(|&i| !self.frozen[i])
+            .map(|i| {
+                let id = u64::from(self.ids[i]);
+                // A stream of its own, apart from kills at the same tick.
+                (rng::bits(seed, Stream::Command, tick, id | (1 << 40)), i)
+            })
+            .collect();
+        ranked.sort_unstable();
+        let mut chosen: Vec<u32> = Vec::with_capacity(count);
+        for &(_, i) in &ranked[..count] {
+            self.frozen[i] = true;
+            chosen.push(self.ids[i]);
+        }
+        self.frozen_count += count;
+        chosen.sort_unstable();
+        Ok(chosen)
+    }
+
+    /// Freezes the boids with these ids (all or nothing: an unknown id
+    /// freezes none). Returns how many were newly frozen.
+    pub fn freeze(&mut self, ids: &[u32]) -> Result<usize, SimError> {
+        let idx = self.indices_of(ids)?;
+        let mut n = 0;
+        for i in idx {
+            if !self.frozen[i] {
+                self.frozen[i] = true;
+                n += 1;
+            }
+        }
+        self.frozen_count += n;
+        Ok(n)
+    }
+
+    /// Thaws the boids with these ids, or every frozen boid for `None`
+    /// (all or nothing). Returns how many were thawed.
+    pub fn thaw(&mut self, ids: Option<&[u32]>) -> Result<usize, SimError> {
+        let idx = match ids {
+            Some(ids) => self.indices_of(ids)?,
+            None => (0..self.ids.len()).collect(),
+        };
+        let mut n = 0;
+        for i in idx {
+            if self.frozen[i] {
+                self.frozen[i] = false;
+                n += 1;
+            }
+        }
+        self.frozen_count -= n;
+        Ok(n)
+    }
+
+    /// Number of frozen boids.
+    pub fn frozen_count(&self) -> usize {
+        self.frozen_count
+    }
+
+    /// State indices of these ids; an unknown id is an error.
+    fn indices_of(&self, ids: &[u32]) -> Result<Vec<usize>, SimError> {
+        let mut order: Vec<(u32, usize)> = self.ids.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        ids.iter()
+            .map(|&id| {
+                order
+                    .binary_search_by_key(&id, |&(x, _)| x)
+                    .map(|k| order[k].1)
+                    .map_err(|_| SimError::UnknownBoid { id })
+            })
+            .collect()
     }
 
     fn take_boid_id(&mut self) -> u32 {
@@ -428,6 +592,7 @@ impl Flock {
     fn push(&mut self, id: u32, b: Boid) {
         self.ids.push(id);
         self.boids.push(b);
+        self.frozen.push(false);
     }
 
     fn retain(&mut self, keep: impl Fn(u32) -> bool) {
@@ -436,11 +601,15 @@ impl Flock {
             if keep(self.ids[r]) {
                 self.ids[w] = self.ids[r];
                 self.boids[w] = self.boids[r];
+                self.frozen[w] = self.frozen[r];
                 w += 1;
+            } else if self.frozen[r] {
+                self.frozen_count -= 1;
             }
         }
         self.ids.truncate(w);
         self.boids.truncate(w);
+        self.frozen.truncate(w);
     }
 
     // ---- agents ------------------------------------------------------------
@@ -492,7 +661,12 @@ impl Flock {
     pub fn step(&mut self) {
         let started = crate::clock::now();
         self.agents.expire(self.tick);
-        self.prepare();
+        let faulty = self.params.perception_faults();
+        if faulty {
+            self.prepare_faulty();
+        } else {
+            self.prepare();
+        }
 
         let Self {
             params,
@@ -503,6 +677,9 @@ impl Flock {
             grid,
             sorted,
             agents,
+            truth,
+            sorted_frozen,
+            frozen_count,
             ..
         } = self;
         let ctx = UpdateCtx {
@@ -511,23 +688,53 @@ impl Flock {
             seed: *seed,
             tick: *tick,
         };
+        let perception = Perception::new(params);
         let nb = Neighbourhood {
             grid,
             boids: sorted,
-            perception: Perception::new(params),
+            perception,
         };
-        let sorted = &*sorted;
+        let faults = faulty.then_some(Faulty {
+            grid,
+            seen: sorted,
+            truth,
+            perception,
+            params,
+            seed: *seed,
+            tick: *tick,
+        });
+        // The boids' own (true) states in cell order.
+        let own: &SortedBoids = if faulty { truth } else { sorted };
+        let frozen = (*frozen_count > 0).then_some(&sorted_frozen[..]);
+        let dt = params.dt_s();
         for_each_chunk2(boids, sums, CHUNK, |offset, out, sums| {
-            nb.gather_chunk(offset, sums);
+            match &faults {
+                None => nb.gather_chunk(offset, sums),
+                Some(f) => {
+                    for (k, s) in sums.iter_mut().enumerate() {
+                        *s = faults::gather(f, offset + k);
+                    }
+                }
+            }
             for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
                 let i = offset + k;
-                let (p, v) = (sorted.pos(i), sorted.vel(i));
-                let steer = rules::steering(&ctx, sorted.id[i], p, v, s);
+                let (p, v) = (own.pos(i), own.vel(i));
+                if frozen.is_some_and(|f| f[i]) {
+                    // A dead motor: drift on the last velocity.
+                    let (mut p1, mut v1) = (p + v * dt, v);
+                    rules::apply_boundary(&mut p1, &mut v1, params);
+                    *b = Boid { p: p1, v: v1 };
+                    continue;
+                }
+                let steer = rules::steering(&ctx, own.id[i], p, v, s);
                 let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
                 *b = Boid { p: p1, v: v1 };
             }
         });
         self.ids.copy_from_slice(&self.sorted.id);
+        if self.frozen_count > 0 {
+            self.frozen.copy_from_slice(&self.sorted_frozen);
+        }
         self.move_hunters();
 
         let mut acc = MetricsAcc::new();
@@ -569,6 +776,54 @@ impl Flock {
             s.vz[k] = b.v.z;
             s.id[k] = self.ids[src as usize];
         }
+        self.sort_frozen();
+    }
+
+    /// `frozen` into cell order, when any boid is frozen.
+    fn sort_frozen(&mut self) {
+        if self.frozen_count == 0 {
+            return;
+        }
+        self.sorted_frozen.resize(self.boids.len(), false);
+        for (k, &src) in self.grid.perm().iter().enumerate() {
+            self.sorted_frozen[k] = self.frozen[src as usize];
+        }
+    }
+
+    /// Like [`Flock::prepare`] under perception failures: the grid and
+    /// `sorted` hold what others see of each boid (its state `latency_ticks`
+    /// ago), `truth` its real state, both in the same cell order.
+    fn prepare_faulty(&mut self) {
+        let n = self.boids.len();
+        self.delay.record(self.tick, &self.ids, &self.boids);
+        let p = &self.params;
+        self.grid.configure(
+            Vec3::from(p.world_m),
+            crate::kernel::cell_radius_m(p),
+            p.dims,
+            p.boundary == crate::Boundary::Wrap,
+        );
+        // What others see: the delayed state, or the current one for a boid
+        // too young to have one.
+        let (delay, tick, ids, boids) = (&self.delay, self.tick, &self.ids, &self.boids);
+        let seen = |i: usize| delay.seen(tick, ids[i]).unwrap_or(boids[i]);
+        self.grid.rebuild(n, |i| seen(i).p);
+        self.sorted.resize(n);
+        self.truth.resize(n);
+        self.sums.resize(n, Sums::default());
+        for (k, &src) in self.grid.perm().iter().enumerate() {
+            let src = src as usize;
+            for (col, b) in [(&mut self.sorted, seen(src)), (&mut self.truth, boids[src])] {
+                col.px[k] = b.p.x;
+                col.py[k] = b.p.y;
+                col.pz[k] = b.p.z;
+                col.vx[k] = b.v.x;
+                col.vy[k] = b.v.y;
+                col.vz[k] = b.v.z;
+                col.id[k] = ids[src];
+            }
+        }
+        self.sort_frozen();
     }
 
     /// Hunters steer towards the boid nearest to them (as of the previous tick).

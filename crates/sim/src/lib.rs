@@ -50,6 +50,7 @@ pub mod checkpoint;
 mod clock;
 pub mod error;
 mod exec;
+pub mod faults;
 pub mod flock;
 pub mod grid;
 pub mod kernel;

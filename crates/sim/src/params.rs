@@ -18,6 +18,9 @@ pub const MAX_WORLD_M: f32 = 100_000.0;
 pub const MAX_RADIUS_M: f32 = 1_000.0;
 /// Highest tick rate the engine accepts.
 pub const MAX_TICK_HZ: u32 = 1_000;
+/// Longest perception latency, ticks (the delay line holds this many past
+/// states of every boid).
+pub const MAX_LATENCY_TICKS: u32 = 120;
 
 /// What happens at the edge of the world box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -146,6 +149,8 @@ pub mod ranges {
     pub const EDGE_MARGIN_M: FloatRange = FloatRange::incl(0.0, MAX_WORLD_M / 2.0);
     pub const LOOKAHEAD_S: FloatRange = FloatRange::excl(0.0, 10.0);
     pub const WORLD_M: FloatRange = FloatRange::excl(0.0, MAX_WORLD_M);
+    pub const NOISE_M: FloatRange = FloatRange::incl(0.0, 100.0);
+    pub const DROPOUT: FloatRange = FloatRange::incl(0.0, 1.0);
 }
 
 /// All behaviour of the flock. Flat and `Copy` so the hot loop can hold it by value.
@@ -201,6 +206,16 @@ pub struct Params {
     pub dims: u8,
     /// Simulation ticks per second; `dt = 1 / tick_hz`. Default 60, range 1 ..= 1000.
     pub tick_hz: u32,
+    /// Failure injection: standard deviation of the Gaussian error on every
+    /// neighbour position a boid perceives (drawn per observation), metres;
+    /// 0 = exact. Default 0, range 0 ..= 100.
+    pub noise_m: f32,
+    /// Failure injection: probability that each neighbour observation is
+    /// lost (the neighbour is not seen by that boid that tick). Default 0, range 0 ..= 1.
+    pub dropout: f32,
+    /// Failure injection: boids see their neighbours' positions and
+    /// velocities as they were this many ticks ago. Default 0, range 0 ..= 120.
+    pub latency_ticks: u32,
 }
 
 impl Default for Params {
@@ -229,6 +244,9 @@ impl Default for Params {
             world_m: [160.0, 160.0, 80.0],
             dims: 3,
             tick_hz: 60,
+            noise_m: 0.0,
+            dropout: 0.0,
+            latency_ticks: 0,
         }
     }
 }
@@ -244,6 +262,12 @@ impl Params {
         self.sep_radius_m
             .max(self.ali_radius_m)
             .max(self.coh_radius_m)
+    }
+
+    /// Whether any perception failure (noise, dropout, latency) is on: the
+    /// step then takes the scalar perception path (`faults.rs`).
+    pub fn perception_faults(&self) -> bool {
+        self.noise_m > 0.0 || self.dropout > 0.0 || self.latency_ticks > 0
     }
 
     /// Whether boids live in the z = 0 plane.
@@ -295,6 +319,15 @@ impl Params {
         PANIC_FACTOR.check("panic_factor", self.panic_factor)?;
         FLEE_RADIUS_M.check("flee_radius_m", self.flee_radius_m)?;
         LOOKAHEAD_S.check("lookahead_s", self.lookahead_s)?;
+        NOISE_M.check("noise_m", self.noise_m)?;
+        DROPOUT.check("dropout", self.dropout)?;
+        if self.latency_ticks > MAX_LATENCY_TICKS {
+            return Err(ParamError::new(
+                "latency_ticks",
+                self.latency_ticks,
+                format!("0 ..= {MAX_LATENCY_TICKS}"),
+            ));
+        }
         if self.dims != 2 && self.dims != 3 {
             return Err(ParamError::new("dims", self.dims, "2 | 3"));
         }
@@ -369,6 +402,9 @@ impl Params {
             world_m,
             dims,
             tick_hz,
+            noise_m,
+            dropout,
+            latency_ticks,
         );
         p.validate()?;
         Ok(p)
@@ -418,6 +454,9 @@ pub struct ParamsPatch {
     pub world_m: Option<[f32; 3]>,
     pub dims: Option<u8>,
     pub tick_hz: Option<u32>,
+    pub noise_m: Option<f32>,
+    pub dropout: Option<f32>,
+    pub latency_ticks: Option<u32>,
 }
 
 /// Named weight sets (separation : alignment : cohesion).

@@ -62,6 +62,33 @@ fn on_threads(n: usize, f: impl FnOnce() -> u64 + Send) -> u64 {
         .install(f)
 }
 
+/// The busy world with every failure on: perception noise, dropout,
+/// latency, and frozen boids.
+fn faulty_run(ticks: usize, seed: u64) -> Flock {
+    let mut flock = busy_run(60, seed);
+    flock
+        .patch_params(&starling_sim::ParamsPatch {
+            noise_m: Some(0.5),
+            dropout: Some(0.2),
+            latency_ticks: Some(5),
+            ..Default::default()
+        })
+        .unwrap();
+    flock.freeze_random(100).unwrap();
+    for _ in 0..ticks {
+        flock.step();
+    }
+    flock
+}
+
+#[test]
+fn failure_runs_are_bit_identical_on_1_2_and_8_threads() {
+    let one = on_threads(1, || faulty_run(40, 4).digest());
+    assert_eq!(on_threads(2, || faulty_run(40, 4).digest()), one);
+    assert_eq!(on_threads(8, || faulty_run(40, 4).digest()), one);
+    assert_ne!(faulty_run(40, 4).digest(), busy_run(100, 4).digest());
+}
+
 #[test]
 fn results_are_bit_identical_on_1_2_and_8_threads() {
     let one = on_threads(1, || busy_run(200, 9).digest());

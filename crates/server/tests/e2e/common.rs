@@ -91,6 +91,7 @@ pub(crate) struct Viewer {
     pub(crate) bytes: usize,
 }
 
+#[derive(Debug)]
 pub(crate) enum Reply {
     Ack(starling_protocol::Ack),
     Error(ErrorMsg),

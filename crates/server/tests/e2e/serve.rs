@@ -693,6 +693,95 @@ async fn failure_injection_kills_boids_over_rest_and_websocket() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_injection_freezes_boids_and_perception_failures_are_parameters() {
+    let server = TestServer::start(test_config()).await;
+    let freeze = |body| {
+        let url = server.url("/api/v1/boids/freeze");
+        async move { rest(Method::POST, &url, None, Some(body)).await }
+    };
+    let (s, b) = freeze(json!({ "fraction": 0.1 })).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = freeze(json!({ "ids": [1, 2, 3] })).await;
+    assert_eq!(s, 200, "{b}");
+    let state = get(&server.url("/api/v1/state")).await;
+    assert!(
+        (100..=103).contains(&state["frozen"].as_u64().unwrap()),
+        "{state}"
+    );
+    assert_eq!(state["population"], 1_000, "frozen boids stay in the flock");
+    // Bad input: named fields, nothing changes.
+    for (body, status, field) in [
+        (json!({ "fraction": 2.0 }), 422, "fraction"),
+        (json!({ "count": 1, "ids": [1] }), 422, "count"),
+        (json!({ "count": 5000 }), 422, "count"),
+        (json!({ "ids": [999999] }), 404, ""),
+    ] {
+        let (s, b) = freeze(body.clone()).await;
+        assert_eq!(s, status, "{body} -> {b}");
+        if !field.is_empty() {
+            assert_eq!(b["field"], field, "{b}");
+        }
+    }
+    let (s, b) = rest(Method::POST, &server.url("/api/v1/boids/thaw"), None, None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(get(&server.url("/api/v1/state")).await["frozen"], 0);
+    // Over WebSocket: freeze, then thaw.
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    assert!(matches!(
+        v.command(3, Command::FreezeBoids { count: 50 }).await,
+        Reply::Ack(_)
+    ));
+    assert_eq!(get(&server.url("/api/v1/state")).await["frozen"], 50);
+    assert!(matches!(
+        v.command(4, Command::ThawBoids).await,
+        Reply::Ack(_)
+    ));
+    assert_eq!(get(&server.url("/api/v1/state")).await["frozen"], 0);
+    // Perception failures are parameters: REST and WebSocket patches.
+    let (s, b) = rest(
+        Method::PATCH,
+        &server.url("/api/v1/params"),
+        None,
+        Some(json!({ "noise_m": 1.5, "dropout": 0.5, "latency_ticks": 10 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let p = get(&server.url("/api/v1/params")).await;
+    assert_eq!(
+        (
+            p["noise_m"].as_f64(),
+            p["dropout"].as_f64(),
+            p["latency_ticks"].as_u64()
+        ),
+        (Some(1.5), Some(0.5), Some(10))
+    );
+    let patch = |name: &str, v: f64| Command::PatchParams {
+        changes: vec![(name.to_owned(), starling_protocol::ParamValue::Number(v))],
+    };
+    assert!(matches!(
+        v.command(5, patch("latency_ticks", 20.0)).await,
+        Reply::Ack(_)
+    ));
+    assert_eq!(
+        get(&server.url("/api/v1/params")).await["latency_ticks"],
+        20
+    );
+    match v.command(6, patch("dropout", 1.5)).await {
+        Reply::Error(e) => assert_eq!(e.field.as_deref(), Some("dropout"), "{e:?}"),
+        other => panic!("dropout 1.5 accepted: {other:?}"),
+    }
+    // The flock keeps ticking under the failures.
+    let t0 = get(&server.url("/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap();
+    let mut f = v.next_frame().await;
+    while f.tick < t0 + 30 {
+        f = v.next_frame().await;
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_seconds_export_as_csv() {
     let server = TestServer::start(test_config()).await;
     // Wait (for ticks, via frames) until at least three samples exist.
