@@ -48,7 +48,8 @@ after(async () => {
 /** Starts `starling serve` on 127.0.0.1:0 and waits for its URL. */
 async function startServer(extra = []) {
   const population = extra.includes('--population') ? [] : ['--population', '2000'];
-  const proc = spawn(BIN, ['serve', '--bind', '127.0.0.1:0', '--web-dir', WEB, ...population, ...extra], {
+  const bind = extra.includes('--bind') ? [] : ['--bind', '127.0.0.1:0'];
+  const proc = spawn(BIN, ['serve', ...bind, '--web-dir', WEB, ...population, ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, RUST_LOG: 'warn' },
   });
@@ -299,4 +300,45 @@ test('two pages at once see the same tick sequence', async () => {
   }
   await a.close();
   await b.close();
+});
+
+test('a pilot sees the server refuse what goes over its cap', async () => {
+  const server = await startServer(['--operator-token', 'operator-secret', '--pilot-token', 'pilot-secret']);
+  const page = await openViewer(server, '?token=pilot-secret');
+  await until('the role', async () => (await page.locator('#st-role').innerText()) === 'pilot');
+  assert.ok(await page.locator('#param-w_sep').isDisabled(), 'a pilot may not change parameters');
+  assert.ok(await page.locator('[data-mode=goal]').isEnabled(), 'a pilot may place goals');
+  await page.click('[data-mode=goal]');
+  // A pilot may hold 8 agents; the ninth is refused by the server.
+  for (let k = 0; k < 9; k++) {
+    await page.mouse.click(520 + 20 * k, 420);
+    await until(`answer ${k + 1}`, async () => /done|refused/.test(await page.locator('#message').innerText()));
+    if (k < 8) {
+      await until(`goal ${k + 1}`, async () => (await rest(server, '/goals')).length === k + 1);
+      await page.evaluate(() => { document.getElementById('message').textContent = ''; });
+    }
+  }
+  await until('the refusal on the page', async () => /goal: refused/.test(await page.locator('#message').innerText()));
+  assert.equal(await page.locator('#message').getAttribute('class'), 'error');
+  assert.equal((await rest(server, '/goals')).length, 8);
+  await shot(page, 'pilot-refused');
+  await page.close();
+});
+
+test('the viewer reconnects after a restart and the checkpoint resumes the flock', async () => {
+  const dir = (await import('node:fs')).mkdtempSync(join((await import('node:os')).tmpdir(), 'starling-'));
+  const state = join(dir, 'flock.json');
+  const first = await startServer(['--state-file', state]);
+  const port = new URL(first.url).port;
+  const page = await openViewer(first);
+  await until('some ticks', async () => (await number(page, '#st-tick')) > 60);
+  await first.stop();
+  const { tick: lastTick } = JSON.parse((await import('node:fs')).readFileSync(state, 'utf8'));
+  assert.ok(lastTick > 60, `checkpoint at tick ${lastTick}`);
+  await until('the page to notice', async () => /disconnected|connecting/.test(await page.locator('#st-conn').innerText()));
+  const second = await startServer(['--state-file', state, '--bind', `127.0.0.1:${port}`]);
+  assert.equal(second.url, first.url);
+  await until('live again', async () => /live/.test(await page.locator('#st-conn').innerText()));
+  await until('frames again', async () => (await number(page, '#st-tick')) > lastTick);
+  await page.close();
 });
