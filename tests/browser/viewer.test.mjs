@@ -46,10 +46,10 @@ after(async () => {
 });
 
 /** Starts `starling serve` on 127.0.0.1:0 and waits for its URL. */
-async function startServer(extra = []) {
-  const population = extra.includes('--population') ? [] : ['--population', '2000'];
+async function startServer(extra = [], command = ['serve']) {
+  const population = extra.includes('--population') || command[0] !== 'serve' ? [] : ['--population', '2000'];
   const bind = extra.includes('--bind') ? [] : ['--bind', '127.0.0.1:0'];
-  const proc = spawn(BIN, ['serve', ...bind, '--web-dir', WEB, ...population, ...extra], {
+  const proc = spawn(BIN, [...command, ...bind, '--web-dir', WEB, ...population, ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, RUST_LOG: 'warn' },
   });
@@ -60,7 +60,7 @@ async function startServer(extra = []) {
     let out = '';
     proc.stdout.on('data', (d) => {
       out += d;
-      const m = out.match(/at (http:\/\/127\.0\.0\.1:\d+)\//);
+      const m = out.match(/ at (http:\/\/127\.0\.0\.1:\d+)\//);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`the server exited (${code}): ${log}`)); });
@@ -340,5 +340,34 @@ test('the viewer reconnects after a restart and the checkpoint resumes the flock
   assert.equal(second.url, first.url);
   await until('live again', async () => /live/.test(await page.locator('#st-conn').innerText()));
   await until('frames again', async () => (await number(page, '#st-tick')) > lastTick);
+  await page.close();
+});
+
+test('a served replay shows a seek bar that moves the recording', async () => {
+  const dir = (await import('node:fs')).mkdtempSync(join((await import('node:os')).tmpdir(), 'starling-'));
+  const file = join(dir, 'session.jsonl');
+  const live = await startServer(['--record', file]);
+  await post(live, '/boids/kill', { count: 500 });
+  await until('some ticks', async () => (await rest(live, '/state')).tick > 150);
+  await live.stop();
+  const server = await startServer([], ['replay', file, '--serve']);
+  const { replay } = await rest(server, '/state');
+  assert.ok(replay && replay.end_tick > 150, JSON.stringify(replay));
+  const page = await openViewer(server);
+  await until('the seek bar', async () => page.locator('#replay').isVisible());
+  await post(server, '/control/pause');
+  await page.evaluate(() => {
+    const s = document.getElementById('seek');
+    s.value = '40';
+    s.dispatchEvent(new Event('input', { bubbles: true }));
+    s.dispatchEvent(new Event('change', { bubbles: true }));
+  });
+  await until('the replay at tick 40', async () => (await rest(server, '/state')).tick === 40);
+  await until('the page at tick 40', async () => (await number(page, '#st-tick')) === 40);
+  // Live-only controls are refused with the server's reason.
+  await page.click('[data-mode=goal]');
+  await page.mouse.click(560, 420);
+  await until('the refusal', async () => /replays a recording/.test(await page.locator('#message').innerText()));
+  await shot(page, 'replay');
   await page.close();
 });

@@ -129,6 +129,12 @@ pub(crate) struct App {
     press: Option<(f64, f64, bool)>,
     pinch: Option<f64>,
     status_ticks: u32,
+    /// Ask the REST API whether this server replays a recording.
+    state_fetch: bool,
+    /// The recording's first and last tick, when it does.
+    replay: Option<(u64, u64)>,
+    /// The seek bar is being dragged: don't move it under the pointer.
+    seeking: bool,
 }
 
 impl App {
@@ -169,6 +175,9 @@ impl App {
             press: None,
             pinch: None,
             status_ticks: 0,
+            state_fetch: false,
+            replay: None,
+            seeking: false,
         }
     }
 
@@ -356,6 +365,7 @@ impl App {
 
     fn on_hello(&mut self, h: Hello) {
         self.attempt = 0;
+        self.state_fetch = true;
         self.stream.clear();
         self.history.clear();
         let dims = h.world.dims;
@@ -678,6 +688,44 @@ impl App {
         }
     }
 
+    /// Whether the replay range should be fetched (once per hello).
+    pub(crate) fn take_state_fetch(&mut self) -> bool {
+        std::mem::take(&mut self.state_fetch)
+    }
+
+    /// The server replays a recording covering these ticks (or not).
+    pub(crate) fn set_replay(&mut self, range: Option<(u64, u64)>) {
+        self.replay = range;
+        let doc = &self.dom.doc;
+        if let Some(el) = doc.get_element_by_id("replay") {
+            let _ = if range.is_some() {
+                el.remove_attribute("hidden")
+            } else {
+                el.set_attribute("hidden", "")
+            };
+        }
+        if let (Some((lo, hi)), Some(seek)) = (range, self.seek_input()) {
+            seek.set_min(&lo.to_string());
+            seek.set_max(&hi.to_string());
+        }
+    }
+
+    fn seek_input(&self) -> Option<web_sys::HtmlInputElement> {
+        use wasm_bindgen::JsCast;
+        self.dom.doc.get_element_by_id("seek")?.dyn_into().ok()
+    }
+
+    /// The seek bar moved (`done`: released).
+    pub(crate) fn seek(&mut self, tick: f64, done: bool) {
+        self.seeking = !done;
+        if let Some(out) = self.dom.doc.get_element_by_id("seek-value") {
+            out.set_text_content(Some(&format!("{tick:.0}")));
+        }
+        if done && tick.is_finite() && tick >= 0.0 {
+            self.command(Command::Seek { tick: tick as u64 }, Pending::Other("seek"));
+        }
+    }
+
     /// The mouse wheel.
     pub(crate) fn wheel(&mut self, delta_y: f64) {
         if let Some(cam) = &mut self.camera {
@@ -741,6 +789,15 @@ impl App {
             role: self.hello.as_ref().map(|h| h.role),
         });
         self.dom.tick_log(self.ticks.iter());
+        if self.replay.is_some()
+            && !self.seeking
+            && let (Some(seek), Some(f)) = (self.seek_input(), self.stream.newest())
+        {
+            seek.set_value_as_number(f.tick as f64);
+            if let Some(out) = self.dom.doc.get_element_by_id("seek-value") {
+                out.set_text_content(Some(&f.tick.to_string()));
+            }
+        }
         self.status_ticks = self.status_ticks.wrapping_add(1);
         if self.status_ticks.is_multiple_of(4) && self.hello.is_some() {
             // The nonce is the send time in microseconds.

@@ -193,6 +193,18 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
         };
         a.borrow_mut().set_param(&name, value);
     })?;
+    let seek = element(app, "seek")?;
+    for (event, done) in [("input", false), ("change", true)] {
+        let a = app.clone();
+        listen(&seek, event, move |e: Event| {
+            if let Some(input) = e
+                .target()
+                .and_then(|t| t.dyn_into::<HtmlInputElement>().ok())
+            {
+                a.borrow_mut().seek(input.value_as_number(), done);
+            }
+        })?;
+    }
     let a = app.clone();
     let preset = app.borrow().dom.preset.clone();
     listen(&preset.clone(), "change", move |_: Event| {
@@ -291,11 +303,40 @@ fn start_render_loop(app: &Shared, window: &Window) -> Result<(), JsValue> {
 
 fn start_status_timer(app: &Shared, window: &Window) -> Result<(), JsValue> {
     let a = app.clone();
-    let c = Closure::<dyn FnMut()>::new(move || a.borrow_mut().status_tick(now()));
+    let c = Closure::<dyn FnMut()>::new(move || {
+        a.borrow_mut().status_tick(now());
+        if a.borrow_mut().take_state_fetch() {
+            load_replay_range(&a);
+        }
+    });
     window
         .set_interval_with_callback_and_timeout_and_arguments_0(c.as_ref().unchecked_ref(), 500)?;
     c.forget();
     Ok(())
+}
+
+/// Asks `GET /api/v1/state` whether the server replays a recording, and
+/// shows the seek bar if so.
+fn load_replay_range(app: &Shared) {
+    let a = app.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        let range = async {
+            let w = web_sys::window()?;
+            let resp = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str("/api/v1/state"))
+                .await
+                .ok()?
+                .dyn_into::<web_sys::Response>()
+                .ok()?;
+            let json = wasm_bindgen_futures::JsFuture::from(resp.json().ok()?)
+                .await
+                .ok()?;
+            let replay = js_sys::Reflect::get(&json, &"replay".into()).ok()?;
+            let tick = |k: &str| js_sys::Reflect::get(&replay, &k.into()).ok()?.as_f64();
+            Some((tick("start_tick")? as u64, tick("end_tick")? as u64))
+        }
+        .await;
+        a.borrow_mut().set_replay(range);
+    });
 }
 
 /// Fills the preset menu from `GET /api/v1/params/presets`.

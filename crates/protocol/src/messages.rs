@@ -317,6 +317,11 @@ pub enum Command {
     },
     /// Thaw every frozen boid (1.1).
     ThawBoids,
+    /// Serving a replay: go to this tick of the recording (1.1).
+    Seek {
+        /// The tick.
+        tick: u64,
+    },
 }
 
 impl Command {
@@ -334,9 +339,11 @@ impl Command {
             | Command::FreezeBoids { .. }
             | Command::ThawBoids => CommandKind::Boids,
             Command::PatchParams { .. } | Command::Preset { .. } => CommandKind::Params,
-            Command::Pause | Command::Resume | Command::Step { .. } | Command::Reset { .. } => {
-                CommandKind::Control
-            }
+            Command::Pause
+            | Command::Resume
+            | Command::Step { .. }
+            | Command::Reset { .. }
+            | Command::Seek { .. } => CommandKind::Control,
         }
     }
 }

@@ -38,6 +38,9 @@ pub enum RunError {
         /// What went wrong.
         detail: String,
     },
+    /// The recording to serve could not be read.
+    #[error(transparent)]
+    Replay(#[from] crate::recording::ReplayError),
     /// A socket or thread error.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -160,7 +163,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     config.validate()?;
-    let flock = initial_flock(&config)?;
+    let replay = match &config.replay {
+        Some(path) => Some(crate::recording::Script::load(path)?),
+        None => None,
+    };
+    let flock = match &replay {
+        Some(script) => script.start().clone(),
+        None => initial_flock(&config)?,
+    };
     let telemetry = Arc::new(Telemetry::default());
     let history = crate::history::History::default();
     let sim = SimLoop::spawn(
@@ -170,6 +180,7 @@ pub async fn run(
             keyframe_interval_s: config.keyframe_interval_s,
             swarm: config.swarm,
             record: config.record.clone(),
+            replay,
         },
         telemetry.clone(),
         history.clone(),

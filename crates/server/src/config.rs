@@ -36,6 +36,10 @@ pub struct Config {
     pub state_file: Option<PathBuf>,
     /// Record every applied command (and state digests) here, for `starling replay`.
     pub record: Option<PathBuf>,
+    /// Serve this recording (`starling replay FILE --serve`) instead of a
+    /// live flock. Excludes `record` and `state_file`.
+    #[serde(skip)]
+    pub replay: Option<PathBuf>,
     /// Token granting the viewer role.
     pub viewer_token: Option<String>,
     /// Token granting the pilot role.
@@ -70,6 +74,7 @@ impl Default for Config {
             web_dir: PathBuf::from("web-client/dist"),
             state_file: None,
             record: None,
+            replay: None,
             viewer_token: None,
             pilot_token: None,
             operator_token: None,
@@ -119,6 +124,20 @@ impl Config {
 
     /// Checks every value and the rule that a public bind needs an operator token.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(replay) = &self.replay {
+            for (field, set) in [
+                ("record", self.record.is_some()),
+                ("state_file", self.state_file.is_some()),
+            ] {
+                if set {
+                    return Err(err(
+                        field,
+                        replay.display(),
+                        "unset while serving a replay (a replay is read-only)",
+                    ));
+                }
+            }
+        }
         self.params
             .validate()
             .map_err(|e| err(&format!("params.{}", e.field), &e.value, &e.allowed))?;

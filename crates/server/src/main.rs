@@ -84,10 +84,17 @@ enum Cmd {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
     /// Replay a recording (`serve --record`) and check it reproduces the
-    /// recorded states bit for bit.
+    /// recorded states bit for bit; with `--serve`, serve it to viewers
+    /// instead (they may pause, step and seek).
     Replay {
         /// The recording.
         file: PathBuf,
+        /// Serve the replay (with the `serve` flags: --bind, --web-dir,
+        /// tokens, --snapshot-hz; the flock's settings come from the recording).
+        #[arg(long)]
+        serve: bool,
+        #[command(flatten)]
+        server: ServeArgs,
     },
     /// Run a scenario file headless, as fast as possible; writes
     /// metrics.csv, trajectories.csv and summary.json.
@@ -172,7 +179,12 @@ fn main() -> Result<()> {
         Cmd::Healthcheck { addr } => {
             starling_server::probe::probe(addr, std::time::Duration::from_secs(3))?;
         }
-        Cmd::Replay { file } => {
+        Cmd::Replay {
+            file,
+            serve: true,
+            server,
+        } => serve_replay(file, server)?,
+        Cmd::Replay { file, .. } => {
             let report = starling_server::recording::replay(&file, |_| {})?;
             println!("{}", serde_json::to_string(&report)?);
         }
@@ -319,7 +331,30 @@ fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
     Ok(())
 }
 
+fn serve_replay(file: PathBuf, args: ServeArgs) -> Result<()> {
+    for (flag, given) in [
+        ("--population", args.population.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--tick-hz", args.tick_hz.is_some()),
+        ("--dims", args.dims.is_some()),
+    ] {
+        anyhow::ensure!(
+            !given,
+            "{flag} does not apply to a replay: the recording sets the flock"
+        );
+    }
+    let mut config = config_from(&args)?;
+    config.replay = Some(file);
+    run_server(config, "replaying")
+}
+
 fn serve(args: ServeArgs) -> Result<()> {
+    let config = config_from(&args)?;
+    run_server(config, "serving")
+}
+
+/// Defaults, then the TOML file, then flags and `STARLING_*` variables.
+fn config_from(args: &ServeArgs) -> Result<Config> {
     let mut config = match &args.config {
         Some(path) => Config::from_toml_file(path)?,
         None => Config::default(),
@@ -329,7 +364,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     config.population = args.population.unwrap_or(config.population);
     config.seed = args.seed.unwrap_or(config.seed);
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
-    config.web_dir = args.web_dir.unwrap_or(config.web_dir);
+    config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
     if let Some(v) = args.tick_hz {
         config.params.tick_hz = v;
@@ -337,25 +372,31 @@ fn serve(args: ServeArgs) -> Result<()> {
     if let Some(v) = args.dims {
         config.params.dims = v;
     }
-    config.state_file = args.state_file.or(config.state_file);
-    config.record = args.record.or(config.record);
-    config.viewer_token = args.viewer_token.or(config.viewer_token);
-    config.pilot_token = args.pilot_token.or(config.pilot_token);
-    config.operator_token = args.operator_token.or(config.operator_token);
+    config.state_file = args.state_file.clone().or(config.state_file);
+    config.record = args.record.clone().or(config.record);
+    config.viewer_token = args.viewer_token.clone().or(config.viewer_token);
+    config.pilot_token = args.pilot_token.clone().or(config.pilot_token);
+    config.operator_token = args.operator_token.clone().or(config.operator_token);
     config.log_json |= args.log_json;
+    Ok(config)
+}
+
+fn run_server(config: Config, what: &str) -> Result<()> {
     config.validate()?;
     init_logging(config.log_json);
-
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("binding {}", config.bind))?;
         let addr = listener.local_addr()?;
-        println!(
-            "Starling is serving a flock of {} boids at http://{addr}/",
-            config.population
-        );
+        match &config.replay {
+            Some(file) => println!("Starling is {what} {} at http://{addr}/", file.display()),
+            None => println!(
+                "Starling is {what} a flock of {} boids at http://{addr}/",
+                config.population
+            ),
+        }
         starling_server::app::run(listener, config, shutdown_signal()).await?;
         Ok(())
     })

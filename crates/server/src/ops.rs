@@ -104,6 +104,11 @@ pub enum Op {
         /// Ticks.
         n: u32,
     },
+    /// Serving a replay: go to this tick of the recording.
+    Seek {
+        /// The tick.
+        tick: u64,
+    },
     /// Start over (same population and parameters).
     Reset {
         /// New seed.
@@ -135,6 +140,7 @@ impl Op {
             Op::Resume => "resume",
             Op::Step { .. } => "step",
             Op::Reset { .. } => "reset",
+            Op::Seek { .. } => "seek",
         }
     }
 }
@@ -257,6 +263,11 @@ pub fn apply(
             });
         }
         Op::Reset { seed } => f.reset(seed),
+        Op::Seek { .. } => {
+            return Err(OpError::Conflict(
+                "seek works only while serving a replay (starling replay FILE --serve)".into(),
+            ));
+        }
     }
     Ok(Applied {
         tick: f.tick(),

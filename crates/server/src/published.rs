@@ -37,6 +37,8 @@ pub struct Published {
     pub population: usize,
     /// Frozen boids (failure injection).
     pub frozen: usize,
+    /// Serving a replay: the recording's first and last tick.
+    pub replay: Option<(u64, u64)>,
     /// Current parameters.
     pub params: Params,
     /// Bumped whenever the parameters change, so viewers resend them.

@@ -261,6 +261,255 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
     Ok(report)
 }
 
+/// Largest recording `load` reads (ops and digests are small; a
+/// recording this large would be hours of heavy control traffic).
+pub const MAX_RECORDING_BYTES: u64 = 256 << 20;
+
+/// A recording in memory, for serving it to viewers.
+#[derive(Debug, Clone)]
+pub struct Script {
+    start: Flock,
+    ops: Vec<(u64, Op)>,
+    digests: Vec<(u64, String)>,
+    end_tick: u64,
+}
+
+impl Script {
+    /// Reads and checks a recording's structure (start line first, ticks in
+    /// order); the digests are checked as the replay reaches them.
+    pub fn load(path: &Path) -> Result<Self, ReplayError> {
+        let name = path.display().to_string();
+        let io = |source| ReplayError::Io {
+            path: name.clone(),
+            source,
+        };
+        let malformed = |line: usize, detail: String| ReplayError::Malformed {
+            path: name.clone(),
+            line,
+            detail,
+        };
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len > MAX_RECORDING_BYTES {
+            return Err(malformed(
+                0,
+                format!(
+                    "{len} bytes: recordings of at most {MAX_RECORDING_BYTES} bytes are served"
+                ),
+            ));
+        }
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut start = None;
+        let (mut ops, mut digests) = (Vec::new(), Vec::new());
+        let mut last = 0u64;
+        for (k, text) in std::io::BufReader::new(file).lines().enumerate() {
+            let n = k + 1;
+            let text = text.map_err(io)?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let line: Line =
+                serde_json::from_str(&text).map_err(|e| malformed(n, e.to_string()))?;
+            let tick = match line {
+                Line::Start {
+                    version,
+                    checkpoint,
+                } => {
+                    if start.is_some() {
+                        return Err(malformed(n, "a second start line".into()));
+                    }
+                    if version != RECORDING_VERSION {
+                        return Err(malformed(
+                            n,
+                            format!(
+                                "recording version {version}: this build reads {RECORDING_VERSION}"
+                            ),
+                        ));
+                    }
+                    let f = Flock::restore(*checkpoint).map_err(|e| malformed(n, e.to_string()))?;
+                    last = f.tick();
+                    start = Some(f);
+                    continue;
+                }
+                _ if start.is_none() => {
+                    return Err(malformed(n, "the first line must be the start".into()));
+                }
+                Line::Op { tick, op } => {
+                    ops.push((tick, op));
+                    tick
+                }
+                Line::Digest { tick, digest } => {
+                    digests.push((tick, digest));
+                    tick
+                }
+            };
+            if tick < last {
+                return Err(malformed(n, format!("tick {tick} is before tick {last}")));
+            }
+            last = tick;
+        }
+        let start = start.ok_or_else(|| malformed(0, "empty recording".into()))?;
+        Ok(Self {
+            start,
+            ops,
+            digests,
+            end_tick: last,
+        })
+    }
+
+    /// The tick the recording starts at.
+    pub fn start_tick(&self) -> u64 {
+        self.start.tick()
+    }
+
+    /// The last tick the recording covers.
+    pub fn end_tick(&self) -> u64 {
+        self.end_tick
+    }
+
+    /// The flock at the start.
+    pub fn start(&self) -> &Flock {
+        &self.start
+    }
+}
+
+/// Snapshots a player keeps for seeking back, at most.
+const MAX_SEEK_POINTS: usize = 64;
+/// Ticks between seek snapshots (doubled whenever they would exceed the cap).
+const SEEK_POINT_EVERY: u64 = 600;
+
+/// Plays a [`Script`] forward tick by tick, applying the recorded ops at
+/// their ticks and checking digests, and seeks to any tick in it (back
+/// from the nearest snapshot, forward by simulating).
+#[derive(Debug)]
+pub struct Player {
+    script: Script,
+    next_op: usize,
+    next_digest: usize,
+    /// The recorded run's pause state (recorded pauses do not pause playback).
+    recorded_paused: bool,
+    /// (tick, flock, next_op, next_digest, recorded_paused) to seek back to.
+    points: Vec<(u64, Flock, usize, usize, bool)>,
+    point_every: u64,
+    /// Digests that did not match (reported once each).
+    pub diverged: u64,
+}
+
+impl Player {
+    /// A player at the script's start; returns it with the flock to run.
+    pub fn new(script: Script) -> (Self, Flock) {
+        let flock = script.start.clone();
+        let p = Self {
+            points: vec![(flock.tick(), flock.clone(), 0, 0, false)],
+            script,
+            next_op: 0,
+            next_digest: 0,
+            recorded_paused: false,
+            point_every: SEEK_POINT_EVERY,
+            diverged: 0,
+        };
+        (p, flock)
+    }
+
+    /// The recording's first and last tick.
+    pub fn range(&self) -> (u64, u64) {
+        (self.script.start_tick(), self.script.end_tick)
+    }
+
+    /// Whether the recording has been played to its end.
+    pub fn finished(&self, f: &Flock) -> bool {
+        f.tick() >= self.script.end_tick
+    }
+
+    /// Applies the ops recorded at the flock's tick, then steps once (with
+    /// `step`), checks a digest due, and keeps a seek point now and then.
+    /// Returns whether the params or agents may have changed (an op ran).
+    pub fn step(&mut self, f: &mut Flock, mut step: impl FnMut(&mut Flock)) -> bool {
+        let ran = self.apply_due(f, &mut step);
+        step(f);
+        self.check_digests(f);
+        if f.tick().is_multiple_of(self.point_every)
+            && self.points.last().is_none_or(|p| p.0 < f.tick())
+        {
+            self.points.push((
+                f.tick(),
+                f.clone(),
+                self.next_op,
+                self.next_digest,
+                self.recorded_paused,
+            ));
+            if self.points.len() > MAX_SEEK_POINTS {
+                // Keep the start and every other point; space them wider.
+                self.point_every *= 2;
+                let every = self.point_every;
+                let start = self.points[0].0;
+                self.points
+                    .retain(|p| p.0 == start || p.0.is_multiple_of(every));
+            }
+        }
+        ran
+    }
+
+    fn apply_due(&mut self, f: &mut Flock, step: &mut impl FnMut(&mut Flock)) -> bool {
+        let mut ran = false;
+        while let Some((tick, op)) = self.script.ops.get(self.next_op)
+            && *tick <= f.tick()
+        {
+            if let Err(e) = apply(f, &mut self.recorded_paused, op.clone(), &mut *step) {
+                tracing::warn!(tick, error = %e, "a recorded op was refused on replay");
+            }
+            self.next_op += 1;
+            ran = true;
+        }
+        ran
+    }
+
+    fn check_digests(&mut self, f: &Flock) {
+        while let Some((tick, want)) = self.script.digests.get(self.next_digest)
+            && *tick <= f.tick()
+        {
+            if *tick == f.tick() {
+                let got = format!("{:#018x}", f.digest());
+                if &got != want {
+                    self.diverged += 1;
+                    tracing::warn!(tick, want = %want, got = %got, "the replay diverged from the recording");
+                }
+            }
+            self.next_digest += 1;
+        }
+    }
+
+    /// Puts the flock at `tick` (within the recording), as the recorded run
+    /// was then.
+    pub fn seek(
+        &mut self,
+        f: &mut Flock,
+        tick: u64,
+        mut step: impl FnMut(&mut Flock),
+    ) -> Result<(), starling_sim::ParamError> {
+        let (lo, hi) = self.range();
+        if !(lo..=hi).contains(&tick) {
+            return Err(starling_sim::ParamError::new(
+                "tick",
+                tick,
+                format!("{lo} ..= {hi} (the recording)"),
+            ));
+        }
+        if tick < f.tick() {
+            let at = self.points.iter().rposition(|p| p.0 <= tick).unwrap_or(0);
+            let (_, flock, op, digest, paused) = &self.points[at];
+            *f = flock.clone();
+            (self.next_op, self.next_digest, self.recorded_paused) = (*op, *digest, *paused);
+        }
+        while f.tick() < tick {
+            self.step(f, &mut step);
+        }
+        // Ops recorded at the target tick happen before it is stepped, as
+        // in the recorded run; apply them now so the state shown is theirs.
+        self.apply_due(f, &mut step);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +549,50 @@ mod tests {
         }
         rec.finish(&f);
         format!("{:#018x}", f.digest())
+    }
+
+    /// Plays a script to its end, returning the digest at every tick.
+    fn play_all(player: &mut Player, f: &mut Flock) -> std::collections::BTreeMap<u64, u64> {
+        let mut seen = std::collections::BTreeMap::new();
+        while !player.finished(f) {
+            player.step(f, |f| f.step());
+            seen.insert(f.tick(), f.digest());
+        }
+        seen
+    }
+
+    #[test]
+    fn a_served_replay_plays_and_seeks_to_the_recorded_states() {
+        let dir = std::env::temp_dir().join(format!("starling-player-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rec.jsonl");
+        let final_digest = record(&path);
+        let script = Script::load(&path).unwrap();
+        assert_eq!(script.start_tick(), 0);
+        let (mut player, mut f) = Player::new(script.clone());
+        let linear = play_all(&mut player, &mut f);
+        assert_eq!(format!("{:#018x}", f.digest()), final_digest);
+        assert_eq!(player.diverged, 0, "every recorded digest matched");
+        let end = player.range().1;
+        assert_eq!(f.tick(), end);
+        // Back to the middle (before the kill at 60), then forward again.
+        for target in [50, 150, 10, end] {
+            player.seek(&mut f, target, |f| f.step()).unwrap();
+            assert_eq!(f.tick(), target);
+            // No op was recorded at these ticks, so the state is the one
+            // the linear replay had after stepping to them.
+            assert_eq!(f.digest(), linear[&target], "tick {target}");
+        }
+        let err = player
+            .seek(&mut f, end + 1, |f| f.step())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("0 ..= {end}")), "{err}");
+        // From a seek back to the start the whole run plays out the same.
+        player.seek(&mut f, 0, |f| f.step()).unwrap();
+        assert_eq!(play_all(&mut player, &mut f), linear);
+        assert_eq!(player.diverged, 0);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub fn routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(resume))
         .routes(routes!(step))
         .routes(routes!(reset))
+        .routes(routes!(seek))
         .routes(routes!(state))
         .routes(routes!(metrics))
         .routes(routes!(trajectories))
@@ -771,6 +772,32 @@ async fn set_population(
 
 // ---- control ---------------------------------------------------------------
 
+/// `POST /control/seek`.
+#[derive(Debug, Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+struct SeekBody {
+    /// The tick to go to, within the recording (see `GET /state`, `replay`).
+    tick: Option<u64>,
+}
+
+/// Serving a replay: goes to a tick of the recording (operator).
+#[utoipa::path(post, path = "/control/seek", tag = "control", request_body = SeekBody,
+    responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
+async fn seek(
+    State(s): State<Shared>,
+    c: Caller,
+    Body(b): Body<SeekBody>,
+) -> Result<Json<ControlBody>, ApiError> {
+    let Some(tick) = b.tick else {
+        return Err(ApiError::invalid(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("tick".into()),
+            "tick is required: the tick of the recording to go to",
+        ));
+    };
+    control(s, c, Op::Seek { tick }).await
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StepBody {
@@ -840,11 +867,20 @@ struct StateBody {
     population: usize,
     /// Frozen boids (failure injection).
     frozen: usize,
+    /// Present when serving a replay: the recording's first and last tick.
+    replay: Option<ReplayRange>,
     paused: bool,
     tick_hz: u32,
     step_ms: f32,
     missed_ticks: u64,
     viewers: usize,
+}
+
+/// The ticks a served recording covers.
+#[derive(Debug, Serialize, ToSchema)]
+struct ReplayRange {
+    start_tick: u64,
+    end_tick: u64,
 }
 
 /// Tick, population, pause state and timing.
@@ -855,6 +891,10 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
         tick: st.tick,
         population: st.population,
         frozen: st.frozen,
+        replay: st.replay.map(|(start_tick, end_tick)| ReplayRange {
+            start_tick,
+            end_tick,
+        }),
         paused: st.paused,
         tick_hz: st.params.tick_hz,
         step_ms: st.metrics.step_ms,

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use crate::history::History;
 use crate::ops::{Applied, Op, OpError, Request};
 use crate::published::{Broadcast, Published};
-use crate::recording::Recorder;
+use crate::recording::{Player, Recorder, Script};
 use crate::telemetry::Telemetry;
 
 /// How the loop paces snapshots.
@@ -36,6 +36,9 @@ pub struct LoopConfig {
     pub swarm: SwarmConfig,
     /// Record every applied op (and digests) to this file, for `starling replay`.
     pub record: Option<std::path::PathBuf>,
+    /// Serve this recording instead of a live flock (the flock passed in is
+    /// ignored): viewers may pause, step and seek; nothing else changes it.
+    pub replay: Option<Script>,
 }
 
 /// Swarm metrics are measured every this many ticks (4 Hz at 60 Hz). They
@@ -108,7 +111,19 @@ impl SimLoop {
         history: History,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let mut cfg = cfg;
+        let (player, flock) = match cfg.replay.take() {
+            Some(script) => {
+                let (p, f) = Player::new(script);
+                (Some(p), f)
+            }
+            None => (None, flock),
+        };
         let mut state = State::new(flock, cfg, telemetry, history)?;
+        state.player = player;
+        state.paused = false;
+        // The first broadcast shows the start of the recording.
+        state.encode_broadcast();
         let (pub_tx, pub_rx) = watch::channel(Arc::new(state.publish()));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
@@ -168,6 +183,8 @@ struct State {
     recorder: Option<Recorder>,
     /// Recent samples for trajectory export.
     history: History,
+    /// The recording being served, if this is a replay.
+    player: Option<Player>,
 }
 
 impl State {
@@ -208,6 +225,7 @@ impl State {
             swarm_buf: Some(Vec::new()),
             recorder,
             history,
+            player: None,
         };
         s.encode_broadcast();
         Ok(s)
@@ -280,6 +298,20 @@ impl State {
     }
 
     fn step(&mut self) {
+        if let Some(player) = self.player.as_mut() {
+            let before = *self.flock.params();
+            let tel = self.telemetry.clone();
+            player.step(&mut self.flock, |f| timed_step(f, &tel));
+            if *self.flock.params() != before {
+                self.params_version += 1;
+            }
+            if player.finished(&self.flock) {
+                // The end of the recording: hold the last frame.
+                self.paused = true;
+            }
+            self.history.after_tick(&self.flock);
+            return;
+        }
         timed_step(&mut self.flock, &self.telemetry);
         if let Some(rec) = self.recorder.as_mut() {
             rec.after_tick(&self.flock);
@@ -404,6 +436,7 @@ impl State {
             paused: self.paused,
             population: self.flock.len(),
             frozen: self.flock.frozen_count(),
+            replay: self.replay_range(),
             params: *p,
             params_version: self.params_version,
             agents: self.flock.agents().clone(),
@@ -419,6 +452,9 @@ impl State {
     }
 
     fn apply(&mut self, op: Op) -> Result<Applied, OpError> {
+        if self.player.is_some() {
+            return self.apply_to_replay(op);
+        }
         let before = *self.flock.params();
         let record = self.recorder.is_some().then(|| op.clone());
         let tick = self.flock.tick();
@@ -433,6 +469,89 @@ impl State {
             rec.op(tick, &op);
         }
         result
+    }
+}
+
+impl State {
+    /// Serving a replay: pause, resume, step and seek; the rest is refused.
+    fn apply_to_replay(&mut self, op: Op) -> Result<Applied, OpError> {
+        let Some(player) = self.player.as_mut() else {
+            return Err(OpError::Stopped);
+        };
+        let tel = self.telemetry.clone();
+        let before = *self.flock.params();
+        match op {
+            Op::Pause => self.paused = true,
+            Op::Resume => {
+                if player.finished(&self.flock) {
+                    return Err(OpError::Conflict(format!(
+                        "the replay is at its end (tick {}): seek back first",
+                        self.flock.tick()
+                    )));
+                }
+                self.paused = false;
+            }
+            Op::Step { n } => {
+                if !self.paused {
+                    return Err(OpError::Conflict(
+                        "step advances a paused replay: pause it first".into(),
+                    ));
+                }
+                let left = player.range().1 - self.flock.tick();
+                if n == 0 || u64::from(n) > left.min(u64::from(crate::ops::MAX_STEP_TICKS)) {
+                    return Err(OpError::Sim(
+                        starling_sim::ParamError::new(
+                            "n",
+                            n,
+                            format!(
+                                "1 ..= {} (the ticks left in the recording, at most {})",
+                                left.min(u64::from(crate::ops::MAX_STEP_TICKS)),
+                                crate::ops::MAX_STEP_TICKS
+                            ),
+                        )
+                        .into(),
+                    ));
+                }
+                let tick = self.flock.tick();
+                for _ in 0..n {
+                    player.step(&mut self.flock, |f| timed_step(f, &tel));
+                }
+                self.bump_if_params_changed(before);
+                return Ok(Applied {
+                    tick,
+                    created_id: None,
+                });
+            }
+            Op::Seek { tick } => {
+                player
+                    .seek(&mut self.flock, tick, |f| timed_step(f, &tel))
+                    .map_err(|e| OpError::Sim(e.into()))?;
+                // A jump: viewers start over from a keyframe.
+                self.chain = 0;
+                self.bump_if_params_changed(before);
+            }
+            other => {
+                return Err(OpError::Conflict(format!(
+                    "this server replays a recording: it only pauses, resumes, steps and seeks ({} refused)",
+                    other.kind()
+                )));
+            }
+        }
+        Ok(Applied {
+            tick: self.flock.tick(),
+            created_id: None,
+        })
+    }
+
+    fn bump_if_params_changed(&mut self, before: Params) {
+        if *self.flock.params() != before {
+            self.params_version += 1;
+        }
+    }
+
+    /// The recording's first and last tick, when serving one.
+    fn replay_range(&self) -> Option<(u64, u64)> {
+        self.player.as_ref().map(Player::range)
     }
 }
 

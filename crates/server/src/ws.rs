@@ -522,6 +522,7 @@ async fn command_reply(
             count: count as usize,
         },
         Command::ThawBoids => Op::Thaw { ids: None },
+        Command::Seek { tick } => Op::Seek { tick },
         Command::KillBoids { count } => Op::KillBoids {
             count: count as usize,
         },

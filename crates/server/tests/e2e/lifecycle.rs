@@ -9,6 +9,7 @@ use super::common::*;
 use futures_util::SinkExt;
 use reqwest::Method;
 use serde_json::json;
+use starling_protocol::Command;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,5 +215,69 @@ async fn a_recorded_session_replays_bit_for_bit() {
     let report = starling_server::recording::replay(&file, |_| {}).unwrap();
     assert_eq!(report.ops, 6);
     assert!(report.digests_checked >= 1, "{report:?}");
+
+    // Served to viewers: it plays, pauses, steps and seeks; nothing else.
+    let config = starling_server::config::Config {
+        replay: Some(file.clone()),
+        ..test_config()
+    };
+    let server = TestServer::start(config).await;
+    let url = |p: &str| server.url(p);
+    let st = get(&url("/api/v1/state")).await;
+    assert_eq!(st["replay"]["start_tick"], 0, "{st}");
+    assert_eq!(st["replay"]["end_tick"], report.final_tick, "{st}");
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    v.next_frame().await;
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "w_sep": 3.0 })),
+    )
+    .await;
+    assert_eq!(s, 409, "{b}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("replays a recording"),
+        "{b}"
+    );
+    let post = |path: &'static str, body| {
+        let u = url(path);
+        async move { rest(Method::POST, &u, None, Some(body)).await }
+    };
+    assert_eq!(post("/api/v1/control/pause", json!({})).await.0, 200);
+    let (s, b) = post("/api/v1/control/seek", json!({ "tick": 10 })).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(get(&url("/api/v1/state")).await["tick"], 10);
+    // The recording's kill of 50 boids shows after seeking past it.
+    let end = report.final_tick;
+    let (s, b) = post("/api/v1/control/seek", json!({ "tick": end })).await;
+    assert_eq!(s, 200, "{b}");
+    let st = get(&url("/api/v1/state")).await;
+    assert_eq!(
+        (st["tick"].as_u64(), st["population"].as_u64()),
+        (Some(end), Some(950))
+    );
+    let (s, b) = post("/api/v1/control/seek", json!({ "tick": end + 1 })).await;
+    assert_eq!((s, b["field"].as_str()), (422, Some("tick")), "{b}");
+    // Over the WebSocket too; then it plays to the end and holds there.
+    assert!(matches!(
+        v.command(1, Command::Seek { tick: end - 20 }).await,
+        Reply::Ack(_)
+    ));
+    assert_eq!(post("/api/v1/control/resume", json!({})).await.0, 200);
+    let mut f = v.next_frame().await;
+    while f.tick < end {
+        f = v.next_frame().await;
+    }
+    let st = get(&url("/api/v1/state")).await;
+    assert_eq!(
+        (st["tick"].as_u64(), st["paused"].as_bool()),
+        (Some(end), Some(true)),
+        "{st}"
+    );
+    server.stop().await.unwrap();
     let _ = std::fs::remove_file(&file);
 }
