@@ -369,9 +369,9 @@ async fn create_agent(
 ) -> Result<Applied, ApiError> {
     caller.require(Role::Pilot, what)?;
     s.check_rate(caller.role, &caller.key)?;
-    s.check_pilot_cap(caller.role, &caller.key)?;
+    let slot = s.reserve_pilot_slot(caller.role, &caller.key)?;
     let a = s.submit(op).await?;
-    s.record_pilot_agent(caller.role, &caller.key, a.created_id);
+    slot.created(a.created_id);
     Ok(a)
 }
 

@@ -77,9 +77,8 @@ pub struct Inner {
     pub shutdown: watch::Receiver<bool>,
     /// Server name and version for hellos.
     pub server_name: String,
-    /// Agents created by pilots: agent id → owner key. Checked against the
-    /// live agents, so expired or removed ones stop counting.
-    pilot_agents: Mutex<HashMap<u32, String>>,
+    /// Agents created by pilots, and creations in flight.
+    pilot_agents: Mutex<PilotBook>,
     /// Pilot rate buckets by owner key.
     buckets: Mutex<HashMap<String, Bucket>>,
     /// Open WebSocket connections (for the cap).
@@ -178,27 +177,35 @@ impl Shared {
         Ok(())
     }
 
-    /// Checks a pilot may create one more agent.
-    pub fn check_pilot_cap(&self, role: Role, key: &str) -> Result<(), ApiError> {
+    /// Reserves room for one more agent of a pilot (other roles have no
+    /// cap). The reservation counts against the caps until the creation is
+    /// recorded or fails, so concurrent requests cannot overshoot them.
+    pub fn reserve_pilot_slot(&self, role: Role, key: &str) -> Result<PilotSlot<'_>, ApiError> {
         if role != Role::Pilot {
-            return Ok(());
+            return Ok(PilotSlot {
+                shared: None,
+                key: String::new(),
+            });
         }
         let live = self.state();
-        let mut owned = self
+        let mut book = self
             .0
             .pilot_agents
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        owned.retain(|&id, _| live.agents.kind_of(id).is_some());
+        book.owned
+            .retain(|&id, _| live.agents.kind_of(id).is_some());
         let l = &self.0.limits;
-        let mine = owned.values().filter(|k| *k == key).count();
+        let pending_mine = book.pending.get(key).copied().unwrap_or(0);
+        let pending_all: usize = book.pending.values().sum();
+        let mine = book.owned.values().filter(|k| *k == key).count() + pending_mine;
         if mine >= l.pilot_agents_each {
             return Err(ApiError::conflict(
                 "limit_reached",
                 format!("a pilot may have {} agents at once", l.pilot_agents_each),
             ));
         }
-        if owned.len() >= l.pilot_agents_total {
+        if book.owned.len() + pending_all >= l.pilot_agents_total {
             return Err(ApiError::conflict(
                 "limit_reached",
                 format!(
@@ -207,18 +214,63 @@ impl Shared {
                 ),
             ));
         }
-        Ok(())
+        *book.pending.entry(key.to_owned()).or_default() += 1;
+        Ok(PilotSlot {
+            shared: Some(self),
+            key: key.to_owned(),
+        })
     }
+}
 
-    /// Records an agent a pilot created.
-    pub fn record_pilot_agent(&self, role: Role, key: &str, id: Option<u32>) {
-        if let (Role::Pilot, Some(id)) = (role, id) {
-            let mut owned = self
-                .0
-                .pilot_agents
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            owned.insert(id, key.to_owned());
+/// Pilots' agents: agent id → owner key (checked against the live agents,
+/// so expired or removed ones stop counting), and creations in flight per
+/// owner.
+#[derive(Debug, Default)]
+struct PilotBook {
+    owned: HashMap<u32, String>,
+    pending: HashMap<String, usize>,
+}
+
+/// Room for one pilot agent, held while its creation is in flight; dropped
+/// without [`PilotSlot::created`] (the creation failed), it frees the room.
+#[derive(Debug)]
+pub struct PilotSlot<'a> {
+    shared: Option<&'a Shared>,
+    key: String,
+}
+
+impl PilotSlot<'_> {
+    /// The agent was created with this id: it counts from now on.
+    pub fn created(mut self, id: Option<u32>) {
+        if let (Some(s), Some(id)) = (self.shared.take(), id) {
+            let mut book = s.0.pilot_agents.lock().unwrap_or_else(|p| p.into_inner());
+            release(&mut book, &self.key);
+            book.owned.insert(id, std::mem::take(&mut self.key));
+        } else if let Some(s) = self.shared.take() {
+            release(
+                &mut s.0.pilot_agents.lock().unwrap_or_else(|p| p.into_inner()),
+                &self.key,
+            );
+        }
+    }
+}
+
+impl Drop for PilotSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.take() {
+            release(
+                &mut s.0.pilot_agents.lock().unwrap_or_else(|p| p.into_inner()),
+                &self.key,
+            );
+        }
+    }
+}
+
+fn release(book: &mut PilotBook, key: &str) {
+    if let Some(n) = book.pending.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            book.pending.remove(key);
         }
     }
 }

@@ -527,12 +527,14 @@ async fn command_reply(
             count: count as usize,
         },
     };
-    if creates {
-        s.check_pilot_cap(role, key)?;
-    }
+    let slot = if creates {
+        Some(s.reserve_pilot_slot(role, key)?)
+    } else {
+        None
+    };
     let a = s.submit(op).await?;
-    if creates {
-        s.record_pilot_agent(role, key, a.created_id);
+    if let Some(slot) = slot {
+        slot.created(a.created_id);
     }
     Ok(a)
 }

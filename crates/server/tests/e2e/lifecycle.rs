@@ -91,17 +91,15 @@ async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
 
 /// Starts the real binary and returns it with its URL (read from stdout).
 async fn spawn_binary(state_file: &std::path::Path) -> (tokio::process::Child, String) {
+    let file = state_file.to_str().unwrap();
+    spawn_with(&["--population", "500", "--state-file", file]).await
+}
+
+/// Starts the real binary with these flags (and a loopback bind).
+async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args([
-            "--bind",
-            "127.0.0.1:0",
-            "--population",
-            "500",
-            "--web-dir",
-            "/nonexistent-web",
-        ])
-        .arg("--state-file")
-        .arg(state_file)
+        .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -280,4 +278,95 @@ async fn a_recorded_session_replays_bit_for_bit() {
     );
     server.stop().await.unwrap();
     let _ = std::fs::remove_file(&file);
+}
+
+/// Resident memory of a process, bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_viewers_cost_no_memory_for_their_backlog() {
+    // Stalled viewers are kept (a long stall timeout) while frames that
+    // would total hundreds of MB go unread: the server keeps only the
+    // latest, so its memory stays flat.
+    let dir = std::env::temp_dir().join(format!("starling-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("starling.toml");
+    std::fs::write(&config, "stall_timeout_s = 120.0\n").unwrap();
+    let (mut child, url) = spawn_with(&[
+        "--population",
+        "20000",
+        "--config",
+        config.to_str().unwrap(),
+    ])
+    .await;
+    let pid = child.id().unwrap();
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let mut sub = Vec::new();
+    starling_protocol::encode_client(
+        &starling_protocol::ClientMsg::Subscribe {
+            major: starling_protocol::PROTOCOL_MAJOR,
+            minor: 0,
+            max_fps: 30,
+            region: None,
+        },
+        &mut sub,
+    )
+    .unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+            .await
+            .unwrap();
+        ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+            sub.clone().into(),
+        ))
+        .await
+        .unwrap();
+        stalled.push(ws);
+    }
+    let mut v = Viewer::connect(addr, None, 30).await;
+    // Let the socket buffers fill, then measure over 300 frames (10 s).
+    for _ in 0..60 {
+        v.next_frame().await;
+    }
+    let before = rss_bytes(pid);
+    let mut bytes_per_frame = 0;
+    let first = v.next_frame().await.tick;
+    let mut last = first;
+    for _ in 0..300 {
+        let f = v.next_frame().await;
+        bytes_per_frame = f.len() * 5;
+        last = f.tick;
+    }
+    let after = rss_bytes(pid);
+    let st = get(&format!("{url}/api/v1/state")).await;
+    assert_eq!(
+        st["viewers"], 21,
+        "the stalled viewers are still connected: {st}"
+    );
+    let unread = 20 * 300 * bytes_per_frame as u64;
+    let growth = after.saturating_sub(before);
+    eprintln!("server RSS {before} -> {after} bytes while {unread} bytes went unread");
+    assert!(
+        growth < 32 << 20,
+        "server RSS grew {growth} bytes ({before} -> {after}) while {unread} bytes went unread"
+    );
+    // The healthy viewer kept its rate: 300 frames over about 600 ticks.
+    assert!(
+        last - first <= 660,
+        "300 frames took {} ticks",
+        last - first
+    );
+    drop(stalled);
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -818,3 +818,38 @@ async fn the_last_seconds_export_as_csv() {
     }
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pilot_requests_cannot_overshoot_the_cap() {
+    let config = starling_server::config::Config {
+        pilot_token: Some("pilot-token".into()),
+        operator_token: Some("operator-token".into()),
+        pilot_rate_per_s: 1000.0,
+        ..test_config()
+    };
+    let server = TestServer::start(config).await;
+    let url = server.url("/api/v1/goals");
+    // 24 creations at once, over REST and in flight together: each is
+    // checked against the cap (8) counting the ones not yet applied.
+    let tries = (0..24).map(|k| {
+        let url = url.clone();
+        async move {
+            rest(
+                Method::POST,
+                &url,
+                Some("pilot-token"),
+                Some(json!({ "at": [10 + k, 20, 30] })),
+            )
+            .await
+        }
+    });
+    let results = futures_util::future::join_all(tries).await;
+    let created = results.iter().filter(|(s, _)| *s == 201).count();
+    assert_eq!(created, 8, "{results:?}");
+    assert!(
+        results.iter().all(|(s, _)| *s == 201 || *s == 409),
+        "{results:?}"
+    );
+    assert_eq!(get(&url).await.as_array().unwrap().len(), 8);
+    server.stop().await.unwrap();
+}
