@@ -205,25 +205,7 @@ fn ensure_chromium() -> Result<()> {
     if Path::new(CHROMIUM).is_file() {
         return Ok(());
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !root {
-        bail!(
-            "the browser tests need Debian's chromium at {CHROMIUM}: run `sudo apt-get install chromium`"
-        );
-    }
-    run_tool(
-        Command::new("apt-get").arg("update").arg("-qq"),
-        "apt-get update",
-    )?;
-    run_tool(
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "chromium"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install chromium",
-    )
+    apt_install(&["chromium"], "the browser tests need Debian's chromium")
 }
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -538,8 +520,14 @@ fn ensure_podman() -> Result<()> {
     if has("podman") && has("runc") {
         return Ok(());
     }
+    apt_install(&["podman", "runc"], "the image test needs podman and runc")
+}
+
+/// Installs Debian packages with apt-get (as root; otherwise says what to run).
+fn apt_install(packages: &[&str], why: &str) -> Result<()> {
+    let list = packages.join(" ");
     if !is_root() {
-        bail!("the image test needs podman and runc: run `sudo apt-get install podman runc`");
+        bail!("{why}: run `sudo apt-get install {list}`");
     }
     run_tool(
         Command::new("apt-get").arg("update").arg("-qq"),
@@ -547,8 +535,9 @@ fn ensure_podman() -> Result<()> {
     )?;
     run_tool(
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "podman", "runc"])
+            .args(["install", "-y", "-qq"])
+            .args(packages)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install podman runc",
+        &format!("apt-get install {list}"),
     )
 }
