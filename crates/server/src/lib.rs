@@ -37,6 +37,7 @@ pub mod fanout;
 pub mod headless;
 pub mod history;
 pub mod ops;
+pub mod peak_rss;
 pub mod probe;
 pub mod published;
 pub mod recording;

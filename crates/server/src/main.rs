@@ -287,6 +287,7 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         .num_threads(threads)
         .build()
         .context("building thread pool")?;
+    let peak_is_this_run = starling_server::peak_rss::reset();
     let mut flock = Flock::new(config).context("benchmark config")?;
     let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
     let mut candidates = 0.0f64;
@@ -314,6 +315,10 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         "tick_ms_p50": (pct(0.5) * 1000.0).round() / 1000.0,
         "tick_ms_p99": (pct(0.99) * 1000.0).round() / 1000.0,
         "order": flock.metrics().order,
+        // The whole process's peak resident memory, MiB: this run's when
+        // the peak could be reset, else the process's since it started.
+        "peak_rss_mib": starling_server::peak_rss::peak_mib().map(|m| m.round()),
+        "peak_rss_is_this_run": peak_is_this_run,
     });
     println!("{line}");
     Ok(())

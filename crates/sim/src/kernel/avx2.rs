@@ -1,5 +1,12 @@
 //! The lane kernel in explicit AVX2 intrinsics.
 //!
+//! Compiled twice (see `kernel.rs`): as `avx2`, and as `avx512` with
+//! AVX-512F/VL also enabled. The instructions are the same AVX2 ones; the
+//! wider build may use 32 vector registers instead of 16, which removes
+//! most spills from this register-hungry loop (about 20 % faster). The
+//! functions therefore sit in one `isa_fns!` block, which gives each the
+//! `target_feature` of the build it is in.
+//!
 //! Same arithmetic as the portable `lanes8` in `kernel.rs`, one `__m256` per
 //! quantity instead of eight-element arrays, so the 13 accumulators stay in
 //! registers. PERF: written by hand because LLVM vectorises the portable
@@ -27,31 +34,6 @@ use super::{
     top_k_sums,
 };
 
-/// [`gather_chunk`] after checking that the CPU has AVX2.
-pub(super) fn gather_chunk_checked(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    assert!(std::arch::is_x86_feature_detected!("avx2"));
-    // SAFETY: AVX2 is available on this CPU (checked on the line above).
-    unsafe { gather_chunk(nb, offset, out) }
-}
-
-/// The AVX2 twin of `kernel::gather_portable`. The topological path is
-/// shared code, compiled here with AVX2 enabled.
-#[target_feature(enable = "avx2")]
-fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    let mut runs: [RunList; 2] = Default::default();
-    let mut top = TopK::new(nb.perception.k_nearest);
-    for (k, slot) in out.iter_mut().enumerate() {
-        let me = Me::new(nb, offset + k);
-        *slot = if nb.perception.k_nearest > 0 {
-            top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
-                top_k_run(nb, &me, run, top);
-            })
-        } else {
-            lane_sums(nb, &me, &mut runs[0])
-        };
-    }
-}
-
 /// Eight-lane accumulators, one register each.
 struct Acc {
     sep: [__m256; 3],
@@ -59,73 +41,6 @@ struct Acc {
     coh: [__m256; 3],
     n: [__m256; 3],
     nn: __m256,
-}
-
-impl Acc {
-    #[target_feature(enable = "avx2")]
-    fn new() -> Self {
-        let z = _mm256_setzero_ps();
-        Self {
-            sep: [z; 3],
-            ali: [z; 3],
-            coh: [z; 3],
-            n: [z; 3],
-            nn: _mm256_set1_ps(f32::INFINITY),
-        }
-    }
-
-    /// Spills the registers into the portable accumulator, whose fixed-order
-    /// reduction both paths share.
-    #[target_feature(enable = "avx2")]
-    fn into_lanes(self) -> LaneAcc {
-        let mut out = LaneAcc::new();
-        let store = |dst: &mut [f32; LANES], v: __m256| {
-            // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
-            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
-        };
-        for axis in 0..3 {
-            store(&mut out.sep[axis], self.sep[axis]);
-            store(&mut out.ali[axis], self.ali[axis]);
-            store(&mut out.coh[axis], self.coh[axis]);
-            store(&mut out.n[axis], self.n[axis]);
-        }
-        store(&mut out.nn, self.nn);
-        out
-    }
-}
-
-/// The AVX2 twin of `kernel::lane_sums`.
-#[target_feature(enable = "avx2")]
-fn lane_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList) -> Sums {
-    let per = &nb.perception;
-    let mut candidates = 0u32;
-    let mut acc = Acc::new();
-    let cone = if me.has_heading { per.cone } else { None };
-    nb.grid.collect_runs(me.cell, Block::Near, runs);
-    for run in runs.as_slice() {
-        if run.min_dist2(me.p) > per.max2 {
-            continue;
-        }
-        candidates += run.range.len() as u32;
-        lane_run(nb, per, cone, me, run, &mut acc);
-    }
-    let mut sums = acc.into_lanes().reduce();
-    sums.candidates = candidates.saturating_sub(1);
-    sums
-}
-
-/// Loads eight f32s.
-#[target_feature(enable = "avx2")]
-fn load(src: &[f32; LANES]) -> __m256 {
-    // SAFETY: `src` is 8 f32s, exactly one unaligned 256-bit load.
-    unsafe { _mm256_loadu_ps(src.as_ptr()) }
-}
-
-/// Loads `c[j .. j + 8]` (bounds-checked).
-#[target_feature(enable = "avx2")]
-fn load_at(c: &[f32], j: usize) -> __m256 {
-    let lanes: &[f32; LANES] = c[j..j + LANES].try_into().expect("slice of LANES");
-    load(lanes)
 }
 
 /// Per-run constants broadcast to all lanes.
@@ -140,256 +55,339 @@ struct Consts {
     cone: Option<(bool, __m256)>,
 }
 
-#[target_feature(enable = "avx2")]
-fn lane_run(
-    nb: &Neighbourhood<'_>,
-    per: &Perception,
-    cone: Option<(f32, f32)>,
-    me: &Me,
-    run: &CellRun,
-    acc: &mut Acc,
-) {
-    let base = me.p - run.shift;
-    let k = Consts {
-        base: [
-            _mm256_set1_ps(base.x),
-            _mm256_set1_ps(base.y),
-            _mm256_set1_ps(base.z),
-        ],
-        h: [
-            _mm256_set1_ps(me.h.x),
-            _mm256_set1_ps(me.h.y),
-            _mm256_set1_ps(me.h.z),
-        ],
-        max2: _mm256_set1_ps(per.max2),
-        sep2: _mm256_set1_ps(per.sep2),
-        ali2: _mm256_set1_ps(per.ali2),
-        coh2: _mm256_set1_ps(per.coh2),
-        cone: cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
-    };
-    let b = nb.boids;
-    let r = run.range.clone();
-    let cols = Columns {
-        px: &b.px[r.clone()],
-        py: &b.py[r.clone()],
-        pz: &b.pz[r.clone()],
-        vx: &b.vx[r.clone()],
-        vy: &b.vy[r.clone()],
-        vz: &b.vz[r.clone()],
-    };
-    let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    let n = cols.px.len();
-    let full = n - n % LANES;
-    let mut j = 0;
-    while j < full {
-        let at = |c: &[f32]| load_at(c, j);
-        lanes8(
-            acc,
-            &k,
-            all,
-            group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
-            [at(cols.vx), at(cols.vy), at(cols.vz)],
-        );
-        j += LANES;
-    }
-    if full == n {
-        return;
-    }
-    let tail = r.start + full;
-    if tail + LANES <= b.len() {
-        // PERF: read the next boids past the run's end and mask those lanes
-        // off, rather than pad through the stack (a store-forwarding stall
-        // per column). Masked lanes add +0.0, as the portable padding does.
-        let at = |c: &[f32]| load_at(c, tail);
-        let live =
-            _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
-        lanes8(
-            acc,
-            &k,
-            live,
-            group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
-            [at(&b.vx), at(&b.vy), at(&b.vz)],
-        );
-    } else {
-        // The last run of the flock: padded, lanes past it at infinity.
-        let (d, v) = cols.lanes(full, n - full, base);
-        let d = [load(&d[0]), load(&d[1]), load(&d[2])];
-        let v = [load(&v[0]), load(&v[1]), load(&v[2])];
-        lanes8(acc, &k, all, d, v);
-    }
-}
-
 /// Lane numbers as floats, to mask off lanes past a run's end.
 const LANE_INDEX: [f32; LANES] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
 
-/// Offsets of eight loaded positions from the querying boid's image.
-#[target_feature(enable = "avx2")]
-fn group(k: &Consts, p: [__m256; 3]) -> [__m256; 3] {
-    [
-        _mm256_sub_ps(p[0], k.base[0]),
-        _mm256_sub_ps(p[1], k.base[1]),
-        _mm256_sub_ps(p[2], k.base[2]),
-    ]
+/// Whether this CPU has the features this build was compiled for.
+pub(super) fn supported() -> bool {
+    isa_fns!(supported)
 }
 
-/// `a` where `mask` is set, `+0.0` elsewhere (the portable `keep`).
-#[target_feature(enable = "avx2")]
-fn keep(a: __m256, mask: __m256) -> __m256 {
-    _mm256_and_ps(a, mask)
+/// [`gather_chunk`] after checking [`supported`].
+pub(super) fn gather_chunk_checked(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+    assert!(supported());
+    // SAFETY: the CPU has this build's features (checked on the line above).
+    unsafe { gather_chunk(nb, offset, out) }
 }
 
-/// `a + b + c` left to right, as the portable path sums three products.
-#[target_feature(enable = "avx2")]
-fn dot3(a: [__m256; 3], b: [__m256; 3]) -> __m256 {
-    _mm256_add_ps(
-        _mm256_add_ps(_mm256_mul_ps(a[0], b[0]), _mm256_mul_ps(a[1], b[1])),
-        _mm256_mul_ps(a[2], b[2]),
-    )
-}
-
-/// Eight candidates: the portable `lanes8`, operation for operation.
-#[target_feature(enable = "avx2")]
-fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
-    let d2 = dot3(d, d);
-    let near = _mm256_and_ps(
-        live,
-        _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-            _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
-        ),
-    );
-    let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
-    acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
-    let ok = match k.cone {
-        None => near,
-        Some((c_nonneg, c2)) => {
-            let dot = dot3(d, k.h);
-            let sq = _mm256_mul_ps(dot, dot);
-            let lim = _mm256_mul_ps(c2, d2);
-            let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
-            let visible = if c_nonneg {
-                _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
-            } else {
-                _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
-            };
-            _mm256_and_ps(near, visible)
+isa_fns! {
+    fn acc_new() -> Acc {
+        let z = _mm256_setzero_ps();
+        Acc {
+            sep: [z; 3],
+            ali: [z; 3],
+            coh: [z; 3],
+            n: [z; 3],
+            nn: _mm256_set1_ps(f32::INFINITY),
         }
-    };
-    let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
-    let s = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.sep2));
-    let a = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.ali2));
-    let c = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.coh2));
-    for axis in 0..3 {
-        acc.sep[axis] = _mm256_sub_ps(acc.sep[axis], keep(_mm256_mul_ps(d[axis], inv), s));
-        acc.ali[axis] = _mm256_add_ps(acc.ali[axis], keep(v[axis], a));
-        acc.coh[axis] = _mm256_add_ps(acc.coh[axis], keep(d[axis], c));
     }
-    let one = _mm256_set1_ps(1.0);
-    acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
-    acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
-    acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
-}
 
-/// The AVX2 twin of `kernel::top_k_run`: distances, the range test and the
-/// nearest distance for eight candidates at once; only lanes that could
-/// enter the buffer go through the (shared, scalar) view test and
-/// insertion, in lane order, exactly as the portable path does.
-#[target_feature(enable = "avx2")]
-fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
-    let (b, per) = (nb.boids, &nb.perception);
-    let base = me.p - run.shift;
-    let bv = [
-        _mm256_set1_ps(base.x),
-        _mm256_set1_ps(base.y),
-        _mm256_set1_ps(base.z),
-    ];
-    let max2 = _mm256_set1_ps(per.max2);
-    let r = run.range.clone();
-    let n = r.len();
-    let mut j = 0;
-    while j < n {
-        let m = LANES.min(n - j);
-        let at = r.start + j;
-        // Full groups load directly; a tail reads past the run (masked off)
-        // unless that would leave the arrays, then it is padded.
-        let (d, live) = if at + LANES <= b.len() {
-            let live = if m == LANES {
-                _mm256_castsi256_ps(_mm256_set1_epi32(-1))
-            } else {
-                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps(m as f32))
-            };
-            let d = [
-                _mm256_sub_ps(load_at(&b.px, at), bv[0]),
-                _mm256_sub_ps(load_at(&b.py, at), bv[1]),
-                _mm256_sub_ps(load_at(&b.pz, at), bv[2]),
-            ];
-            (d, live)
-        } else {
-            let mut pad = [[f32::INFINITY; LANES]; 3];
-            for (axis, col) in [&b.px, &b.py, &b.pz].into_iter().enumerate() {
-                for (p, &x) in pad[axis].iter_mut().zip(&col[at..at + m]) {
-                    *p = x - base[axis];
-                }
-            }
-            let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-            ([load(&pad[0]), load(&pad[1]), load(&pad[2])], all)
+    /// Spills `acc`'s registers into the portable accumulator, whose
+    /// fixed-order reduction both paths share.
+    fn acc_into_lanes(acc: Acc) -> LaneAcc {
+        let mut out = LaneAcc::new();
+        let store = |dst: &mut [f32; LANES], v: __m256| {
+            // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
         };
+        for axis in 0..3 {
+            store(&mut out.sep[axis], acc.sep[axis]);
+            store(&mut out.ali[axis], acc.ali[axis]);
+            store(&mut out.coh[axis], acc.coh[axis]);
+            store(&mut out.n[axis], acc.n[axis]);
+        }
+        store(&mut out.nn, acc.nn);
+        out
+    }
+
+    /// The AVX2 twin of `kernel::gather_portable`. The topological path is
+    /// shared code, compiled here with AVX2 enabled.
+    fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+        let mut runs: [RunList; 2] = Default::default();
+        let mut top = TopK::new(nb.perception.k_nearest);
+        for (k, slot) in out.iter_mut().enumerate() {
+            let me = Me::new(nb, offset + k);
+            *slot = if nb.perception.k_nearest > 0 {
+                top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
+                    top_k_run(nb, &me, run, top);
+                })
+            } else {
+                lane_sums(nb, &me, &mut runs[0])
+            };
+        }
+    }
+
+    /// The AVX2 twin of `kernel::lane_sums`.
+    fn lane_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList) -> Sums {
+        let per = &nb.perception;
+        let mut candidates = 0u32;
+        let mut acc = acc_new();
+        let cone = if me.has_heading { per.cone } else { None };
+        nb.grid.collect_runs(me.cell, Block::Near, runs);
+        for run in runs.as_slice() {
+            if run.min_dist2(me.p) > per.max2 {
+                continue;
+            }
+            candidates += run.range.len() as u32;
+            lane_run(nb, per, cone, me, run, &mut acc);
+        }
+        let mut sums = acc_into_lanes(acc).reduce();
+        sums.candidates = candidates.saturating_sub(1);
+        sums
+    }
+
+    /// Loads eight f32s.
+    fn load(src: &[f32; LANES]) -> __m256 {
+        // SAFETY: `src` is 8 f32s, exactly one unaligned 256-bit load.
+        unsafe { _mm256_loadu_ps(src.as_ptr()) }
+    }
+
+    /// Loads `c[j .. j + 8]` (bounds-checked).
+    fn load_at(c: &[f32], j: usize) -> __m256 {
+        let lanes: &[f32; LANES] = c[j..j + LANES].try_into().expect("slice of LANES");
+        load(lanes)
+    }
+
+    fn lane_run(
+        nb: &Neighbourhood<'_>,
+        per: &Perception,
+        cone: Option<(f32, f32)>,
+        me: &Me,
+        run: &CellRun,
+        acc: &mut Acc,
+    ) {
+        let base = me.p - run.shift;
+        let k = Consts {
+            base: [
+                _mm256_set1_ps(base.x),
+                _mm256_set1_ps(base.y),
+                _mm256_set1_ps(base.z),
+            ],
+            h: [
+                _mm256_set1_ps(me.h.x),
+                _mm256_set1_ps(me.h.y),
+                _mm256_set1_ps(me.h.z),
+            ],
+            max2: _mm256_set1_ps(per.max2),
+            sep2: _mm256_set1_ps(per.sep2),
+            ali2: _mm256_set1_ps(per.ali2),
+            coh2: _mm256_set1_ps(per.coh2),
+            cone: cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
+        };
+        let b = nb.boids;
+        let r = run.range.clone();
+        let cols = Columns {
+            px: &b.px[r.clone()],
+            py: &b.py[r.clone()],
+            pz: &b.pz[r.clone()],
+            vx: &b.vx[r.clone()],
+            vy: &b.vy[r.clone()],
+            vz: &b.vz[r.clone()],
+        };
+        let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        let n = cols.px.len();
+        let full = n - n % LANES;
+        let mut j = 0;
+        while j < full {
+            let at = |c: &[f32]| load_at(c, j);
+            lanes8(
+                acc,
+                &k,
+                all,
+                group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
+                [at(cols.vx), at(cols.vy), at(cols.vz)],
+            );
+            j += LANES;
+        }
+        if full == n {
+            return;
+        }
+        let tail = r.start + full;
+        if tail + LANES <= b.len() {
+            // PERF: read the next boids past the run's end and mask those lanes
+            // off, rather than pad through the stack (a store-forwarding stall
+            // per column). Masked lanes add +0.0, as the portable padding does.
+            let at = |c: &[f32]| load_at(c, tail);
+            let live =
+                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
+            lanes8(
+                acc,
+                &k,
+                live,
+                group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
+                [at(&b.vx), at(&b.vy), at(&b.vz)],
+            );
+        } else {
+            // The last run of the flock: padded, lanes past it at infinity.
+            let (d, v) = cols.lanes(full, n - full, base);
+            let d = [load(&d[0]), load(&d[1]), load(&d[2])];
+            let v = [load(&v[0]), load(&v[1]), load(&v[2])];
+            lanes8(acc, &k, all, d, v);
+        }
+    }
+
+    /// Offsets of eight loaded positions from the querying boid's image.
+    fn group(k: &Consts, p: [__m256; 3]) -> [__m256; 3] {
+        [
+            _mm256_sub_ps(p[0], k.base[0]),
+            _mm256_sub_ps(p[1], k.base[1]),
+            _mm256_sub_ps(p[2], k.base[2]),
+        ]
+    }
+
+    /// `a` where `mask` is set, `+0.0` elsewhere (the portable `keep`).
+    fn keep(a: __m256, mask: __m256) -> __m256 {
+        _mm256_and_ps(a, mask)
+    }
+
+    /// `a + b + c` left to right, as the portable path sums three products.
+    fn dot3(a: [__m256; 3], b: [__m256; 3]) -> __m256 {
+        _mm256_add_ps(
+            _mm256_add_ps(_mm256_mul_ps(a[0], b[0]), _mm256_mul_ps(a[1], b[1])),
+            _mm256_mul_ps(a[2], b[2]),
+        )
+    }
+
+    /// Eight candidates: the portable `lanes8`, operation for operation.
+    fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
         let d2 = dot3(d, d);
         let near = _mm256_and_ps(
             live,
             _mm256_and_ps(
                 _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
             ),
         );
-        let worst = _mm256_set1_ps(top.worst(per));
-        let cand = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
-        if _mm256_movemask_ps(near) != 0 {
-            // The nearest in range: a horizontal min (exact, order-free).
-            let masked = _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), d2, near);
-            top.nn_d2 = top.nn_d2.min(hmin(masked));
-            let mut d2s = [0.0f32; LANES];
-            store(&mut d2s, d2);
-            let mut mask = _mm256_movemask_ps(cand) as u32;
-            if mask != 0 {
-                let mut ds = [[0.0f32; LANES]; 3];
-                for (axis, v) in ds.iter_mut().zip(d) {
-                    store(axis, v);
-                }
-                while mask != 0 {
-                    let l = mask.trailing_zeros() as usize;
-                    mask &= mask - 1;
-                    if top.len == top.k && d2s[l] > top.d2[top.len - 1] {
-                        continue;
+        let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
+        acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
+        let ok = match k.cone {
+            None => near,
+            Some((c_nonneg, c2)) => {
+                let dot = dot3(d, k.h);
+                let sq = _mm256_mul_ps(dot, dot);
+                let lim = _mm256_mul_ps(c2, d2);
+                let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
+                let visible = if c_nonneg {
+                    _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
+                } else {
+                    _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
+                };
+                _mm256_and_ps(near, visible)
+            }
+        };
+        let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
+        let s = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.sep2));
+        let a = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.ali2));
+        let c = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.coh2));
+        for axis in 0..3 {
+            acc.sep[axis] = _mm256_sub_ps(acc.sep[axis], keep(_mm256_mul_ps(d[axis], inv), s));
+            acc.ali[axis] = _mm256_add_ps(acc.ali[axis], keep(v[axis], a));
+            acc.coh[axis] = _mm256_add_ps(acc.coh[axis], keep(d[axis], c));
+        }
+        let one = _mm256_set1_ps(1.0);
+        acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
+        acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
+        acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+    }
+
+    /// The AVX2 twin of `kernel::top_k_run`: distances, the range test and the
+    /// nearest distance for eight candidates at once; only lanes that could
+    /// enter the buffer go through the (shared, scalar) view test and
+    /// insertion, in lane order, exactly as the portable path does.
+    fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
+        let (b, per) = (nb.boids, &nb.perception);
+        let base = me.p - run.shift;
+        let bv = [
+            _mm256_set1_ps(base.x),
+            _mm256_set1_ps(base.y),
+            _mm256_set1_ps(base.z),
+        ];
+        let max2 = _mm256_set1_ps(per.max2);
+        let r = run.range.clone();
+        let n = r.len();
+        let mut j = 0;
+        while j < n {
+            let m = LANES.min(n - j);
+            let at = r.start + j;
+            // Full groups load directly; a tail reads past the run (masked off)
+            // unless that would leave the arrays, then it is padded.
+            let (d, live) = if at + LANES <= b.len() {
+                let live = if m == LANES {
+                    _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+                } else {
+                    _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps(m as f32))
+                };
+                let d = [
+                    _mm256_sub_ps(load_at(&b.px, at), bv[0]),
+                    _mm256_sub_ps(load_at(&b.py, at), bv[1]),
+                    _mm256_sub_ps(load_at(&b.pz, at), bv[2]),
+                ];
+                (d, live)
+            } else {
+                let mut pad = [[f32::INFINITY; LANES]; 3];
+                for (axis, col) in [&b.px, &b.py, &b.pz].into_iter().enumerate() {
+                    for (p, &x) in pad[axis].iter_mut().zip(&col[at..at + m]) {
+                        *p = x - base[axis];
                     }
-                    let dl = crate::Vec3::new(ds[0][l], ds[1][l], ds[2][l]);
-                    if per.in_view(dl.dot(me.h), d2s[l], me.has_heading) {
-                        top.insert(d2s[l], b.id[at + l], (at + l) as u32, dl);
+                }
+                let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+                ([load(&pad[0]), load(&pad[1]), load(&pad[2])], all)
+            };
+            let d2 = dot3(d, d);
+            let near = _mm256_and_ps(
+                live,
+                _mm256_and_ps(
+                    _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+                    _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
+                ),
+            );
+            let worst = _mm256_set1_ps(top.worst(per));
+            let cand = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
+            if _mm256_movemask_ps(near) != 0 {
+                // The nearest in range: a horizontal min (exact, order-free).
+                let masked = _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), d2, near);
+                top.nn_d2 = top.nn_d2.min(hmin(masked));
+                let mut d2s = [0.0f32; LANES];
+                store(&mut d2s, d2);
+                let mut mask = _mm256_movemask_ps(cand) as u32;
+                if mask != 0 {
+                    let mut ds = [[0.0f32; LANES]; 3];
+                    for (axis, v) in ds.iter_mut().zip(d) {
+                        store(axis, v);
+                    }
+                    while mask != 0 {
+                        let l = mask.trailing_zeros() as usize;
+                        mask &= mask - 1;
+                        if top.len == top.k && d2s[l] > top.d2[top.len - 1] {
+                            continue;
+                        }
+                        let dl = crate::Vec3::new(ds[0][l], ds[1][l], ds[2][l]);
+                        if per.in_view(dl.dot(me.h), d2s[l], me.has_heading) {
+                            top.insert(d2s[l], b.id[at + l], (at + l) as u32, dl);
+                        }
                     }
                 }
             }
+            j += m;
         }
-        j += m;
     }
-}
 
-/// The smallest of eight lanes.
-#[target_feature(enable = "avx2")]
-fn hmin(v: __m256) -> f32 {
-    let mut lanes = [0.0f32; LANES];
-    store(&mut lanes, v);
-    let m4 = [
-        lanes[0].min(lanes[4]),
-        lanes[1].min(lanes[5]),
-        lanes[2].min(lanes[6]),
-        lanes[3].min(lanes[7]),
-    ];
-    m4[0].min(m4[2]).min(m4[1].min(m4[3]))
-}
+    /// The smallest of eight lanes.
+    fn hmin(v: __m256) -> f32 {
+        let mut lanes = [0.0f32; LANES];
+        store(&mut lanes, v);
+        let m4 = [
+            lanes[0].min(lanes[4]),
+            lanes[1].min(lanes[5]),
+            lanes[2].min(lanes[6]),
+            lanes[3].min(lanes[7]),
+        ];
+        m4[0].min(m4[2]).min(m4[1].min(m4[3]))
+    }
 
-/// Stores eight f32s.
-#[target_feature(enable = "avx2")]
-fn store(dst: &mut [f32; LANES], v: __m256) {
-    // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
-    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
+    /// Stores eight f32s.
+    fn store(dst: &mut [f32; LANES], v: __m256) {
+        // SAFETY: `dst` is 8 f32s, exactly one unaligned 256-bit store.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) }
+    }
 }

@@ -1,0 +1,33 @@
+//! `starling bench`: what it reports, through the real binary.
+
+use std::process::Command;
+
+/// A million boids of the default flock fit in 200 MiB (the engine's
+/// memory budget), measured as the process's peak resident memory by the
+/// bench line itself.
+#[test]
+fn a_million_boid_flock_stays_under_200_mib() {
+    let out = Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args(["bench", "--scenario", "full", "--boids", "1000000"])
+        .args(["--threads", "2", "--ticks", "2", "--warmup", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["scenario"], "B-full");
+    assert_eq!(line["n_boids"], 1_000_000);
+    let peak = line["peak_rss_mib"].as_f64();
+    if !cfg!(target_os = "linux") && peak.is_none() {
+        return; // no /proc to read
+    }
+    let peak = peak.unwrap_or_else(|| panic!("no peak_rss_mib on Linux: {line}"));
+    assert!(
+        peak > 20.0,
+        "a million boids cannot fit in {peak} MiB: {line}"
+    );
+    assert!(peak < 200.0, "peak {peak} MiB for a million boids: {line}");
+}
