@@ -97,6 +97,23 @@ pub(crate) enum Reply {
     Error(ErrorMsg),
 }
 
+/// The subscribe message of this protocol version, as bytes: for raw
+/// sockets that play a viewer which never reads.
+pub(crate) fn subscribe_bytes(max_fps: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    starling_protocol::encode_client(
+        &ClientMsg::Subscribe {
+            major: PROTOCOL_MAJOR,
+            minor: 0,
+            max_fps,
+            region: None,
+        },
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
 impl Viewer {
     /// Connects, reads the hello and subscribes.
     pub(crate) async fn connect(addr: SocketAddr, token: Option<&str>, max_fps: u16) -> Self {

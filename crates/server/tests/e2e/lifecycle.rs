@@ -24,17 +24,7 @@ async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
     let (mut stalled, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", server.addr))
         .await
         .unwrap();
-    let mut sub = Vec::new();
-    starling_protocol::encode_client(
-        &starling_protocol::ClientMsg::Subscribe {
-            major: starling_protocol::PROTOCOL_MAJOR,
-            minor: 0,
-            max_fps: 30,
-            region: None,
-        },
-        &mut sub,
-    )
-    .unwrap();
+    let sub = subscribe_bytes(30);
     stalled
         .send(tokio_tungstenite::tungstenite::Message::Binary(sub.into()))
         .await
@@ -310,17 +300,7 @@ async fn stalled_viewers_cost_no_memory_for_their_backlog() {
     .await;
     let pid = child.id().unwrap();
     let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
-    let mut sub = Vec::new();
-    starling_protocol::encode_client(
-        &starling_protocol::ClientMsg::Subscribe {
-            major: starling_protocol::PROTOCOL_MAJOR,
-            minor: 0,
-            max_fps: 30,
-            region: None,
-        },
-        &mut sub,
-    )
-    .unwrap();
+    let sub = subscribe_bytes(30);
     let mut stalled = Vec::new();
     for _ in 0..20 {
         let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
