@@ -41,6 +41,9 @@ pub struct RunSummary {
     pub events_applied: usize,
     /// Events scheduled after the last tick (never applied).
     pub events_not_reached: usize,
+    /// Events that asked for more boids than there were (and applied to
+    /// all there were), in the order they happened.
+    pub events_capped: Vec<CappedEvent>,
     /// Mean order over the metrics rows.
     pub mean_order: f64,
     /// Smallest nearest-neighbour distance seen, metres.
@@ -51,6 +54,18 @@ pub struct RunSummary {
     pub last_tick: TickMetrics,
     /// Swarm metrics at the end.
     pub last_swarm: SwarmMetrics,
+}
+
+/// An event cut to the boids there were.
+#[derive(Debug, Clone, Serialize)]
+pub struct CappedEvent {
+    /// Its index in the scenario's `events`.
+    pub event: usize,
+    /// The tick it was applied at.
+    pub tick: u64,
+    /// What it asked for and what it got.
+    #[serde(flatten)]
+    pub capped: crate::scenario::Capped,
 }
 
 /// Mean and spread over seeds.
@@ -171,6 +186,7 @@ fn run_into(
         .collect();
     events.sort_unstable();
     let mut next_event = 0;
+    let mut capped = Vec::new();
     let mut meter = SwarmMeter::default();
     let (mut order_sum, mut rows, mut collisions, mut min_nn) = (0.0f64, 0u64, 0u64, f32::INFINITY);
     let mut last_swarm = SwarmMetrics::default();
@@ -181,10 +197,24 @@ fn run_into(
     for _ in 0..ticks {
         while next_event < events.len() && events[next_event].0 <= flock.tick() {
             let k = events[next_event].1;
-            let op = s.events[k]
-                .op(flock.len(), flock.frozen_count())
-                .map_err(anyhow::Error::msg)?;
             let tick = flock.tick();
+            let (op, cut) = s.events[k]
+                .op(flock.len(), flock.frozen_count())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("event {k} at tick {tick}"))?;
+            if let Some(c) = cut {
+                bar.suspend(|| {
+                    eprintln!(
+                        "warning: event {k} at tick {tick}: {} asked for {} boids, {} there were; applied to those (see events_capped in summary.json)",
+                        c.field, c.asked, c.applied
+                    );
+                });
+                capped.push(CappedEvent {
+                    event: k,
+                    tick,
+                    capped: c,
+                });
+            }
             apply_op(&mut flock, op.clone())
                 .map_err(anyhow::Error::msg)
                 .with_context(|| format!("event {k} at tick {tick}"))?;
@@ -260,6 +290,7 @@ fn run_into(
         ticks_per_s: ticks as f64 / wall.max(1e-9),
         events_applied: next_event,
         events_not_reached: events.len() - next_event,
+        events_capped: capped,
         mean_order: order_sum / rows.max(1) as f64,
         min_nn_m: min_nn.is_finite().then_some(min_nn),
         collisions_total: collisions,

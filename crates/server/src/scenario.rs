@@ -37,7 +37,7 @@
 use std::path::Path;
 
 use crate::ops::Op;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use starling_sim::{
     Flock, FlockConfig, GoalKind, MAX_POPULATION, Params, ParamsPatch, PredatorMode, Shape,
     SwarmConfig, Vec3,
@@ -205,14 +205,18 @@ pub struct Event {
     pub at_s: Option<f64>,
     /// Change parameters.
     pub patch_params: Option<ParamsPatch>,
-    /// Kill this many boids, chosen at random from the seed.
+    /// Kill this many boids, chosen at random from the seed; at most the
+    /// population, and fewer if earlier events left fewer alive (the run's
+    /// `summary.json` then lists it under `events_capped`).
     pub kill_count: Option<usize>,
     /// Kill this fraction of the boids alive (0 ..= 1).
     pub kill_fraction: Option<f64>,
     /// Freeze this many boids (dead motors), chosen at random from the
-    /// seed; fewer if fewer are left unfrozen.
+    /// seed; at most the population, and fewer if fewer are left unfrozen
+    /// (listed under `events_capped`).
     pub freeze_count: Option<usize>,
-    /// Freeze this fraction of the boids alive (0 ..= 1).
+    /// Freeze this fraction of the boids alive (0 ..= 1); fewer if fewer
+    /// are left unfrozen (listed under `events_capped`).
     pub freeze_fraction: Option<f64>,
     /// `true`: thaw every frozen boid.
     pub thaw: Option<bool>,
@@ -413,6 +417,20 @@ impl Scenario {
                     ));
                 }
             }
+            for (name, count) in [
+                ("kill_count", e.kill_count),
+                ("freeze_count", e.freeze_count),
+            ] {
+                if let Some(n) = count
+                    && n > self.population
+                {
+                    return Err(err(
+                        &format!("events[{k}].{name}"),
+                        line_of(text, name, at),
+                        format!("{n}: allowed 0 ..= {} (the population)", self.population),
+                    ));
+                }
+            }
             if e.thaw == Some(false) {
                 return Err(err(
                     &format!("events[{k}].thaw"),
@@ -444,7 +462,7 @@ impl Scenario {
         for (k, e) in self.events.iter().enumerate() {
             if e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some() {
                 e.op(0, 0)
-                    .and_then(|op| apply_op(&mut probe, op))
+                    .and_then(|(op, _)| apply_op(&mut probe, op))
                     .map_err(|d| {
                         err(&format!("events[{k}]"), line_of_table(text, "events", k), d)
                     })?;
@@ -548,38 +566,63 @@ pub fn predator_op(p: &PredatorSpec) -> Op {
     }
 }
 
+/// A count an event asked for that the flock could not give in full: the
+/// event applied to all there were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Capped {
+    /// The event's field (`kill_count`, `freeze_count`, `freeze_fraction`).
+    pub field: &'static str,
+    /// Boids it asked for.
+    pub asked: usize,
+    /// Boids it applied to (all that were alive, or not yet frozen).
+    pub applied: usize,
+}
+
 impl Event {
     /// The op this event performs on a flock of `alive` boids of which
-    /// `frozen` are frozen (validated events have exactly one action).
-    pub fn op(&self, alive: usize, frozen: usize) -> Result<Op, String> {
+    /// `frozen` are frozen (validated events have exactly one action), and
+    /// the count it had to cut, if any.
+    pub fn op(&self, alive: usize, frozen: usize) -> Result<(Op, Option<Capped>), String> {
         let unfrozen = alive - frozen.min(alive);
-        if let Some(n) = self.freeze_count {
-            return Ok(Op::FreezeBoids {
-                count: n.min(unfrozen),
+        let cap = |field: &'static str, asked: usize, max: usize| {
+            let applied = asked.min(max);
+            let capped = (applied < asked).then_some(Capped {
+                field,
+                asked,
+                applied,
             });
+            (applied, capped)
+        };
+        let freeze = |(count, capped)| Ok((Op::FreezeBoids { count }, capped));
+        let kill = |(count, capped)| Ok((Op::KillBoids { count }, capped));
+        if let Some(n) = self.freeze_count {
+            return freeze(cap("freeze_count", n, unfrozen));
         }
         if let Some(frac) = self.freeze_fraction {
             let n = (frac * alive as f64).round() as usize;
-            return Ok(Op::FreezeBoids {
-                count: n.min(unfrozen),
-            });
+            return freeze(cap("freeze_fraction", n, unfrozen));
         }
+        if let Some(n) = self.kill_count {
+            return kill(cap("kill_count", n, alive));
+        }
+        if let Some(frac) = self.kill_fraction {
+            // At most `alive`: the fraction is validated to 0 ..= 1.
+            return kill(cap(
+                "kill_fraction",
+                (frac * alive as f64).round() as usize,
+                alive,
+            ));
+        }
+        self.other_op().map(|op| (op, None))
+    }
+
+    /// The op of an event that acts on no count of boids.
+    fn other_op(&self) -> Result<Op, String> {
         if self.thaw == Some(true) {
             return Ok(Op::Thaw { ids: None });
         }
         if let Some(p) = &self.patch_params {
             return Ok(Op::PatchParams(Box::new(*p)));
-        }
-        if let Some(n) = self.kill_count {
-            return Ok(Op::KillBoids {
-                count: n.min(alive),
-            });
-        }
-        if let Some(frac) = self.kill_fraction {
-            let n = (frac * alive as f64).round() as usize;
-            return Ok(Op::KillBoids {
-                count: n.min(alive),
-            });
         }
         if let Some(p) = &self.add_predator {
             return Ok(predator_op(p));
@@ -615,6 +658,36 @@ mod tests {
         assert!(e.to_string().starts_with(&format!("s.toml:{line}:")), "{e}");
     }
 
+    fn event(text: &str) -> Event {
+        let s = Scenario::parse("s.toml", &format!("[[events]]\nat_tick = 1\n{text}\n")).unwrap();
+        s.events[0].clone()
+    }
+
+    #[test]
+    fn counts_are_cut_to_the_boids_there_are_and_say_so() {
+        let (op, cut) = event("kill_count = 30").op(20, 0).unwrap();
+        assert!(matches!(op, Op::KillBoids { count: 20 }), "{op:?}");
+        let want = Capped {
+            field: "kill_count",
+            asked: 30,
+            applied: 20,
+        };
+        assert_eq!(cut, Some(want));
+        let (op, cut) = event("kill_count = 20").op(20, 0).unwrap();
+        assert!(matches!(op, Op::KillBoids { count: 20 }) && cut.is_none());
+        // Half of 100 frozen: 0.8 of the alive is more than are left.
+        let (op, cut) = event("freeze_fraction = 0.8").op(100, 50).unwrap();
+        assert!(matches!(op, Op::FreezeBoids { count: 50 }), "{op:?}");
+        assert_eq!(
+            cut.map(|c| (c.field, c.asked)),
+            Some(("freeze_fraction", 80))
+        );
+        let (op, cut) = event("freeze_count = 7").op(100, 90).unwrap();
+        assert!(matches!(op, Op::FreezeBoids { count: 7 }) && cut.is_none());
+        let (_, cut) = event("kill_fraction = 1.0").op(33, 0).unwrap();
+        assert!(cut.is_none());
+    }
+
     #[test]
     fn errors_name_the_line_and_the_field() {
         check("seed = 3\nbogus = 1\n", 2, "bogus");
@@ -633,6 +706,11 @@ mod tests {
             "[[events]]\nat_tick = 5\nkill_fraction = 1.5\n",
             3,
             "events[0].kill_fraction",
+        );
+        check(
+            "population = 9\n[[events]]\nat_tick = 5\nfreeze_count = 10\n",
+            4,
+            "events[0].freeze_count",
         );
         check(
             "[[events]]\nat_tick = 5\nfreeze_fraction = -0.1\n",

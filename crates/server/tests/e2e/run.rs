@@ -172,6 +172,36 @@ fn seed_batches_summarise_mean_and_spread() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An event that asks for more boids than earlier events left applies to
+/// all there are, and says so: on stderr and in `summary.json`.
+#[test]
+fn events_cut_to_the_boids_left_are_reported() {
+    let dir = scratch("capped");
+    let scenario = write(
+        &dir,
+        "population = 300\nticks = 20\n[[events]]\nat_tick = 5\nkill_count = 200\n[[events]]\nat_tick = 10\nkill_count = 150\n",
+    );
+    let out = dir.join("out");
+    let r = starling(&["run", &scenario, "--out", out.to_str().unwrap()], "2");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("event 1 at tick 10: kill_count asked for 150 boids, 100 there were"),
+        "{err}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["events_applied"], 2);
+    assert_eq!(
+        summary["events_capped"],
+        serde_json::json!([
+            {"event": 1, "tick": 10, "field": "kill_count", "asked": 150, "applied": 100}
+        ])
+    );
+    assert_eq!(summary["last_tick"]["n_boids"], 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
     let dir = scratch("bad");
@@ -184,6 +214,10 @@ fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
         (
             "[[events]]\nat_tick = 3\nkill_fraction = 2\n",
             ":3: `events[0].kill_fraction`",
+        ),
+        (
+            "population = 50\n[[events]]\nat_tick = 3\nkill_count = 51\n",
+            ":4: `events[0].kill_count`",
         ),
     ] {
         let scenario = write(&dir, text);
