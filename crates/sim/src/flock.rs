@@ -753,30 +753,27 @@ impl Flock {
     /// Rebuilds the grid and the sorted copy from the current state.
     fn prepare(&mut self) {
         let n = self.boids.len();
-        let p = &self.params;
-        let cell_radius = crate::kernel::cell_radius_m(p);
-        self.grid.configure(
-            Vec3::from(p.world_m),
-            cell_radius,
-            p.dims,
-            p.boundary == crate::Boundary::Wrap,
-        );
+        self.configure_grid();
         let boids = &self.boids;
         self.grid.rebuild(n, |i| boids[i].p);
         self.sorted.resize(n);
         self.sums.resize(n, Sums::default());
-        let s = &mut self.sorted;
         for (k, &src) in self.grid.perm().iter().enumerate() {
-            let b = &self.boids[src as usize];
-            s.px[k] = b.p.x;
-            s.py[k] = b.p.y;
-            s.pz[k] = b.p.z;
-            s.vx[k] = b.v.x;
-            s.vy[k] = b.v.y;
-            s.vz[k] = b.v.z;
-            s.id[k] = self.ids[src as usize];
+            let (b, id) = (&self.boids[src as usize], self.ids[src as usize]);
+            self.sorted.set(k, id, b.p, b.v);
         }
         self.sort_frozen();
+    }
+
+    /// Sizes the grid's cells and bounds for the current parameters.
+    fn configure_grid(&mut self) {
+        let p = &self.params;
+        self.grid.configure(
+            Vec3::from(p.world_m),
+            crate::kernel::cell_radius_m(p),
+            p.dims,
+            p.boundary == crate::Boundary::Wrap,
+        );
     }
 
     /// `frozen` into cell order, when any boid is frozen.
@@ -796,13 +793,7 @@ impl Flock {
     fn prepare_faulty(&mut self) {
         let n = self.boids.len();
         self.delay.record(self.tick, &self.ids, &self.boids);
-        let p = &self.params;
-        self.grid.configure(
-            Vec3::from(p.world_m),
-            crate::kernel::cell_radius_m(p),
-            p.dims,
-            p.boundary == crate::Boundary::Wrap,
-        );
+        self.configure_grid();
         // What others see: the delayed state, or the current one for a boid
         // too young to have one.
         let (delay, tick, ids, boids) = (&self.delay, self.tick, &self.ids, &self.boids);
@@ -813,15 +804,9 @@ impl Flock {
         self.sums.resize(n, Sums::default());
         for (k, &src) in self.grid.perm().iter().enumerate() {
             let src = src as usize;
-            for (col, b) in [(&mut self.sorted, seen(src)), (&mut self.truth, boids[src])] {
-                col.px[k] = b.p.x;
-                col.py[k] = b.p.y;
-                col.pz[k] = b.p.z;
-                col.vx[k] = b.v.x;
-                col.vy[k] = b.v.y;
-                col.vz[k] = b.v.z;
-                col.id[k] = ids[src];
-            }
+            let b = seen(src);
+            self.sorted.set(k, ids[src], b.p, b.v);
+            self.truth.set(k, ids[src], boids[src].p, boids[src].v);
         }
         self.sort_frozen();
     }

@@ -137,6 +137,18 @@ impl SortedBoids {
     pub fn vel(&self, j: usize) -> Vec3 {
         Vec3::new(self.vx[j], self.vy[j], self.vz[j])
     }
+
+    /// Writes boid `id` with position `p` and velocity `v` into slot `j`.
+    #[inline(always)]
+    pub fn set(&mut self, j: usize, id: u32, p: Vec3, v: Vec3) {
+        self.px[j] = p.x;
+        self.py[j] = p.y;
+        self.pz[j] = p.z;
+        self.vx[j] = v.x;
+        self.vy[j] = v.y;
+        self.vz[j] = v.z;
+        self.id[j] = id;
+    }
 }
 
 /// What one boid perceived this tick.
