@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use starling_server::config::Config;
+use starling_sim::kernel::KernelPath;
 use starling_sim::{Flock, FlockConfig, scenarios};
 
 #[derive(Parser)]
@@ -151,7 +152,35 @@ enum Cmd {
         /// Measured seconds for the `fanout` scenario (after 2 s of warm-up).
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
+        /// The neighbour kernel to run (scenarios A, B and swarm): the
+        /// fastest this CPU has, or one to compare against it. Results are
+        /// the same bits on every path; only speed differs.
+        #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
+        kernel: KernelArg,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KernelArg {
+    /// The fastest path this CPU supports.
+    Auto,
+    /// Plain Rust lanes (the reference).
+    Portable,
+    /// AVX2 intrinsics.
+    Avx2,
+    /// The AVX2 code built with AVX-512F/VL's 32 registers.
+    Avx512,
+}
+
+impl KernelArg {
+    fn path(self) -> Option<KernelPath> {
+        match self {
+            Self::Auto => None,
+            Self::Portable => Some(KernelPath::Portable),
+            Self::Avx2 => Some(KernelPath::Avx2),
+            Self::Avx512 => Some(KernelPath::Avx512),
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -236,7 +265,9 @@ fn main() -> Result<()> {
             fps,
             viewers,
             seconds,
+            kernel,
         } => {
+            KernelPath::force(kernel.path()).context("--kernel")?;
             for &s in &scenario {
                 for &n in &boids {
                     if matches!(s, Scenario::Wire) {
@@ -319,6 +350,7 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         // the peak could be reset, else the process's since it started.
         "peak_rss_mib": starling_server::peak_rss::peak_mib().map(|m| m.round()),
         "peak_rss_is_this_run": peak_is_this_run,
+        "kernel": KernelPath::current().name(),
     });
     println!("{line}");
     Ok(())
@@ -475,6 +507,7 @@ fn bench_swarm(n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> 
         "step_ms_p50": (step * 1000.0).round() / 1000.0,
         "swarm_ms_p50": (swarm * 1000.0).round() / 1000.0,
         "swarm_over_step": (swarm / step * 1000.0).round() / 1000.0,
+        "kernel": KernelPath::current().name(),
         "metrics": serde_json::to_value(last)?,
     });
     println!("{line}");

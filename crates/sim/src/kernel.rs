@@ -18,8 +18,11 @@
 //! PERF: inputs are struct-of-arrays in cell order (see [`SortedBoids`]), so
 //! each run of cells is a contiguous, prefetch-friendly slice.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use glam::Vec3;
 
+use crate::error::ParamError;
 use crate::grid::{Block, CellRun, Grid, RunList};
 use crate::params::{MAX_K_NEAREST, Params};
 use crate::perception::{Perception, cone_test, heading};
@@ -288,19 +291,77 @@ pub enum KernelPath {
     Avx512,
 }
 
+/// A path chosen with [`KernelPath::force`] (its index + 1), or 0 to detect.
+static FORCED: AtomicU8 = AtomicU8::new(0);
+
 impl KernelPath {
+    /// Every path, simplest first.
+    pub const ALL: [Self; 3] = [Self::Portable, Self::Avx2, Self::Avx512];
+
+    /// Its name: `portable`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Portable => "portable",
+            Self::Avx2 => "avx2",
+            Self::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU can run it.
+    pub fn supported(self) -> bool {
+        match self {
+            Self::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => avx2::supported(),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => avx512::supported(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::Avx2 | Self::Avx512 => false,
+        }
+    }
+
     /// The fastest path this CPU supports (detected once, then cached by std).
     pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if avx512::supported() {
-                return Self::Avx512;
-            }
-            if avx2::supported() {
-                return Self::Avx2;
-            }
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|p| p.supported())
+            .unwrap_or(Self::Portable)
+    }
+
+    /// The path every flock in this process uses: the forced one, else
+    /// [`KernelPath::detect`].
+    pub fn current() -> Self {
+        match FORCED.load(Ordering::Relaxed) {
+            0 => Self::detect(),
+            k => Self::ALL[usize::from(k) - 1],
         }
-        Self::Portable
+    }
+
+    /// Makes every flock in this process use `path` (`None`: the fastest
+    /// again), for measuring one path against another: results are the
+    /// same bits on every path, only speed differs. Refuses a path this CPU
+    /// lacks.
+    pub fn force(path: Option<Self>) -> Result<(), ParamError> {
+        let Some(path) = path else {
+            FORCED.store(0, Ordering::Relaxed);
+            return Ok(());
+        };
+        if !path.supported() {
+            let here: Vec<&str> = Self::ALL
+                .into_iter()
+                .filter(|p| p.supported())
+                .map(Self::name)
+                .collect();
+            return Err(ParamError::new(
+                "kernel",
+                path.name(),
+                format!("{} (what this CPU supports)", here.join(", ")),
+            ));
+        }
+        let k = Self::ALL.iter().position(|&p| p == path).unwrap_or(0);
+        FORCED.store(k as u8 + 1, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -323,7 +384,7 @@ impl Neighbourhood<'_> {
 }
 
 fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    nb.gather_chunk_with(KernelPath::detect(), offset, out);
+    nb.gather_chunk_with(KernelPath::current(), offset, out);
 }
 
 fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
@@ -746,6 +807,27 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_forced_path_is_used_and_one_the_cpu_lacks_is_refused() {
+        for path in KernelPath::ALL {
+            match KernelPath::force(Some(path)) {
+                Ok(()) => assert_eq!(KernelPath::current(), path),
+                Err(e) => {
+                    assert!(!path.supported());
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("kernel") && text.contains(path.name()),
+                        "{text}"
+                    );
+                    assert!(text.contains("portable"), "{text}");
+                }
+            }
+        }
+        KernelPath::force(None).unwrap();
+        assert_eq!(KernelPath::current(), KernelPath::detect());
+        assert!(KernelPath::detect().supported());
+    }
 
     /// A grid and cell-ordered boids over random positions and velocities.
     fn world(params: &Params, pts: &[([f32; 3], [f32; 3])]) -> (Grid, SortedBoids) {

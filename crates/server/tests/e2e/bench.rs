@@ -31,3 +31,36 @@ fn a_million_boid_flock_stays_under_200_mib() {
     );
     assert!(peak < 200.0, "peak {peak} MiB for a million boids: {line}");
 }
+
+/// `--kernel` picks the neighbour kernel; every path computes the same
+/// flock (the same order metric to the last bit), and the line names it.
+#[test]
+fn every_kernel_path_gives_the_same_flock_and_is_named() {
+    let run = |kernel: &str| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_starling"))
+            .args(["bench", "--scenario", "kernel", "--boids", "3000"])
+            .args(["--threads", "2", "--ticks", "3", "--warmup", "2"])
+            .args(["--kernel", kernel])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let auto = run("auto");
+    let portable = run("portable");
+    assert_eq!(portable["kernel"], "portable");
+    assert_ne!(auto["kernel"], serde_json::Value::Null);
+    assert_eq!(auto["order"], portable["order"]);
+    assert_eq!(auto["candidates_per_boid"], portable["candidates_per_boid"]);
+    let bad = Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args(["bench", "--kernel", "sse9"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("sse9") && err.contains("avx512"), "{err}");
+}
