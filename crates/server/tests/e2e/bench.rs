@@ -1,23 +1,40 @@
 //! `starling bench`: what it reports, through the real binary.
 
-use std::process::Command;
+use std::process::{Command, Output};
+
+fn starling_bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_starling"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `starling bench ARGS`, which must succeed: its one JSON line.
+fn bench_line(args: &[&str]) -> serde_json::Value {
+    let out = starling_bench(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
 /// A million boids of the default flock fit in 200 MiB (the engine's
 /// memory budget), measured as the process's peak resident memory by the
 /// bench line itself.
 #[test]
 fn a_million_boid_flock_stays_under_200_mib() {
-    let out = Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args(["bench", "--scenario", "full", "--boids", "1000000"])
-        .args(["--threads", "2", "--ticks", "2", "--warmup", "1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let line = bench_line(&[
+        "--scenario",
+        "full",
+        "--boids",
+        "1000000",
+        "--threads",
+        "2",
+        "--ticks",
+        "2",
+        "--warmup",
+        "1",
+    ]);
     assert_eq!(line["scenario"], "B-full");
     assert_eq!(line["n_boids"], 1_000_000);
     let peak = line["peak_rss_mib"].as_f64();
@@ -36,19 +53,21 @@ fn a_million_boid_flock_stays_under_200_mib() {
 /// flock (the same order metric to the last bit), and the line names it.
 #[test]
 fn every_kernel_path_gives_the_same_flock_and_is_named() {
-    let run = |kernel: &str| -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_starling"))
-            .args(["bench", "--scenario", "kernel", "--boids", "3000"])
-            .args(["--threads", "2", "--ticks", "3", "--warmup", "2"])
-            .args(["--kernel", kernel])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+    let run = |kernel: &str| {
+        bench_line(&[
+            "--scenario",
+            "kernel",
+            "--boids",
+            "3000",
+            "--threads",
+            "2",
+            "--ticks",
+            "3",
+            "--warmup",
+            "2",
+            "--kernel",
+            kernel,
+        ])
     };
     let auto = run("auto");
     let portable = run("portable");
@@ -56,10 +75,7 @@ fn every_kernel_path_gives_the_same_flock_and_is_named() {
     assert_ne!(auto["kernel"], serde_json::Value::Null);
     assert_eq!(auto["order"], portable["order"]);
     assert_eq!(auto["candidates_per_boid"], portable["candidates_per_boid"]);
-    let bad = Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args(["bench", "--kernel", "sse9"])
-        .output()
-        .unwrap();
+    let bad = starling_bench(&["--kernel", "sse9"]);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("sse9") && err.contains("avx512"), "{err}");
