@@ -315,21 +315,26 @@ fn start_status_timer(app: &Shared, window: &Window) -> Result<(), JsValue> {
     Ok(())
 }
 
+/// `GET path` parsed as JSON; `None` when the request or the parse fails.
+async fn fetch_json(path: &str) -> Option<JsValue> {
+    let w = web_sys::window()?;
+    let resp = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str(path))
+        .await
+        .ok()?
+        .dyn_into::<web_sys::Response>()
+        .ok()?;
+    wasm_bindgen_futures::JsFuture::from(resp.json().ok()?)
+        .await
+        .ok()
+}
+
 /// Asks `GET /api/v1/state` whether the server replays a recording, and
 /// shows the seek bar if so.
 fn load_replay_range(app: &Shared) {
     let a = app.clone();
     wasm_bindgen_futures::spawn_local(async move {
         let range = async {
-            let w = web_sys::window()?;
-            let resp = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str("/api/v1/state"))
-                .await
-                .ok()?
-                .dyn_into::<web_sys::Response>()
-                .ok()?;
-            let json = wasm_bindgen_futures::JsFuture::from(resp.json().ok()?)
-                .await
-                .ok()?;
+            let json = fetch_json("/api/v1/state").await?;
             let replay = js_sys::Reflect::get(&json, &"replay".into()).ok()?;
             let tick = |k: &str| js_sys::Reflect::get(&replay, &k.into()).ok()?.as_f64();
             Some((tick("start_tick")? as u64, tick("end_tick")? as u64))
@@ -344,16 +349,7 @@ fn load_presets(app: &Shared) {
     let a = app.clone();
     wasm_bindgen_futures::spawn_local(async move {
         let names = async {
-            let w = web_sys::window()?;
-            let resp =
-                wasm_bindgen_futures::JsFuture::from(w.fetch_with_str("/api/v1/params/presets"))
-                    .await
-                    .ok()?
-                    .dyn_into::<web_sys::Response>()
-                    .ok()?;
-            let json = wasm_bindgen_futures::JsFuture::from(resp.json().ok()?)
-                .await
-                .ok()?;
+            let json = fetch_json("/api/v1/params/presets").await?;
             let list: js_sys::Array = json.dyn_into().ok()?;
             Some(
                 list.iter()
