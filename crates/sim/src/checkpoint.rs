@@ -1,6 +1,12 @@
 //! Checkpoints: the whole simulation as plain data, so a server can stop and
 //! resume a run exactly where it was (the counter-based RNG needs only the
 //! seed and the tick). Behind the `serde` feature.
+//!
+//! One exception: the perception-latency history (`latency_ticks > 0`) is
+//! not kept. It can hold millions of past states; a restored flock starts
+//! it empty, so for its first `latency_ticks` ticks boids see the present,
+//! and the run then differs from one never interrupted. Recordings start
+//! from a restored or new flock, so replays are unaffected.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +15,8 @@ use crate::error::{ParamError, SimError};
 use crate::flock::{Boid, Flock, MAX_POPULATION};
 use crate::params::Params;
 
-/// Everything a run needs to continue bit for bit.
+/// Everything a run needs to continue bit for bit (without perception
+/// latency; see the module documentation).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
