@@ -481,6 +481,7 @@ pub fn encode_delta(
             &words(&base.heading),
         );
         let r = resid_at + 3 * at;
+        // PERF: a full block copies a fixed size (no `memcpy` call).
         if m == BLOCK {
             out[r..r + 3 * BLOCK].copy_from_slice(&d.resid);
             out[steps_at + at..steps_at + at + BLOCK].copy_from_slice(&d.steps);

@@ -883,17 +883,17 @@ mod tests {
             let mut portable = vec![Sums::default(); pts.len()];
             nb.gather_chunk_with(KernelPath::Portable, 0, &mut portable);
             for path in [KernelPath::Avx2, KernelPath::Avx512] {
-            let mut fast = vec![Sums::default(); pts.len()];
-            nb.gather_chunk_with(path, 0, &mut fast);
-            for (i, (a, b)) in portable.iter().zip(&fast).enumerate() {
-                let bits = |s: &Sums| {
-                    [s.sep, s.ali, s.coh].map(|v| v.to_array().map(f32::to_bits))
-                };
-                prop_assert_eq!(bits(a), bits(b), "boid {}", i);
-                prop_assert_eq!(a.counts, b.counts);
-                prop_assert_eq!(a.nn_d2.to_bits(), b.nn_d2.to_bits());
-                prop_assert_eq!(a.candidates, b.candidates);
-            }
+                let mut fast = vec![Sums::default(); pts.len()];
+                nb.gather_chunk_with(path, 0, &mut fast);
+                for (i, (a, b)) in portable.iter().zip(&fast).enumerate() {
+                    let bits = |s: &Sums| {
+                        [s.sep, s.ali, s.coh].map(|v| v.to_array().map(f32::to_bits))
+                    };
+                    prop_assert_eq!(bits(a), bits(b), "boid {}", i);
+                    prop_assert_eq!(a.counts, b.counts);
+                    prop_assert_eq!(a.nn_d2.to_bits(), b.nn_d2.to_bits());
+                    prop_assert_eq!(a.candidates, b.candidates);
+                }
             }
         }
     }
