@@ -24,15 +24,20 @@
 
 use std::arch::x86_64::{
     __m256, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps, _mm256_and_ps,
-    _mm256_blendv_ps, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps,
+    _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps, _mm256_castps_si256,
+    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask,
+    _mm256_mask_min_ps, _mm256_mask_sub_ps, _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32,
     _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps, _mm256_storeu_ps, _mm256_storeu_si256,
+    _mm256_sub_ps, _mm256_test_epi32_mask,
 };
 
 use super::{
-    Block, CellRun, Columns, LANES, LaneAcc, Me, Neighbourhood, Perception, RunList, Sums, TopK,
-    top_k_sums,
+    Block, CellRun, Columns, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception, RunList,
+    Sums, TopK, top_k_sums,
 };
+use crate::grid::RUN_SLOTS;
 
 /// Eight-lane accumulators, one register each.
 struct Acc {
@@ -124,16 +129,70 @@ isa_fns! {
         let mut acc = acc_new();
         let cone = if me.has_heading { per.cone } else { None };
         nb.grid.collect_runs(me.cell, Block::Near, runs);
-        for run in runs.as_slice() {
-            if run.min_dist2(me.p) > per.max2 {
-                continue;
-            }
-            candidates += run.range.len() as u32;
-            lane_run(nb, per, cone, me, run, &mut acc);
+        let mut reach = [(0, 0); MAX_RUNS];
+        for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, me, runs, &mut reach)) {
+            let r = start as usize..end as usize;
+            candidates += r.len() as u32;
+            lane_run(nb, per, cone, me, run.shift, r, &mut acc);
         }
         let mut sums = acc_into_lanes(acc).reduce();
         sums.candidates = candidates.saturating_sub(1);
         sums
+    }
+
+    /// `Grid::windows`, eight runs at a time: the same IEEE operations per
+    /// run (`vmaxps` is the reference's select-max), so the same keys.
+    fn windows<'w>(
+        nb: &Neighbourhood<'_>,
+        me: &Me,
+        runs: &RunList,
+        out: &'w mut [(u32, u32); MAX_RUNS],
+    ) -> &'w [(u32, u32)] {
+        let grid = nb.grid;
+        let max2 = nb.perception.max2;
+        let (inv_slab, pos_eps, top) = grid.window_consts();
+        let c = runs.cols();
+        let splat = _mm256_set1_ps;
+        let (p, max2v, zero) = ([splat(me.p.x), splat(me.p.y), splat(me.p.z)], splat(max2), _mm256_setzero_ps());
+        let (slack, eps, inv) = (splat(grid.window_slack(max2)), splat(pos_eps), splat(inv_slab));
+        let shrink = splat(1.0 - 1e-4);
+        let mut keys = [[0i32; RUN_SLOTS]; 2];
+        for at in (0..runs.as_slice().len()).step_by(LANES) {
+            let col = |a: &[f32; RUN_SLOTS]| load_at(a, at);
+            let e = |a: usize| {
+                let below = _mm256_sub_ps(col(&c.lo[a]), p[a]);
+                let above = _mm256_sub_ps(p[a], col(&c.hi[a]));
+                _mm256_max_ps(_mm256_max_ps(below, above), zero)
+            };
+            let (ex, ey, ez) = (e(0), e(1), e(2));
+            let yz = _mm256_add_ps(_mm256_mul_ps(ey, ey), _mm256_mul_ps(ez, ez));
+            let e2 = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(ex, ex), _mm256_mul_ps(ey, ey)), _mm256_mul_ps(ez, ez));
+            let out_of_reach = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_mul_ps(e2, shrink), max2v));
+            let half = _mm256_add_ps(
+                _mm256_sqrt_ps(_mm256_add_ps(_mm256_max_ps(_mm256_sub_ps(max2v, yz), zero), slack)),
+                eps,
+            );
+            let x = _mm256_sub_ps(p[0], col(&c.shift_x));
+            // `Grid::x_key`: the slab, clamped to the row.
+            let key = |v: __m256| {
+                let k = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(v, inv)));
+                _mm256_min_epi32(_mm256_max_epi32(k, _mm256_setzero_si256()), _mm256_set1_epi32(top))
+            };
+            let slabs = |a: usize| {
+                // SAFETY: eight i32s at `at`, bounds-checked by the slice.
+                unsafe { _mm256_loadu_si256(c.slabs[a][at..at + LANES].as_ptr().cast()) }
+            };
+            let k0 = _mm256_max_epi32(key(_mm256_sub_ps(x, half)), slabs(1));
+            let k1 = _mm256_min_epi32(key(_mm256_add_ps(x, half)), slabs(2));
+            // Out of reach: k0 = 1 > k1 = 0, the reference's empty marker.
+            let k0 = _mm256_blendv_epi8(k0, _mm256_set1_epi32(1), out_of_reach);
+            let k1 = _mm256_andnot_si256(out_of_reach, k1);
+            for (dst, v) in keys.iter_mut().zip([k0, k1]) {
+                // SAFETY: eight i32s at `at`, bounds-checked by the slice.
+                unsafe { _mm256_storeu_si256(dst[at..at + LANES].as_mut_ptr().cast(), v) }
+            }
+        }
+        grid.windows_from_keys(runs, &keys, out)
     }
 
     /// Loads eight f32s.
@@ -153,10 +212,11 @@ isa_fns! {
         per: &Perception,
         cone: Option<(f32, f32)>,
         me: &Me,
-        run: &CellRun,
+        shift: crate::Vec3,
+        r: std::ops::Range<usize>,
         acc: &mut Acc,
     ) {
-        let base = me.p - run.shift;
+        let base = me.p - shift;
         let k = Consts {
             base: [
                 _mm256_set1_ps(base.x),
@@ -175,7 +235,6 @@ isa_fns! {
             cone: cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
         };
         let b = nb.boids;
-        let r = run.range.clone();
         let cols = Columns {
             px: &b.px[r.clone()],
             py: &b.py[r.clone()],
@@ -184,45 +243,34 @@ isa_fns! {
             vy: &b.vy[r.clone()],
             vz: &b.vz[r.clone()],
         };
-        let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
         let n = cols.px.len();
-        let full = n - n % LANES;
+        let lane = load(&LANE_INDEX);
         let mut j = 0;
-        while j < full {
-            let at = |c: &[f32]| load_at(c, j);
-            lanes8(
-                acc,
-                &k,
-                all,
-                group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
-                [at(cols.vx), at(cols.vy), at(cols.vz)],
-            );
+        // PERF: one loop, every group masked to the run, so a run costs one
+        // hard-to-predict branch (its exit) rather than one per loop and tail.
+        while j < n {
+            let at = r.start + j;
+            let live = _mm256_cmp_ps::<_CMP_LT_OQ>(lane, _mm256_set1_ps((n - j).min(LANES) as f32));
+            if at + LANES <= b.len() {
+                // Past the run's end this reads the next boids, masked off
+                // (masked lanes add +0.0, as the portable padding does).
+                let ld = |c: &[f32]| load_at(c, at);
+                lanes8(
+                    acc,
+                    &k,
+                    live,
+                    group(&k, [ld(&b.px), ld(&b.py), ld(&b.pz)]),
+                    [ld(&b.vx), ld(&b.vy), ld(&b.vz)],
+                );
+            } else {
+                // The end of the flock: padded, lanes past it at infinity.
+                let m = (n - j).min(LANES);
+                let (d, v) = cols.lanes(j, m, base);
+                let d = [load(&d[0]), load(&d[1]), load(&d[2])];
+                let v = [load(&v[0]), load(&v[1]), load(&v[2])];
+                lanes8(acc, &k, live, d, v);
+            }
             j += LANES;
-        }
-        if full == n {
-            return;
-        }
-        let tail = r.start + full;
-        if tail + LANES <= b.len() {
-            // PERF: read the next boids past the run's end and mask those lanes
-            // off, rather than pad through the stack (a store-forwarding stall
-            // per column). Masked lanes add +0.0, as the portable padding does.
-            let at = |c: &[f32]| load_at(c, tail);
-            let live =
-                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
-            lanes8(
-                acc,
-                &k,
-                live,
-                group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
-                [at(&b.vx), at(&b.vy), at(&b.vz)],
-            );
-        } else {
-            // The last run of the flock: padded, lanes past it at infinity.
-            let (d, v) = cols.lanes(full, n - full, base);
-            let d = [load(&d[0]), load(&d[1]), load(&d[2])];
-            let v = [load(&v[0]), load(&v[1]), load(&v[2])];
-            lanes8(acc, &k, all, d, v);
         }
     }
 
@@ -250,6 +298,10 @@ isa_fns! {
 
     /// Eight candidates: the portable `lanes8`, operation for operation.
     fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
+        if isa_fns!(masked) {
+            lanes8_masked(acc, k, live, d, v);
+            return;
+        }
         let d2 = dot3(d, d);
         let near = _mm256_and_ps(
             live,
@@ -288,6 +340,60 @@ isa_fns! {
         acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
         acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
         acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+    }
+
+    /// `lanes8` with AVX-512VL mask registers, for the AVX-512 build only:
+    /// the comparisons write masks, the masks gate the adds (`acc` keeps its
+    /// value where the portable path adds `+0.0`: the same bits, as no
+    /// accumulator is ever `-0.0`), and the nearest distance is a masked
+    /// min. About 30 operations per group instead of 49.
+    #[expect(
+        clippy::allow_attributes,
+        reason = "`unused_unsafe` fires in one of the two builds only, so it cannot be expected"
+    )]
+    #[allow(
+        unused_unsafe,
+        reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
+    )]
+    fn lanes8_masked(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
+        // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
+        // whose functions enable AVX-512F/VL, entered after detecting them.
+        unsafe {
+            let zero = _mm256_setzero_ps();
+            let live = _mm256_test_epi32_mask(_mm256_castps_si256(live), _mm256_castps_si256(live));
+            let d2 = dot3(d, d);
+            let near = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(live, d2, k.max2);
+            let near = _mm256_mask_cmp_ps_mask::<_CMP_GT_OQ>(near, d2, zero);
+            acc.nn = _mm256_mask_min_ps(acc.nn, near, d2, acc.nn);
+            let ok = match k.cone {
+                None => near,
+                Some((c_nonneg, c2)) => {
+                    let dot = dot3(d, k.h);
+                    let sq = _mm256_mul_ps(dot, dot);
+                    let lim = _mm256_mul_ps(c2, d2);
+                    let ahead = _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(near, dot, zero);
+                    if c_nonneg {
+                        _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(ahead, sq, lim)
+                    } else {
+                        ahead | _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(near, sq, lim)
+                    }
+                }
+            };
+            let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
+            let s = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.sep2);
+            let a = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.ali2);
+            let c = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.coh2);
+            for axis in 0..3 {
+                let sep = _mm256_mul_ps(d[axis], inv);
+                acc.sep[axis] = _mm256_mask_sub_ps(acc.sep[axis], s, acc.sep[axis], sep);
+                acc.ali[axis] = _mm256_mask_add_ps(acc.ali[axis], a, acc.ali[axis], v[axis]);
+                acc.coh[axis] = _mm256_mask_add_ps(acc.coh[axis], c, acc.coh[axis], d[axis]);
+            }
+            let one = _mm256_set1_ps(1.0);
+            acc.n[0] = _mm256_mask_add_ps(acc.n[0], s, acc.n[0], one);
+            acc.n[1] = _mm256_mask_add_ps(acc.n[1], a, acc.n[1], one);
+            acc.n[2] = _mm256_mask_add_ps(acc.n[2], c, acc.n[2], one);
+        }
     }
 
     /// The AVX2 twin of `kernel::top_k_run`: distances, the range test and the
