@@ -773,6 +773,7 @@ impl Flock {
             crate::kernel::cell_radius_m(p),
             p.dims,
             p.boundary == crate::Boundary::Wrap,
+            crate::kernel::trims_runs(p),
         );
     }
 

@@ -72,6 +72,9 @@ pub struct RunList {
     /// The runs' boxes, x shifts and slab keys in columns (padded to a
     /// multiple of eight), for [`Grid::windows`].
     cols: RunCols,
+    /// Whether [`Grid::collect_runs`] fills `cols` (only the lane path
+    /// reads them; PERF: the topological path skips the copy).
+    with_cols: bool,
     len: usize,
     /// The cell and block the runs were collected for. PERF: boids come in
     /// cell order, so consecutive boids usually share a cell and reuse the
@@ -90,6 +93,7 @@ impl Default for RunList {
                 slabs: [0; 3],
             }),
             cols: RunCols::default(),
+            with_cols: true,
             len: 0,
             key: None,
         }
@@ -140,7 +144,17 @@ impl RunList {
     /// Their geometry by column (padded to a multiple of eight).
     #[inline(always)]
     pub(crate) fn cols(&self) -> &RunCols {
+        debug_assert!(self.with_cols, "a list without columns");
         &self.cols
+    }
+
+    /// A list that does not keep its runs by column: [`Grid::windows`]
+    /// cannot read it, and collecting into it is cheaper.
+    pub fn without_columns() -> Self {
+        Self {
+            with_cols: false,
+            ..Self::default()
+        }
     }
 }
 
@@ -183,7 +197,11 @@ pub struct Grid {
 
 impl Grid {
     /// Sets the layout for a world and radius (validated parameters only).
-    pub fn configure(&mut self, world_m: Vec3, radius_m: f32, dims: u8, wrap: bool) {
+    ///
+    /// `x_slabs`: cut cells into [`SLABS`] slabs along x, for queries that
+    /// trim runs with [`Grid::windows`]; without it a cell is one slab
+    /// (a smaller key table, and cells keep the boids' previous order).
+    pub fn configure(&mut self, world_m: Vec3, radius_m: f32, dims: u8, wrap: bool, x_slabs: bool) {
         let axes = usize::from(dims);
         let mut cell_target = radius_m * GRID_SLACK;
         loop {
@@ -213,7 +231,7 @@ impl Grid {
         self.world_m = world_m;
         self.wrap = wrap;
         let cells = self.cell_count();
-        self.slabs = SLABS;
+        self.slabs = if x_slabs { SLABS } else { 1 };
         while self.slabs > 1 && cells * self.slabs as usize > MAX_CELLS {
             self.slabs /= 2;
         }
@@ -433,12 +451,14 @@ impl Grid {
         self.for_each_run(c, block, |run| {
             // MAX_RUNS bounds what one block can yield (see its comment).
             let (k, cols) = (out.len, &mut out.cols);
-            for a in 0..3 {
-                cols.lo[a][k] = run.lo[a];
-                cols.hi[a][k] = run.hi[a];
-                cols.slabs[a][k] = run.slabs[a] as i32;
+            if out.with_cols {
+                for a in 0..3 {
+                    cols.lo[a][k] = run.lo[a];
+                    cols.hi[a][k] = run.hi[a];
+                    cols.slabs[a][k] = run.slabs[a] as i32;
+                }
+                cols.shift_x[k] = run.shift.x;
             }
-            cols.shift_x[k] = run.shift.x;
             out.runs[k] = run;
             out.len += 1;
         });
@@ -547,7 +567,7 @@ mod tests {
 
     fn grid(world: Vec3, r: f32, wrap: bool) -> Grid {
         let mut g = Grid::default();
-        g.configure(world, r, 3, wrap);
+        g.configure(world, r, 3, wrap, true);
         g
     }
 

@@ -90,6 +90,14 @@ pub fn cell_radius_m(p: &Params) -> f32 {
     }
 }
 
+/// Whether the kernel trims cell runs to x-windows ([`Grid::windows`])
+/// under these parameters: the lane path does (`k_nearest = 0`); the
+/// topological path prunes by its k-th distance instead, and its grid is
+/// built without x-slabs.
+pub fn trims_runs(p: &Params) -> bool {
+    p.k_nearest == 0
+}
+
 /// The previous tick's boids, copied into cell order; read-only while a tick
 /// computes, which is what makes the update double-buffered.
 #[derive(Debug, Clone, Default)]
@@ -396,7 +404,12 @@ fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
 }
 
 fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-    let mut runs: [RunList; 2] = Default::default();
+    // The topological path never reads the run columns.
+    let mut runs: [RunList; 2] = if nb.perception.k_nearest > 0 {
+        [RunList::without_columns(), RunList::without_columns()]
+    } else {
+        Default::default()
+    };
     let mut top = TopK::new(nb.perception.k_nearest);
     for (k, slot) in out.iter_mut().enumerate() {
         let me = Me::new(nb, offset + k);
@@ -862,6 +875,7 @@ mod tests {
             cell_radius_m(params),
             params.dims,
             params.boundary == crate::Boundary::Wrap,
+            trims_runs(params),
         );
         // Soft worlds also hold boids outside the box (clamped into the
         // border cells and slabs); wrapped ones fold them back in.

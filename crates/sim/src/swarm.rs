@@ -155,6 +155,7 @@ impl SwarmMeter {
             radius,
             p.dims,
             p.boundary == Boundary::Wrap,
+            false,
         );
         self.grid.rebuild(n, |i| boids[i].p);
         self.pos.clear();

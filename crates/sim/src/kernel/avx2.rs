@@ -108,7 +108,12 @@ isa_fns! {
     /// The AVX2 twin of `kernel::gather_portable`. The topological path is
     /// shared code, compiled here with AVX2 enabled.
     fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-        let mut runs: [RunList; 2] = Default::default();
+        // The topological path never reads the run columns.
+        let mut runs: [RunList; 2] = if nb.perception.k_nearest > 0 {
+            [RunList::without_columns(), RunList::without_columns()]
+        } else {
+            Default::default()
+        };
         let mut top = TopK::new(nb.perception.k_nearest);
         for (k, slot) in out.iter_mut().enumerate() {
             let me = Me::new(nb, offset + k);
