@@ -248,34 +248,45 @@ isa_fns! {
             vy: &b.vy[r.clone()],
             vz: &b.vz[r.clone()],
         };
+        let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
         let n = cols.px.len();
-        let lane = load(&LANE_INDEX);
+        let full = n - n % LANES;
         let mut j = 0;
-        // PERF: one loop, every group masked to the run, so a run costs one
-        // hard-to-predict branch (its exit) rather than one per loop and tail.
-        while j < n {
-            let at = r.start + j;
-            let live = _mm256_cmp_ps::<_CMP_LT_OQ>(lane, _mm256_set1_ps((n - j).min(LANES) as f32));
-            if at + LANES <= b.len() {
-                // Past the run's end this reads the next boids, masked off
-                // (masked lanes add +0.0, as the portable padding does).
-                let ld = |c: &[f32]| load_at(c, at);
-                lanes8(
-                    acc,
-                    &k,
-                    live,
-                    group(&k, [ld(&b.px), ld(&b.py), ld(&b.pz)]),
-                    [ld(&b.vx), ld(&b.vy), ld(&b.vz)],
-                );
-            } else {
-                // The end of the flock: padded, lanes past it at infinity.
-                let m = (n - j).min(LANES);
-                let (d, v) = cols.lanes(j, m, base);
-                let d = [load(&d[0]), load(&d[1]), load(&d[2])];
-                let v = [load(&v[0]), load(&v[1]), load(&v[2])];
-                lanes8(acc, &k, live, d, v);
-            }
+        while j < full {
+            let at = |c: &[f32]| load_at(c, j);
+            lanes8(
+                acc,
+                &k,
+                all,
+                group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
+                [at(cols.vx), at(cols.vy), at(cols.vz)],
+            );
             j += LANES;
+        }
+        if full == n {
+            return;
+        }
+        let tail = r.start + full;
+        if tail + LANES <= b.len() {
+            // PERF: read the next boids past the run's end and mask those lanes
+            // off, rather than pad through the stack (a store-forwarding stall
+            // per column). Masked lanes add +0.0, as the portable padding does.
+            let at = |c: &[f32]| load_at(c, tail);
+            let live =
+                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
+            lanes8(
+                acc,
+                &k,
+                live,
+                group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
+                [at(&b.vx), at(&b.vy), at(&b.vz)],
+            );
+        } else {
+            // The last run of the flock: padded, lanes past it at infinity.
+            let (d, v) = cols.lanes(full, n - full, base);
+            let d = [load(&d[0]), load(&d[1]), load(&d[2])];
+            let v = [load(&v[0]), load(&v[1]), load(&v[2])];
+            lanes8(acc, &k, all, d, v);
         }
     }
 
