@@ -859,17 +859,16 @@ impl Flock {
             boids: &self.sorted,
             perception: Perception::new(&self.params),
         };
+        let sums = gather_all(&nb);
         (0..self.sorted.len())
             .map(|i| {
-                let mut sums = [Sums::default()];
-                nb.gather_chunk(i, &mut sums);
                 let lists = nb
                     .neighbour_lists(i)
                     .map(|l| l.into_iter().map(|j| self.sorted.id[j]).collect());
                 BoidNeighbours {
                     id: self.sorted.id[i],
                     lists,
-                    sums: sums[0],
+                    sums: sums[i],
                 }
             })
             .collect()
@@ -889,14 +888,13 @@ impl Flock {
             seed: self.seed,
             tick: self.tick,
         };
+        let sums = gather_all(&nb);
         (0..self.sorted.len())
             .map(|i| {
-                let mut sums = [Sums::default()];
-                nb.gather_chunk(i, &mut sums);
                 let id = self.sorted.id[i];
                 (
                     id,
-                    rules::steering(&ctx, id, self.sorted.pos(i), self.sorted.vel(i), &sums[0]),
+                    rules::steering(&ctx, id, self.sorted.pos(i), self.sorted.vel(i), &sums[i]),
                 )
             })
             .collect()
@@ -939,6 +937,15 @@ impl Flock {
             .position(|&x| x == id)
             .map(|i| self.boids[i])
     }
+}
+
+/// Every boid's sums, gathered in the chunks a tick uses.
+fn gather_all(nb: &Neighbourhood<'_>) -> Vec<Sums> {
+    let mut sums = vec![Sums::default(); nb.boids.len()];
+    for (k, chunk) in sums.chunks_mut(CHUNK).enumerate() {
+        nb.gather_chunk(k * CHUNK, chunk);
+    }
+    sums
 }
 
 fn check_population(n: usize) -> Result<(), ParamError> {

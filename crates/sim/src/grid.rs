@@ -282,6 +282,13 @@ impl Grid {
         (c[0] + self.n[0] * (c[1] + self.n[1] * c[2])) as usize
     }
 
+    /// The sorted indices of the boids in cell `c` after [`Grid::rebuild`].
+    #[inline(always)]
+    pub fn cell_range(&self, c: [i32; 3]) -> Range<usize> {
+        let k = self.flat(c) * self.slabs as usize;
+        self.slab_start[k] as usize..self.slab_start[k + self.slabs as usize] as usize
+    }
+
     /// Slab key along x within a row: `cell * slabs + slab`, never
     /// decreasing as `x` grows, clamped to the row like
     /// [`Grid::cell_coords`]. `slabs` is a power of two, so
@@ -332,20 +339,20 @@ impl Grid {
         }
     }
 
-    /// The slack [`Grid::window`] adds to a squared reach `max2`: 0.1 % of
+    /// The slack [`Grid::windows`] adds to a squared reach `max2`: 0.1 % of
     /// it, plus what rounding in positions and cell bounds could hide.
-    pub fn window_slack(&self, max2: f32) -> f32 {
+    pub(crate) fn window_slack(&self, max2: f32) -> f32 {
         max2 * 1e-3 + 4.0 * max2.sqrt() * self.pos_eps
     }
 
     /// For each run of `runs` (collected by [`Grid::collect_runs`]), the
-    /// part that can hold a boid within `sqrt(max2)` of `p` (a point in
-    /// image space), as `(start, end)`: empty for a run whose box is out of
-    /// reach ([`CellRun::min_dist2`]), else the run cut to the slabs its
-    /// x-window reaches, the window's half-width narrowed by the run's
-    /// distance from `p` in y and z. Conservative: `slack`
-    /// ([`Grid::window_slack`]) and a position's rounding error widen it
-    /// beyond any rounding.
+    /// part that can hold a boid within `sqrt(max2)` of some point of the
+    /// box `lo ..= hi` (image space; a point when `lo = hi`), as
+    /// `(start, end)`: empty for a run whose box is out of reach (as in
+    /// [`CellRun::min_dist2`]), else the run cut to the slabs its x-window
+    /// reaches, the window's half-width narrowed by the run's distance from
+    /// the box in y and z. Conservative: a slack ([`Grid::window_slack`])
+    /// and a position's rounding error widen it beyond any rounding.
     ///
     /// The scalar reference; `kernel/avx2.rs` computes the same keys eight
     /// runs at a time (the same IEEE operations, so the same integers).
@@ -353,24 +360,23 @@ impl Grid {
     pub fn windows<'w>(
         &self,
         runs: &RunList,
-        p: Vec3,
+        (lo, hi): (Vec3, Vec3),
         max2: f32,
-        slack: f32,
         out: &'w mut [(u32, u32); MAX_RUNS],
     ) -> &'w [(u32, u32)] {
         let c = &runs.cols;
+        let slack = self.window_slack(max2);
         let mut keys = [[0i32; RUN_SLOTS]; 2];
         let [keys0, keys1] = &mut keys;
         for (k, (key0, key1)) in keys0.iter_mut().zip(keys1).take(runs.len).enumerate() {
-            let e = |a: usize| max(max(c.lo[a][k] - p[a], p[a] - c.hi[a][k]), 0.0);
+            let e = |a: usize| max(max(c.lo[a][k] - hi[a], lo[a] - c.hi[a][k]), 0.0);
             let (ex, ey, ez) = (e(0), e(1), e(2));
             let out_of_reach = (ex * ex + ey * ey + ez * ez) * (1.0 - 1e-4) > max2;
             let half = (max(max2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
-            let x = p.x - c.shift_x[k];
             // Clamped to the row first: a border slab also holds the boids
             // beyond a closed face.
-            let k0 = self.x_key(x - half).max(c.slabs[1][k]);
-            let k1 = self.x_key(x + half).min(c.slabs[2][k]);
+            let k0 = self.x_key((lo.x - c.shift_x[k]) - half).max(c.slabs[1][k]);
+            let k1 = self.x_key((hi.x - c.shift_x[k]) + half).min(c.slabs[2][k]);
             *key0 = if out_of_reach { 1 } else { k0 };
             *key1 = if out_of_reach { 0 } else { k1 };
         }

@@ -25,17 +25,17 @@
 use std::arch::x86_64::{
     __m256, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps, _mm256_and_ps,
     _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps, _mm256_castps_si256,
-    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask,
-    _mm256_mask_min_ps, _mm256_mask_sub_ps, _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32,
-    _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps, _mm256_storeu_ps, _mm256_storeu_si256,
-    _mm256_sub_ps, _mm256_test_epi32_mask,
+    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask, _mm256_cmpeq_epi32,
+    _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask, _mm256_mask_min_ps, _mm256_mask_sub_ps,
+    _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_movemask_ps, _mm256_mul_ps,
+    _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_sqrt_ps, _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_ps,
 };
 
 use super::{
-    Block, CellRun, Columns, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception, RunList,
-    Sums, TopK, top_k_sums,
+    Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception,
+    RunList, Sums, TopK, top_k_sums,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -48,15 +48,17 @@ struct Acc {
     nn: __m256,
 }
 
-/// Per-run constants broadcast to all lanes.
+/// A group's boids by lane, and the radii broadcast to all lanes.
 struct Consts {
-    base: [__m256; 3],
+    p: [__m256; 3],
     h: [__m256; 3],
+    /// All ones in lanes whose boid has no heading (sees all around).
+    unheaded: __m256,
     max2: __m256,
     sep2: __m256,
     ali2: __m256,
     coh2: __m256,
-    /// `Some((cos(fov/2) >= 0, cos²(fov/2)))` when the view cone applies.
+    /// `Some((cos(fov/2) >= 0, cos²(fov/2)))` when there is a view cone.
     cone: Option<(bool, __m256)>,
 }
 
@@ -108,48 +110,68 @@ isa_fns! {
     /// The AVX2 twin of `kernel::gather_portable`. The topological path is
     /// shared code, compiled here with AVX2 enabled.
     fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+        if nb.perception.k_nearest == 0 {
+            lane_groups(nb, offset, out);
+            return;
+        }
         // The topological path never reads the run columns.
-        let mut runs: [RunList; 2] = if nb.perception.k_nearest > 0 {
-            [RunList::without_columns(), RunList::without_columns()]
-        } else {
-            Default::default()
-        };
+        let mut runs = [RunList::without_columns(), RunList::without_columns()];
         let mut top = TopK::new(nb.perception.k_nearest);
         for (k, slot) in out.iter_mut().enumerate() {
             let me = Me::new(nb, offset + k);
-            *slot = if nb.perception.k_nearest > 0 {
-                top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
-                    top_k_run(nb, &me, run, top);
-                })
-            } else {
-                lane_sums(nb, &me, &mut runs[0])
-            };
+            *slot = top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
+                top_k_run(nb, &me, run, top);
+            });
         }
     }
 
-    /// The AVX2 twin of `kernel::lane_sums`.
-    fn lane_sums(nb: &Neighbourhood<'_>, me: &Me, runs: &mut RunList) -> Sums {
+    /// The AVX2 twin of `kernel::lane_groups`.
+    fn lane_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         let per = &nb.perception;
-        let mut candidates = 0u32;
-        let mut acc = acc_new();
-        let cone = if me.has_heading { per.cone } else { None };
-        nb.grid.collect_runs(me.cell, Block::Near, runs);
+        let mut runs = RunList::default();
         let mut reach = [(0, 0); MAX_RUNS];
-        for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, me, runs, &mut reach)) {
-            let r = start as usize..end as usize;
-            candidates += r.len() as u32;
-            lane_run(nb, per, cone, me, run.shift, r, &mut acc);
+        let mut groups = Groups::new(offset, out.len());
+        while let Some((g, first, count)) = groups.next(nb) {
+            let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+            nb.grid.collect_runs(g.cell, Block::Near, &mut runs);
+            let k = consts(per, &lanes);
+            let mut acc = acc_new();
+            let mut candidates = 0u32;
+            for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, &lanes, &runs, &mut reach)) {
+                let r = start as usize..end as usize;
+                candidates += r.len() as u32;
+                group_run(nb, &k, run.shift, r, &mut acc);
+            }
+            let acc = acc_into_lanes(acc);
+            let at = g.start + first - offset;
+            for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
+                *slot = acc.sums(l, candidates);
+            }
         }
-        let mut sums = acc_into_lanes(acc).reduce();
-        sums.candidates = candidates.saturating_sub(1);
-        sums
+    }
+
+    /// A group's lanes and the radii as registers.
+    fn consts(per: &Perception, g: &GroupLanes) -> Consts {
+        // SAFETY: eight u32s, exactly one unaligned 256-bit load.
+        let headed = unsafe { _mm256_loadu_si256(g.headed.as_ptr().cast()) };
+        let unheaded = _mm256_castsi256_ps(_mm256_cmpeq_epi32(headed, _mm256_setzero_si256()));
+        Consts {
+            p: [load(&g.p[0]), load(&g.p[1]), load(&g.p[2])],
+            h: [load(&g.h[0]), load(&g.h[1]), load(&g.h[2])],
+            unheaded,
+            max2: _mm256_set1_ps(per.max2),
+            sep2: _mm256_set1_ps(per.sep2),
+            ali2: _mm256_set1_ps(per.ali2),
+            coh2: _mm256_set1_ps(per.coh2),
+            cone: per.cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
+        }
     }
 
     /// `Grid::windows`, eight runs at a time: the same IEEE operations per
     /// run (`vmaxps` is the reference's select-max), so the same keys.
     fn windows<'w>(
         nb: &Neighbourhood<'_>,
-        me: &Me,
+        g: &GroupLanes,
         runs: &RunList,
         out: &'w mut [(u32, u32); MAX_RUNS],
     ) -> &'w [(u32, u32)] {
@@ -158,15 +180,16 @@ isa_fns! {
         let (inv_slab, pos_eps, top) = grid.window_consts();
         let c = runs.cols();
         let splat = _mm256_set1_ps;
-        let (p, max2v, zero) = ([splat(me.p.x), splat(me.p.y), splat(me.p.z)], splat(max2), _mm256_setzero_ps());
+        let (lo, hi) = ([splat(g.lo.x), splat(g.lo.y), splat(g.lo.z)], [splat(g.hi.x), splat(g.hi.y), splat(g.hi.z)]);
+        let (max2v, zero) = (splat(max2), _mm256_setzero_ps());
         let (slack, eps, inv) = (splat(grid.window_slack(max2)), splat(pos_eps), splat(inv_slab));
         let shrink = splat(1.0 - 1e-4);
         let mut keys = [[0i32; RUN_SLOTS]; 2];
         for at in (0..runs.as_slice().len()).step_by(LANES) {
             let col = |a: &[f32; RUN_SLOTS]| load_at(a, at);
             let e = |a: usize| {
-                let below = _mm256_sub_ps(col(&c.lo[a]), p[a]);
-                let above = _mm256_sub_ps(p[a], col(&c.hi[a]));
+                let below = _mm256_sub_ps(col(&c.lo[a]), hi[a]);
+                let above = _mm256_sub_ps(lo[a], col(&c.hi[a]));
                 _mm256_max_ps(_mm256_max_ps(below, above), zero)
             };
             let (ex, ey, ez) = (e(0), e(1), e(2));
@@ -177,7 +200,7 @@ isa_fns! {
                 _mm256_sqrt_ps(_mm256_add_ps(_mm256_max_ps(_mm256_sub_ps(max2v, yz), zero), slack)),
                 eps,
             );
-            let x = _mm256_sub_ps(p[0], col(&c.shift_x));
+            let (x0, x1) = (_mm256_sub_ps(lo[0], col(&c.shift_x)), _mm256_sub_ps(hi[0], col(&c.shift_x)));
             // `Grid::x_key`: the slab, clamped to the row.
             let key = |v: __m256| {
                 let k = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(v, inv)));
@@ -187,8 +210,8 @@ isa_fns! {
                 // SAFETY: eight i32s at `at`, bounds-checked by the slice.
                 unsafe { _mm256_loadu_si256(c.slabs[a][at..at + LANES].as_ptr().cast()) }
             };
-            let k0 = _mm256_max_epi32(key(_mm256_sub_ps(x, half)), slabs(1));
-            let k1 = _mm256_min_epi32(key(_mm256_add_ps(x, half)), slabs(2));
+            let k0 = _mm256_max_epi32(key(_mm256_sub_ps(x0, half)), slabs(1));
+            let k1 = _mm256_min_epi32(key(_mm256_add_ps(x1, half)), slabs(2));
             // Out of reach: k0 = 1 > k1 = 0, the reference's empty marker.
             let k0 = _mm256_blendv_epi8(k0, _mm256_set1_epi32(1), out_of_reach);
             let k1 = _mm256_andnot_si256(out_of_reach, k1);
@@ -212,91 +235,28 @@ isa_fns! {
         load(lanes)
     }
 
-    fn lane_run(
-        nb: &Neighbourhood<'_>,
-        per: &Perception,
-        cone: Option<(f32, f32)>,
-        me: &Me,
-        shift: crate::Vec3,
-        r: std::ops::Range<usize>,
-        acc: &mut Acc,
-    ) {
-        let base = me.p - shift;
-        let k = Consts {
-            base: [
-                _mm256_set1_ps(base.x),
-                _mm256_set1_ps(base.y),
-                _mm256_set1_ps(base.z),
-            ],
-            h: [
-                _mm256_set1_ps(me.h.x),
-                _mm256_set1_ps(me.h.y),
-                _mm256_set1_ps(me.h.z),
-            ],
-            max2: _mm256_set1_ps(per.max2),
-            sep2: _mm256_set1_ps(per.sep2),
-            ali2: _mm256_set1_ps(per.ali2),
-            coh2: _mm256_set1_ps(per.coh2),
-            cone: cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
-        };
+    /// The candidates `r` of a run with image shift `shift` (cut to the
+    /// group's window), one at a time, each against all eight lanes.
+    fn group_run(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
+        let base = [
+            _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
+            _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
+            _mm256_sub_ps(k.p[2], _mm256_set1_ps(shift.z)),
+        ];
         let b = nb.boids;
-        let cols = Columns {
-            px: &b.px[r.clone()],
-            py: &b.py[r.clone()],
-            pz: &b.pz[r.clone()],
-            vx: &b.vx[r.clone()],
-            vy: &b.vy[r.clone()],
-            vz: &b.vz[r.clone()],
-        };
-        let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-        let n = cols.px.len();
-        let full = n - n % LANES;
-        let mut j = 0;
-        while j < full {
-            let at = |c: &[f32]| load_at(c, j);
-            lanes8(
-                acc,
-                &k,
-                all,
-                group(&k, [at(cols.px), at(cols.py), at(cols.pz)]),
-                [at(cols.vx), at(cols.vy), at(cols.vz)],
-            );
-            j += LANES;
+        let (px, py, pz) = (&b.px[r.clone()], &b.py[r.clone()], &b.pz[r.clone()]);
+        let (vx, vy, vz) = (&b.vx[r.clone()], &b.vy[r.clone()], &b.vz[r]);
+        let n = px.len();
+        assert!(py.len() == n && pz.len() == n && vx.len() == n && vy.len() == n && vz.len() == n);
+        for j in 0..n {
+            let d = [
+                _mm256_sub_ps(_mm256_set1_ps(px[j]), base[0]),
+                _mm256_sub_ps(_mm256_set1_ps(py[j]), base[1]),
+                _mm256_sub_ps(_mm256_set1_ps(pz[j]), base[2]),
+            ];
+            let v = [_mm256_set1_ps(vx[j]), _mm256_set1_ps(vy[j]), _mm256_set1_ps(vz[j])];
+            lanes8(acc, k, d, v);
         }
-        if full == n {
-            return;
-        }
-        let tail = r.start + full;
-        if tail + LANES <= b.len() {
-            // PERF: read the next boids past the run's end and mask those lanes
-            // off, rather than pad through the stack (a store-forwarding stall
-            // per column). Masked lanes add +0.0, as the portable padding does.
-            let at = |c: &[f32]| load_at(c, tail);
-            let live =
-                _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps((n - full) as f32));
-            lanes8(
-                acc,
-                &k,
-                live,
-                group(&k, [at(&b.px), at(&b.py), at(&b.pz)]),
-                [at(&b.vx), at(&b.vy), at(&b.vz)],
-            );
-        } else {
-            // The last run of the flock: padded, lanes past it at infinity.
-            let (d, v) = cols.lanes(full, n - full, base);
-            let d = [load(&d[0]), load(&d[1]), load(&d[2])];
-            let v = [load(&v[0]), load(&v[1]), load(&v[2])];
-            lanes8(acc, &k, all, d, v);
-        }
-    }
-
-    /// Offsets of eight loaded positions from the querying boid's image.
-    fn group(k: &Consts, p: [__m256; 3]) -> [__m256; 3] {
-        [
-            _mm256_sub_ps(p[0], k.base[0]),
-            _mm256_sub_ps(p[1], k.base[1]),
-            _mm256_sub_ps(p[2], k.base[2]),
-        ]
     }
 
     /// `a` where `mask` is set, `+0.0` elsewhere (the portable `keep`).
@@ -312,19 +272,17 @@ isa_fns! {
         )
     }
 
-    /// Eight candidates: the portable `lanes8`, operation for operation.
-    fn lanes8(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
+    /// One candidate against eight lanes: the portable `group_run`'s
+    /// body, operation for operation.
+    fn lanes8(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         if isa_fns!(masked) {
-            lanes8_masked(acc, k, live, d, v);
+            lanes8_masked(acc, k, d, v);
             return;
         }
         let d2 = dot3(d, d);
         let near = _mm256_and_ps(
-            live,
-            _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
-            ),
+            _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
         );
         let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
         acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
@@ -340,7 +298,7 @@ isa_fns! {
                 } else {
                     _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
                 };
-                _mm256_and_ps(near, visible)
+                _mm256_and_ps(near, _mm256_or_ps(visible, k.unheaded))
             }
         };
         let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
@@ -371,14 +329,13 @@ isa_fns! {
         unused_unsafe,
         reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
     )]
-    fn lanes8_masked(acc: &mut Acc, k: &Consts, live: __m256, d: [__m256; 3], v: [__m256; 3]) {
+    fn lanes8_masked(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
         // whose functions enable AVX-512F/VL, entered after detecting them.
         unsafe {
             let zero = _mm256_setzero_ps();
-            let live = _mm256_test_epi32_mask(_mm256_castps_si256(live), _mm256_castps_si256(live));
             let d2 = dot3(d, d);
-            let near = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(live, d2, k.max2);
+            let near = _mm256_cmp_ps_mask::<_CMP_LE_OQ>(d2, k.max2);
             let near = _mm256_mask_cmp_ps_mask::<_CMP_GT_OQ>(near, d2, zero);
             acc.nn = _mm256_mask_min_ps(acc.nn, near, d2, acc.nn);
             let ok = match k.cone {
@@ -387,12 +344,14 @@ isa_fns! {
                     let dot = dot3(d, k.h);
                     let sq = _mm256_mul_ps(dot, dot);
                     let lim = _mm256_mul_ps(c2, d2);
+                    let unheaded = _mm256_movemask_ps(k.unheaded) as u8;
                     let ahead = _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(near, dot, zero);
-                    if c_nonneg {
+                    let visible = if c_nonneg {
                         _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(ahead, sq, lim)
                     } else {
                         ahead | _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(near, sq, lim)
-                    }
+                    };
+                    visible | (near & unheaded)
                 }
             };
             let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
