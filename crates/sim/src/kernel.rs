@@ -966,13 +966,16 @@ mod tests {
             fov_deg in prop_oneof![Just(360.0f32), 30.0f32..359.0],
             k_nearest in prop_oneof![Just(0u32), 1u32..12],
             wrap in any::<bool>(),
+            // One radius for all three rules takes the SIMD paths' `ONE` branch.
+            one_radius in any::<bool>(),
         ) {
+            let radius = |r: f32| if one_radius { 4.0 } else { r };
             let params = Params {
                 world_m: [30.0, 30.0, 20.0],
                 edge_margin_m: 4.0,
-                sep_radius_m: 2.0,
-                ali_radius_m: 4.0,
-                coh_radius_m: 6.0,
+                sep_radius_m: radius(2.0),
+                ali_radius_m: radius(4.0),
+                coh_radius_m: radius(6.0),
                 fov_deg,
                 k_nearest,
                 boundary: if wrap { crate::Boundary::Wrap } else { crate::Boundary::Soft },

@@ -130,6 +130,7 @@ isa_fns! {
         let per = &nb.perception;
         let mut runs = RunList::default();
         let mut reach = [(0, 0); MAX_RUNS];
+        let one = per.sep2 == per.max2 && per.ali2 == per.max2 && per.coh2 == per.max2;
         let mut groups = Groups::new(offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
@@ -140,7 +141,15 @@ isa_fns! {
             for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, &lanes, &runs, &mut reach)) {
                 let r = start as usize..end as usize;
                 candidates += r.len() as u32;
-                group_run(nb, &k, run.shift, r, &mut acc);
+                if one {
+                    group_run::<true>(nb, &k, run.shift, r, &mut acc);
+                } else {
+                    group_run::<false>(nb, &k, run.shift, r, &mut acc);
+                }
+            }
+            if one {
+                acc.n[1] = acc.n[0];
+                acc.n[2] = acc.n[0];
             }
             let acc = acc_into_lanes(acc);
             let at = g.start + first - offset;
@@ -237,7 +246,7 @@ isa_fns! {
 
     /// The candidates `r` of a run with image shift `shift` (cut to the
     /// group's window), one at a time, each against all eight lanes.
-    fn group_run(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
+    fn group_run<const ONE: bool>(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
         let base = [
             _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
             _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
@@ -255,7 +264,7 @@ isa_fns! {
                 _mm256_sub_ps(_mm256_set1_ps(pz[j]), base[2]),
             ];
             let v = [_mm256_set1_ps(vx[j]), _mm256_set1_ps(vy[j]), _mm256_set1_ps(vz[j])];
-            lanes8(acc, k, d, v);
+            lanes8::<ONE>(acc, k, d, v);
         }
     }
 
@@ -274,9 +283,13 @@ isa_fns! {
 
     /// One candidate against eight lanes: the portable `group_run`'s
     /// body, operation for operation.
-    fn lanes8(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
+    ///
+    /// `ONE`: the three radii are the largest one, so the rules' masks are
+    /// `ok` itself and one count serves all three (the caller copies it);
+    /// the same bits, five operations fewer.
+    fn lanes8<const ONE: bool>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         if isa_fns!(masked) {
-            lanes8_masked(acc, k, d, v);
+            lanes8_masked::<ONE>(acc, k, d, v);
             return;
         }
         let d2 = dot3(d, d);
@@ -302,9 +315,15 @@ isa_fns! {
             }
         };
         let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
-        let s = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.sep2));
-        let a = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.ali2));
-        let c = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.coh2));
+        let (s, a, c) = if ONE {
+            (ok, ok, ok)
+        } else {
+            (
+                _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.sep2)),
+                _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.ali2)),
+                _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.coh2)),
+            )
+        };
         for axis in 0..3 {
             acc.sep[axis] = _mm256_sub_ps(acc.sep[axis], keep(_mm256_mul_ps(d[axis], inv), s));
             acc.ali[axis] = _mm256_add_ps(acc.ali[axis], keep(v[axis], a));
@@ -312,8 +331,10 @@ isa_fns! {
         }
         let one = _mm256_set1_ps(1.0);
         acc.n[0] = _mm256_add_ps(acc.n[0], keep(one, s));
-        acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
-        acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+        if !ONE {
+            acc.n[1] = _mm256_add_ps(acc.n[1], keep(one, a));
+            acc.n[2] = _mm256_add_ps(acc.n[2], keep(one, c));
+        }
     }
 
     /// `lanes8` with AVX-512VL mask registers, for the AVX-512 build only:
@@ -329,7 +350,7 @@ isa_fns! {
         unused_unsafe,
         reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
     )]
-    fn lanes8_masked(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
+    fn lanes8_masked<const ONE: bool>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
         // whose functions enable AVX-512F/VL, entered after detecting them.
         unsafe {
@@ -355,9 +376,15 @@ isa_fns! {
                 }
             };
             let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
-            let s = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.sep2);
-            let a = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.ali2);
-            let c = _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.coh2);
+            let (s, a, c) = if ONE {
+                (ok, ok, ok)
+            } else {
+                (
+                    _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.sep2),
+                    _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.ali2),
+                    _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(ok, d2, k.coh2),
+                )
+            };
             for axis in 0..3 {
                 let sep = _mm256_mul_ps(d[axis], inv);
                 acc.sep[axis] = _mm256_mask_sub_ps(acc.sep[axis], s, acc.sep[axis], sep);
@@ -366,8 +393,10 @@ isa_fns! {
             }
             let one = _mm256_set1_ps(1.0);
             acc.n[0] = _mm256_mask_add_ps(acc.n[0], s, acc.n[0], one);
-            acc.n[1] = _mm256_mask_add_ps(acc.n[1], a, acc.n[1], one);
-            acc.n[2] = _mm256_mask_add_ps(acc.n[2], c, acc.n[2], one);
+            if !ONE {
+                acc.n[1] = _mm256_mask_add_ps(acc.n[1], a, acc.n[1], one);
+                acc.n[2] = _mm256_mask_add_ps(acc.n[2], c, acc.n[2], one);
+            }
         }
     }
 
