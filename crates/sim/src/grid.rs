@@ -79,7 +79,7 @@ pub struct RunList {
     /// The cell and block the runs were collected for. PERF: boids come in
     /// cell order, so consecutive boids usually share a cell and reuse the
     /// list. Only valid for one grid rebuild: make a new list per tick.
-    key: Option<([i32; 3], Block)>,
+    key: Option<([i32; 3], i32, Block)>,
 }
 
 impl Default for RunList {
@@ -277,16 +277,24 @@ impl Grid {
         ]
     }
 
+    /// The cell column of `x`, as [`Grid::cell_coords`] computes it.
+    #[inline(always)]
+    pub fn cell_x(&self, x: f32) -> i32 {
+        floor_i32(x * self.inv_cell.x).clamp(0, self.n[0] - 1)
+    }
+
     #[inline]
     fn flat(&self, c: [i32; 3]) -> usize {
         (c[0] + self.n[0] * (c[1] + self.n[1] * c[2])) as usize
     }
 
-    /// The sorted indices of the boids in cell `c` after [`Grid::rebuild`].
+    /// The sorted indices of the boids in the row of cells through `c`
+    /// (all x, `c`'s y and z) after [`Grid::rebuild`].
     #[inline(always)]
-    pub fn cell_range(&self, c: [i32; 3]) -> Range<usize> {
-        let k = self.flat(c) * self.slabs as usize;
-        self.slab_start[k] as usize..self.slab_start[k + self.slabs as usize] as usize
+    pub fn row_range(&self, c: [i32; 3]) -> Range<usize> {
+        let k = self.flat([0, c[1], c[2]]) * self.slabs as usize;
+        let end = k + (self.n[0] * self.slabs) as usize;
+        self.slab_start[k] as usize..self.slab_start[end] as usize
     }
 
     /// Slab key along x within a row: `cell * slabs + slab`, never
@@ -419,7 +427,15 @@ impl Grid {
     /// Calls `f` for each contiguous run of sorted boids in `block` around
     /// cell `c` (the querying boid itself included; callers skip d = 0).
     #[inline(always)]
-    pub fn for_each_run(&self, c: [i32; 3], block: Block, mut f: impl FnMut(CellRun)) {
+    pub fn for_each_run(&self, c: [i32; 3], block: Block, f: impl FnMut(CellRun)) {
+        self.for_each_run_from(c, c[0], block, f);
+    }
+
+    /// [`Grid::for_each_run`] for the cells `c ..= [x_hi, c[1], c[2]]` of
+    /// one row taken together (the near block only; `x_hi <= c[0] + 1`).
+    #[inline(always)]
+    fn for_each_run_from(&self, c: [i32; 3], x_hi: i32, block: Block, mut f: impl FnMut(CellRun)) {
+        debug_assert!(x_hi == c[0] || (block == Block::Near && x_hi == c[0] + 1));
         let (reach, inner) = match block {
             Block::Near => (1, -1),
             Block::Ring => (2, 1),
@@ -447,7 +463,7 @@ impl Grid {
                     self.x_runs(&row, c[0] - reach, c[0] - inner - 1, &mut f);
                     self.x_runs(&row, c[0] + inner + 1, c[0] + reach, &mut f);
                 } else {
-                    self.x_runs(&row, c[0] - reach, c[0] + reach, &mut f);
+                    self.x_runs(&row, c[0] - reach, x_hi + reach, &mut f);
                 }
             }
         }
@@ -458,12 +474,26 @@ impl Grid {
     /// already holds that cell and block: `out` must not outlive a rebuild).
     #[inline(always)]
     pub fn collect_runs(&self, c: [i32; 3], block: Block, out: &mut RunList) {
-        if out.key == Some((c, block)) {
+        self.collect_runs_from(c, c[0], block, out);
+    }
+
+    /// [`Grid::collect_runs`] of the near block around cells
+    /// `c ..= [x_hi, c[1], c[2]]` (two adjacent cells of a row at most).
+    /// Wrapped worlds have at least three cells per axis, so a run never
+    /// meets itself; a cell may come twice, as two different images.
+    #[inline(always)]
+    pub fn collect_near_runs(&self, c: [i32; 3], x_hi: i32, out: &mut RunList) {
+        self.collect_runs_from(c, x_hi.clamp(c[0], c[0] + 1), Block::Near, out);
+    }
+
+    #[inline(always)]
+    fn collect_runs_from(&self, c: [i32; 3], x_hi: i32, block: Block, out: &mut RunList) {
+        if out.key == Some((c, x_hi, block)) {
             return;
         }
-        out.key = Some((c, block));
+        out.key = Some((c, x_hi, block));
         out.len = 0;
-        self.for_each_run(c, block, |run| {
+        self.for_each_run_from(c, x_hi, block, |run| {
             // MAX_RUNS bounds what one block can yield (see its comment).
             let (k, cols) = (out.len, &mut out.cols);
             if out.with_cols {

@@ -4,7 +4,7 @@
 //!
 //! Two paths share the visiting order and the [`Perception`] predicate:
 //! - `k_nearest = 0`: a branch-free lane kernel over [`Group`]s, up to eight
-//!   boids of one cell, one per lane. Each candidate is loaded once and
+//!   consecutive boids of a row of cells, one per lane. Each candidate is loaded once and
 //!   tested against all of them; lane `l` sums boid `l`'s neighbours in
 //!   visiting order, so the SIMD width reassociates no sum. PERF: per
 //!   candidate the group pays no run setup, tail or reduction, and the runs
@@ -261,7 +261,7 @@ impl Neighbourhood<'_> {
             let g = Group::containing(self, i);
             let lanes = GroupLanes::new(self.boids, &g, false);
             let mut runs = RunList::default();
-            self.grid.collect_runs(g.cell, Block::Near, &mut runs);
+            self.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
             let mut reach = [(0, 0); MAX_RUNS];
             let max2 = self.perception.max2;
             let reach = self
@@ -446,56 +446,72 @@ fn top_k_sums(
     sums
 }
 
-/// Up to [`LANES`] consecutive boids of one cell, which the lane path
-/// queries together: each candidate is loaded once and tested against all
-/// of them, one boid per lane.
+/// Up to [`LANES`] consecutive boids of one row of cells, within two
+/// adjacent cells, which the lane path queries together: each candidate is
+/// loaded once and tested against all of them, one boid per lane.
 ///
-/// A cell's `n` boids form `ceil(n / 8)` groups of near-equal size,
-/// consecutive in slab order (so each is narrow along x). Groups depend on
-/// the grid only, never on how the work is chunked: every chunking sees the
-/// same windows and candidate counts.
+/// Groups are cut greedily along each row from its first boid (eight
+/// boids, fewer where the row ends or a third cell would begin), so they
+/// fill the lanes and stay narrow along x (boids are in slab order). They
+/// depend on the grid only, never on how the work is chunked: every
+/// chunking sees the same windows and candidate counts.
 #[derive(Debug, Clone, Copy)]
 struct Group {
     /// Sorted index of its first boid.
     start: usize,
     /// Its boids (1 ..= [`LANES`]).
     len: usize,
-    /// Their cell.
+    /// The first boid's cell.
     cell: [i32; 3],
+    /// The last boid's cell along x: `cell[0]` or `cell[0] + 1`.
+    x_hi: i32,
 }
 
 impl Group {
-    /// The group of sorted boid `i`.
+    /// The group that starts at sorted boid `start`, which begins a row or
+    /// follows a group.
+    #[inline(always)]
+    fn starting_at(nb: &Neighbourhood<'_>, start: usize) -> Self {
+        let grid = nb.grid;
+        let cell = grid.cell_coords(nb.boids.pos(start));
+        let stop = (start + LANES).min(grid.row_range(cell).end);
+        let (mut end, mut x_hi) = (start + 1, cell[0]);
+        while end < stop {
+            let x = grid.cell_x(nb.boids.px[end]);
+            if x > cell[0] + 1 {
+                break;
+            }
+            (end, x_hi) = (end + 1, x);
+        }
+        Self {
+            start,
+            len: end - start,
+            cell,
+            x_hi,
+        }
+    }
+
+    /// The group of sorted boid `i`, cut from the start of its row.
     #[inline(always)]
     fn containing(nb: &Neighbourhood<'_>, i: usize) -> Self {
         let cell = nb.grid.cell_coords(nb.boids.pos(i));
-        let r = nb.grid.cell_range(cell);
-        if !r.contains(&i) {
+        let row = nb.grid.row_range(cell);
+        if !row.contains(&i) {
             // Not reached: the sorted copy holds the positions the grid was
             // built from. A group of one is still correct.
-            debug_assert!(false, "boid {i} is not in its cell's range {r:?}");
+            debug_assert!(false, "boid {i} is not in its row's range {row:?}");
             return Self {
                 start: i,
                 len: 1,
                 cell,
+                x_hi: cell[0],
             };
         }
-        let n = r.len();
-        let groups = n.div_ceil(LANES);
-        let (small, big) = (n / groups, n % groups);
-        // The first `big` groups hold `small + 1` boids, the rest `small`.
-        let k = i - r.start;
-        let head = big * (small + 1);
-        let (first, len) = if k < head {
-            (k - k % (small + 1), small + 1)
-        } else {
-            (k - (k - head) % small, small)
-        };
-        Self {
-            start: r.start + first,
-            len,
-            cell,
+        let mut g = Self::starting_at(nb, row.start);
+        while g.start + g.len <= i {
+            g = Self::starting_at(nb, g.start + g.len);
         }
+        g
     }
 }
 
@@ -544,6 +560,8 @@ impl GroupLanes {
 struct Groups {
     i: usize,
     end: usize,
+    /// Where the group after the last one returned starts.
+    next: Option<usize>,
 }
 
 impl Groups {
@@ -552,6 +570,7 @@ impl Groups {
         Self {
             i: offset,
             end: offset + len,
+            next: None,
         }
     }
 
@@ -563,10 +582,14 @@ impl Groups {
         if self.i >= self.end {
             return None;
         }
-        let g = Group::containing(nb, self.i);
+        let g = match self.next {
+            Some(start) if start == self.i => Group::starting_at(nb, start),
+            _ => Group::containing(nb, self.i),
+        };
         let first = self.i - g.start;
         let count = (g.start + g.len).min(self.end) - self.i;
         self.i += count;
+        self.next = Some(g.start + g.len);
         Some((g, first, count))
     }
 }
@@ -581,7 +604,7 @@ fn lane_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     let mut groups = Groups::new(offset, out.len());
     while let Some((g, first, count)) = groups.next(nb) {
         let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-        nb.grid.collect_runs(g.cell, Block::Near, &mut runs);
+        nb.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
         let windows = nb
             .grid
             .windows(&runs, (lanes.lo, lanes.hi), per.max2, &mut reach);
@@ -955,6 +978,58 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
+        /// Groups cover every boid once, hold at most eight boids of one
+        /// row within two adjacent cells, and are the same whichever
+        /// offset the walk starts from (chunk edges cut groups, never move them).
+        #[test]
+        fn groups_tile_each_row_the_same_from_any_offset(
+            pts in proptest::collection::vec(
+                ([-0.2f32..1.2, -0.2f32..1.2, -0.2f32..1.2], [-5.0f32..5.0, -5.0f32..5.0, -5.0f32..5.0]),
+                1..300,
+            ),
+            wrap in any::<bool>(),
+            cut in 0usize..300,
+        ) {
+            let params = Params {
+                world_m: [18.0, 12.0, 12.0],
+                sep_radius_m: 2.0,
+                ali_radius_m: 2.0,
+                coh_radius_m: 2.0,
+                k_nearest: 0,
+                boundary: if wrap { crate::Boundary::Wrap } else { crate::Boundary::Soft },
+                ..Params::default()
+            };
+            let (grid, boids) = world(&params, &pts);
+            let nb = Neighbourhood { grid: &grid, boids: &boids, perception: Perception::new(&params) };
+            let n = pts.len();
+            let walk = |from: usize| {
+                let mut groups = Groups::new(from, n - from);
+                let mut out = Vec::new();
+                while let Some((g, _, _)) = groups.next(&nb) {
+                    out.push((g.start, g.len, g.cell, g.x_hi));
+                }
+                out
+            };
+            let all = walk(0);
+            let mut next = 0;
+            for &(start, len, cell, x_hi) in &all {
+                prop_assert_eq!(start, next, "groups tile the sorted boids");
+                prop_assert!((1..=LANES).contains(&len));
+                prop_assert!(x_hi == cell[0] || x_hi == cell[0] + 1);
+                for j in start..start + len {
+                    let c = grid.cell_coords(boids.pos(j));
+                    prop_assert_eq!([c[1], c[2]], [cell[1], cell[2]], "one row");
+                    prop_assert!(c[0] >= cell[0] && c[0] <= x_hi, "cells {:?} ..= {}: {:?}", cell, x_hi, c);
+                }
+                next = start + len;
+            }
+            prop_assert_eq!(next, n);
+            let from = cut % n;
+            let later = walk(from);
+            let tail: Vec<_> = all.iter().filter(|g| g.0 + g.1 > from).copied().collect();
+            prop_assert_eq!(later, tail);
+        }
+
         /// The AVX2 lanes compute the portable reference's sums bit for bit
         /// (also at the end of the arrays, where the tail cannot read past).
         #[test]
@@ -968,10 +1043,12 @@ mod tests {
             wrap in any::<bool>(),
             // One radius for all three rules takes the SIMD paths' `ONE` branch.
             one_radius in any::<bool>(),
+            // 18.1 m: three cells along x, where a wrapped group's runs meet.
+            width in prop_oneof![Just(18.1f32), Just(30.0)],
         ) {
             let radius = |r: f32| if one_radius { 4.0 } else { r };
             let params = Params {
-                world_m: [30.0, 30.0, 20.0],
+                world_m: [width, 30.0, 20.0],
                 edge_margin_m: 4.0,
                 sep_radius_m: radius(2.0),
                 ali_radius_m: radius(4.0),

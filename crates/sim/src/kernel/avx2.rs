@@ -34,8 +34,8 @@ use std::arch::x86_64::{
 };
 
 use super::{
-    Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception,
-    RunList, Sums, TopK, top_k_sums,
+    CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception, RunList,
+    Sums, TopK, top_k_sums,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -134,7 +134,7 @@ isa_fns! {
         let mut groups = Groups::new(offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-            nb.grid.collect_runs(g.cell, Block::Near, &mut runs);
+            nb.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
             let k = consts(per, &lanes);
             let mut acc = acc_new();
             let mut candidates = 0u32;
