@@ -54,13 +54,22 @@ struct Consts {
     h: [__m256; 3],
     /// All ones in lanes whose boid has no heading (sees all around).
     unheaded: __m256,
+    /// The same as a bit mask.
+    unheaded_bits: u8,
     max2: __m256,
     sep2: __m256,
     ali2: __m256,
     coh2: __m256,
-    /// `Some((cos(fov/2) >= 0, cos²(fov/2)))` when there is a view cone.
-    cone: Option<(bool, __m256)>,
+    /// `cos²(fov/2)` (zero without a view cone).
+    cone_c2: __m256,
 }
+
+/// No view cone (`fov = 360°`).
+const NO_CONE: u8 = 0;
+/// A view cone with `cos(fov/2) >= 0`: visible means ahead and inside.
+const NARROW: u8 = 1;
+/// A view cone with `cos(fov/2) < 0`: visible means ahead or not inside the rear cone.
+const WIDE: u8 = 2;
 
 /// Lane numbers as floats, to mask off lanes past a run's end.
 const LANE_INDEX: [f32; LANES] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
@@ -141,10 +150,15 @@ isa_fns! {
             for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, &lanes, &runs, &mut reach)) {
                 let r = start as usize..end as usize;
                 candidates += r.len() as u32;
-                if one {
-                    group_run::<true>(nb, &k, run.shift, r, &mut acc);
-                } else {
-                    group_run::<false>(nb, &k, run.shift, r, &mut acc);
+                // PERF: the radii and the cone are constants in the loop.
+                let shift = run.shift;
+                match (one, per.cone) {
+                    (true, None) => group_run::<true, NO_CONE>(nb, &k, shift, r, &mut acc),
+                    (false, None) => group_run::<false, NO_CONE>(nb, &k, shift, r, &mut acc),
+                    (true, Some((c, _))) if c >= 0.0 => group_run::<true, NARROW>(nb, &k, shift, r, &mut acc),
+                    (false, Some((c, _))) if c >= 0.0 => group_run::<false, NARROW>(nb, &k, shift, r, &mut acc),
+                    (true, Some(_)) => group_run::<true, WIDE>(nb, &k, shift, r, &mut acc),
+                    (false, Some(_)) => group_run::<false, WIDE>(nb, &k, shift, r, &mut acc),
                 }
             }
             if one {
@@ -168,11 +182,12 @@ isa_fns! {
             p: [load(&g.p[0]), load(&g.p[1]), load(&g.p[2])],
             h: [load(&g.h[0]), load(&g.h[1]), load(&g.h[2])],
             unheaded,
+            unheaded_bits: _mm256_movemask_ps(unheaded) as u8,
             max2: _mm256_set1_ps(per.max2),
             sep2: _mm256_set1_ps(per.sep2),
             ali2: _mm256_set1_ps(per.ali2),
             coh2: _mm256_set1_ps(per.coh2),
-            cone: per.cone.map(|(c, c2)| (c >= 0.0, _mm256_set1_ps(c2))),
+            cone_c2: _mm256_set1_ps(per.cone.map_or(0.0, |(_, c2)| c2)),
         }
     }
 
@@ -246,7 +261,7 @@ isa_fns! {
 
     /// The candidates `r` of a run with image shift `shift` (cut to the
     /// group's window), one at a time, each against all eight lanes.
-    fn group_run<const ONE: bool>(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
+    fn group_run<const ONE: bool, const CONE: u8>(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
         let base = [
             _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
             _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
@@ -264,7 +279,7 @@ isa_fns! {
                 _mm256_sub_ps(_mm256_set1_ps(pz[j]), base[2]),
             ];
             let v = [_mm256_set1_ps(vx[j]), _mm256_set1_ps(vy[j]), _mm256_set1_ps(vz[j])];
-            lanes8::<ONE>(acc, k, d, v);
+            lanes8::<ONE, CONE>(acc, k, d, v);
         }
     }
 
@@ -287,9 +302,12 @@ isa_fns! {
     /// `ONE`: the three radii are the largest one, so the rules' masks are
     /// `ok` itself and one count serves all three (the caller copies it);
     /// the same bits, five operations fewer.
-    fn lanes8<const ONE: bool>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
+    ///
+    /// `CONE`: [`NO_CONE`], or a view cone of at most 180° ([`NARROW`],
+    /// `cos(fov/2) >= 0`) or more ([`WIDE`]).
+    fn lanes8<const ONE: bool, const CONE: u8>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         if isa_fns!(masked) {
-            lanes8_masked::<ONE>(acc, k, d, v);
+            lanes8_masked::<ONE, CONE>(acc, k, d, v);
             return;
         }
         let d2 = dot3(d, d);
@@ -299,20 +317,19 @@ isa_fns! {
         );
         let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
         acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
-        let ok = match k.cone {
-            None => near,
-            Some((c_nonneg, c2)) => {
-                let dot = dot3(d, k.h);
-                let sq = _mm256_mul_ps(dot, dot);
-                let lim = _mm256_mul_ps(c2, d2);
-                let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
-                let visible = if c_nonneg {
-                    _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
-                } else {
-                    _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
-                };
-                _mm256_and_ps(near, _mm256_or_ps(visible, k.unheaded))
-            }
+        let ok = if CONE == NO_CONE {
+            near
+        } else {
+            let dot = dot3(d, k.h);
+            let sq = _mm256_mul_ps(dot, dot);
+            let lim = _mm256_mul_ps(k.cone_c2, d2);
+            let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
+            let visible = if CONE == NARROW {
+                _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
+            } else {
+                _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
+            };
+            _mm256_and_ps(near, _mm256_or_ps(visible, k.unheaded))
         };
         let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
         let (s, a, c) = if ONE {
@@ -350,7 +367,7 @@ isa_fns! {
         unused_unsafe,
         reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
     )]
-    fn lanes8_masked<const ONE: bool>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
+    fn lanes8_masked<const ONE: bool, const CONE: u8>(acc: &mut Acc, k: &Consts, d: [__m256; 3], v: [__m256; 3]) {
         // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
         // whose functions enable AVX-512F/VL, entered after detecting them.
         unsafe {
@@ -359,21 +376,19 @@ isa_fns! {
             let near = _mm256_cmp_ps_mask::<_CMP_LE_OQ>(d2, k.max2);
             let near = _mm256_mask_cmp_ps_mask::<_CMP_GT_OQ>(near, d2, zero);
             acc.nn = _mm256_mask_min_ps(acc.nn, near, d2, acc.nn);
-            let ok = match k.cone {
-                None => near,
-                Some((c_nonneg, c2)) => {
-                    let dot = dot3(d, k.h);
-                    let sq = _mm256_mul_ps(dot, dot);
-                    let lim = _mm256_mul_ps(c2, d2);
-                    let unheaded = _mm256_movemask_ps(k.unheaded) as u8;
-                    let ahead = _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(near, dot, zero);
-                    let visible = if c_nonneg {
-                        _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(ahead, sq, lim)
-                    } else {
-                        ahead | _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(near, sq, lim)
-                    };
-                    visible | (near & unheaded)
-                }
+            let ok = if CONE == NO_CONE {
+                near
+            } else {
+                let dot = dot3(d, k.h);
+                let sq = _mm256_mul_ps(dot, dot);
+                let lim = _mm256_mul_ps(k.cone_c2, d2);
+                let ahead = _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(near, dot, zero);
+                let visible = if CONE == NARROW {
+                    _mm256_mask_cmp_ps_mask::<_CMP_GE_OQ>(ahead, sq, lim)
+                } else {
+                    ahead | _mm256_mask_cmp_ps_mask::<_CMP_LE_OQ>(near, sq, lim)
+                };
+                visible | (near & k.unheaded_bits)
             };
             let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
             let (s, a, c) = if ONE {
