@@ -73,6 +73,23 @@ pub fn soft_boundary(p: Vec3, params: &Params) -> Vec3 {
     a
 }
 
+/// `x.rem_euclid(w)`, the same bits, without the `fmodf` call for a
+/// coordinate less than one world outside `[0, w)` (every boid after a
+/// tick's move): there the remainder is exact (`x`, or `x - w` by
+/// Sterbenz's lemma), and below zero `rem_euclid` adds `w` to it too.
+#[inline]
+fn wrap_coord(x: f32, w: f32) -> f32 {
+    if (0.0..w).contains(&x) {
+        x
+    } else if x >= w && x < 2.0 * w {
+        x - w
+    } else if x < 0.0 && x > -w {
+        x + w
+    } else {
+        x.rem_euclid(w)
+    }
+}
+
 /// Applies `wrap` or `bounce` after a move (soft is a force, handled before).
 #[inline]
 pub fn apply_boundary(p: &mut Vec3, v: &mut Vec3, params: &Params) {
@@ -81,7 +98,7 @@ pub fn apply_boundary(p: &mut Vec3, v: &mut Vec3, params: &Params) {
         match params.boundary {
             Boundary::Soft => {}
             Boundary::Wrap => {
-                let mut x = p[axis].rem_euclid(w);
+                let mut x = wrap_coord(p[axis], w);
                 if x >= w {
                     x -= w;
                 }
@@ -280,6 +297,38 @@ mod tests {
         let small = reynolds_steer(Vec3::new(1.0, 0.05, 0.0), v, 10.0, 3.0);
         assert!(small.length() < 3.0 && small.y > 0.0);
         assert_eq!(reynolds_steer(Vec3::ZERO, v, 10.0, 3.0), Vec3::ZERO);
+    }
+
+    #[test]
+    fn wrap_coord_is_rem_euclid_bit_for_bit() {
+        let w = 46.41f32;
+        let mut xs = vec![
+            0.0,
+            -0.0,
+            w,
+            -w,
+            2.0 * w,
+            -2.0 * w,
+            3.5 * w,
+            -1e-9,
+            1e-9,
+            -1e-30,
+            w - 1e-5,
+            w + 1e-5,
+            2.0 * w - 1e-5,
+            -w + 1e-5,
+            f32::MIN_POSITIVE,
+        ];
+        let mut u = 0x2545_f491u32;
+        for _ in 0..100_000 {
+            u ^= u << 13;
+            u ^= u >> 17;
+            u ^= u << 5;
+            xs.push((u as f32 / u32::MAX as f32 - 0.4) * 3.0 * w);
+        }
+        for x in xs {
+            assert_eq!(wrap_coord(x, w).to_bits(), x.rem_euclid(w).to_bits(), "{x}");
+        }
     }
 
     #[test]
