@@ -62,6 +62,7 @@ pub mod rng;
 pub mod rules;
 pub mod scenarios;
 pub mod swarm;
+mod update;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
 #[cfg(feature = "serde")]

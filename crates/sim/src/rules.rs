@@ -91,7 +91,9 @@ fn wrap_coord(x: f32, w: f32) -> f32 {
 }
 
 /// Applies `wrap` or `bounce` after a move (soft is a force, handled before).
-#[inline]
+/// PERF: inlined so `p` and `v` stay in registers (a call stores them
+/// field by field and the caller's wider reloads stall on forwarding).
+#[inline(always)]
 pub fn apply_boundary(p: &mut Vec3, v: &mut Vec3, params: &Params) {
     for axis in 0..params.active_axes() {
         let w = params.world_m[axis];
