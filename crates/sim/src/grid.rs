@@ -432,14 +432,14 @@ impl Grid {
     }
 
     /// [`Grid::for_each_run`] for the cells `c ..= [x_hi, c[1], c[2]]` of
-    /// one row taken together (the near block only; `x_hi <= c[0] + 1`).
+    /// one row taken together (`x_hi - c[0] <= max_span(block)`, and `x_hi
+    /// = c[0]` for the ring, whose hole is one cell's).
     #[inline(always)]
     fn for_each_run_from(&self, c: [i32; 3], x_hi: i32, block: Block, mut f: impl FnMut(CellRun)) {
-        debug_assert!(x_hi == c[0] || (block == Block::Near && x_hi == c[0] + 1));
-        let (reach, inner) = match block {
-            Block::Near => (1, -1),
-            Block::Ring => (2, 1),
-        };
+        debug_assert!((0..=self.max_span(block)).contains(&(x_hi - c[0])));
+        debug_assert!(x_hi == c[0] || block != Block::Ring);
+        let reach = block.reach();
+        let inner = if block == Block::Ring { 1 } else { -1 };
         let (ny, nz) = (self.n[1], self.n[2]);
         let offsets = &OFFSET_ORDER[..(2 * reach + 1) as usize];
         let z_offsets = if nz == 1 { &OFFSET_ORDER[..1] } else { offsets };
@@ -477,13 +477,26 @@ impl Grid {
         self.collect_runs_from(c, c[0], block, out);
     }
 
-    /// [`Grid::collect_runs`] of the near block around cells
-    /// `c ..= [x_hi, c[1], c[2]]` (two adjacent cells of a row at most).
-    /// Wrapped worlds have at least three cells per axis, so a run never
-    /// meets itself; a cell may come twice, as two different images.
+    /// [`Grid::collect_runs`] of `block` (`Near` or `Both`) around the
+    /// cells `c ..= [x_hi, c[1], c[2]]` of a row, `x_hi - c[0]` at most
+    /// [`Grid::max_span`] (it is clamped to that). A cell may come twice,
+    /// as two different images of a small wrapped world.
     #[inline(always)]
-    pub fn collect_near_runs(&self, c: [i32; 3], x_hi: i32, out: &mut RunList) {
-        self.collect_runs_from(c, x_hi.clamp(c[0], c[0] + 1), Block::Near, out);
+    pub fn collect_span_runs(&self, c: [i32; 3], x_hi: i32, block: Block, out: &mut RunList) {
+        debug_assert!(block != Block::Ring);
+        let x_hi = x_hi.clamp(c[0], c[0] + self.max_span(block));
+        self.collect_runs_from(c, x_hi, block, out);
+    }
+
+    /// The widest span of cells along x (`x_hi - x_lo`) whose `block` the
+    /// runs can cover: in a wrapped world a row's runs cannot reach past
+    /// both faces at once, so `span + 2 * reach` stays within the row.
+    pub fn max_span(&self, block: Block) -> i32 {
+        if self.wrap {
+            (self.n[0] - 2 * block.reach()).max(0)
+        } else {
+            i32::MAX / 4
+        }
     }
 
     #[inline(always)]
@@ -604,6 +617,18 @@ pub enum Block {
     /// The shell of cells two away (5×5×5 minus the near block): together
     /// with `Near`, every boid within two cell sizes.
     Ring,
+    /// `Near` and `Ring` together, as one run per row: the 5×5×5 block.
+    Both,
+}
+
+impl Block {
+    /// How many cells it reaches from the centre along an axis.
+    pub fn reach(self) -> i32 {
+        match self {
+            Self::Near => 1,
+            Self::Ring | Self::Both => 2,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -717,6 +742,65 @@ mod tests {
                     })
                     .count();
                 assert_eq!(seen.len(), expect, "probe {probe} wrap {wrap}");
+                // `Both` visits the same boids as `Near` and `Ring` together.
+                let mut both = Vec::new();
+                g.for_each_run_from(c, c[0], Block::Both, |run| both.extend(run.range.clone()));
+                both.sort_unstable();
+                assert_eq!(both, seen, "probe {probe} wrap {wrap}");
+            }
+        }
+    }
+
+    /// A span of cells along x: every boid within two cells of any of them,
+    /// each image once, up to the widest span the grid allows.
+    #[test]
+    fn a_span_of_cells_covers_its_blocks_once() {
+        for wrap in [false, true] {
+            let mut g = grid(Vec3::splat(70.0), 10.0, wrap);
+            let pts: Vec<Vec3> = (0..216)
+                .map(|i| {
+                    Vec3::new((i % 6) as f32, ((i / 6) % 6) as f32, (i / 36) as f32) * 11.6 + 0.5
+                })
+                .collect();
+            g.rebuild(pts.len(), |i| pts[i]);
+            let max = g.max_span(Block::Both);
+            assert_eq!(max, if wrap { 2 } else { i32::MAX / 4 });
+            for (x0, span) in [(0, 0), (0, 1), (2, 2), (4, 1), (3, 2)] {
+                let c = [x0, 2, 3];
+                let x_hi = (x0 + span).min(5);
+                let mut runs = RunList::without_columns();
+                g.collect_span_runs(c, x_hi, Block::Both, &mut runs);
+                // A cell may come twice in a small wrapped world, as two
+                // different images; never twice as the same one.
+                let mut images: Vec<(usize, u32)> = runs
+                    .as_slice()
+                    .iter()
+                    .flat_map(|r| r.range.clone().map(|j| (j, r.shift.x.to_bits())))
+                    .collect();
+                images.sort_unstable();
+                let before = images.len();
+                images.dedup();
+                assert_eq!(before, images.len(), "an image was visited twice");
+                let mut seen: Vec<usize> = images.iter().map(|&(j, _)| j).collect();
+                seen.dedup();
+                let close = |a: i32, lo: i32, hi: i32| {
+                    (lo..=hi).any(|x| {
+                        let diff = (a - x).abs();
+                        if wrap {
+                            diff.min(6 - diff) <= 2
+                        } else {
+                            diff <= 2
+                        }
+                    })
+                };
+                let expect = pts
+                    .iter()
+                    .filter(|p| {
+                        let d = g.cell_coords(**p);
+                        close(d[0], x0, x_hi) && close(d[1], 2, 2) && close(d[2], 3, 3)
+                    })
+                    .count();
+                assert_eq!(seen.len(), expect, "cells {x0}..={x_hi} wrap {wrap}");
             }
         }
     }

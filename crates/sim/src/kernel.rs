@@ -11,8 +11,15 @@
 //!   and windows are found once per group; the windows are wider (they
 //!   cover the group's box), which costs less than the per-boid overheads
 //!   saved (scenario A at 100k: 35 -> 23 ms per tick on one thread).
-//! - `k_nearest > 0`: candidates go through a fixed-size top-k buffer ordered
-//!   by `(d², id)`; sums are then taken nearest first.
+//! - `k_nearest > 0`: the same groups (spanning up to eight of the smaller
+//!   cells); each candidate's distances to the group's boids are computed
+//!   side by side and offered to the lanes near enough, each lane keeping a
+//!   fixed-size top-k buffer ordered by `(d², id)`; sums are then taken
+//!   nearest first. That order does not depend on the visiting order, so
+//!   the group finds exactly what one boid at a time finds (tested against
+//!   the per-boid search that `neighbour_lists` keeps). PERF: the per-boid
+//!   search collected a near and a ring block of runs for every boid (about
+//!   one boid per small cell); a group collects one 5×5×5 block for eight.
 //!
 //! The lane kernel has two implementations of the same arithmetic: the
 //! portable one here (the reference) and explicit AVX2 intrinsics in
@@ -258,10 +265,11 @@ impl Neighbourhood<'_> {
             }
         } else {
             // The group's windows, as the kernel visits them.
-            let g = Group::containing(self, i);
+            let g = Group::containing(self, i, Groups::new(self, i, 1).span);
             let lanes = GroupLanes::new(self.boids, &g, false);
             let mut runs = RunList::default();
-            self.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
+            self.grid
+                .collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
             let mut reach = [(0, 0); MAX_RUNS];
             let max2 = self.perception.max2;
             let reach = self
@@ -417,44 +425,36 @@ fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
 fn gather_portable(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     if nb.perception.k_nearest == 0 {
         lane_groups(nb, offset, out);
-        return;
+    } else {
+        top_groups(nb, offset, out);
     }
-    // The topological path never reads the run columns.
-    let mut runs = [RunList::without_columns(), RunList::without_columns()];
-    let mut top = TopK::new(nb.perception.k_nearest);
-    for (k, slot) in out.iter_mut().enumerate() {
-        let me = Me::new(nb, offset + k);
-        *slot = top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
-            top_k_run(nb.boids, &nb.perception, &me, run, top);
+}
+
+impl Neighbourhood<'_> {
+    /// The topological path's sums for sorted boid `i`, found for it alone
+    /// (the near block, then the ring only where needed): the reference
+    /// the group path is tested against (all but the candidate count).
+    #[cfg(test)]
+    fn top_k_one(&self, i: usize) -> Sums {
+        let me = Me::new(self, i);
+        let mut runs = [RunList::without_columns(), RunList::without_columns()];
+        let mut top = TopK::new(self.perception.k_nearest);
+        top_k(self, &me, &mut runs, &mut 0, &mut top, |run, top| {
+            top_k_run(self.boids, &self.perception, &me, run, top);
         });
+        top.sums(self.boids, &self.perception)
     }
 }
 
-/// The sums over the k nearest (the topological path; both lane paths share it).
-#[inline(always)]
-fn top_k_sums(
-    nb: &Neighbourhood<'_>,
-    me: &Me,
-    runs: &mut [RunList; 2],
-    top: &mut TopK,
-    visit: impl FnMut(&CellRun, &mut TopK),
-) -> Sums {
-    let mut candidates = 0u32;
-    top_k(nb, me, runs, &mut candidates, top, visit);
-    let mut sums = top.sums(nb.boids, &nb.perception);
-    sums.candidates = candidates.saturating_sub(1);
-    sums
-}
-
-/// Up to [`LANES`] consecutive boids of one row of cells, within two
-/// adjacent cells, which the lane path queries together: each candidate is
-/// loaded once and tested against all of them, one boid per lane.
+/// Up to [`LANES`] consecutive boids of one row of cells, within a span of
+/// cells, which the kernel queries together: each candidate is loaded once
+/// and tested against all of them, one boid per lane.
 ///
 /// Groups are cut greedily along each row from its first boid (eight
-/// boids, fewer where the row ends or a third cell would begin), so they
+/// boids, fewer where the row ends or the span would be exceeded), so they
 /// fill the lanes and stay narrow along x (boids are in slab order). They
-/// depend on the grid only, never on how the work is chunked: every
-/// chunking sees the same windows and candidate counts.
+/// depend on the grid and the span only, never on how the work is chunked:
+/// every chunking sees the same windows and candidate counts.
 #[derive(Debug, Clone, Copy)]
 struct Group {
     /// Sorted index of its first boid.
@@ -463,22 +463,22 @@ struct Group {
     len: usize,
     /// The first boid's cell.
     cell: [i32; 3],
-    /// The last boid's cell along x: `cell[0]` or `cell[0] + 1`.
+    /// The last boid's cell along x, `cell[0] ..= cell[0] + span`.
     x_hi: i32,
 }
 
 impl Group {
     /// The group that starts at sorted boid `start`, which begins a row or
-    /// follows a group.
+    /// follows a group, spanning at most `span + 1` cells.
     #[inline(always)]
-    fn starting_at(nb: &Neighbourhood<'_>, start: usize) -> Self {
+    fn starting_at(nb: &Neighbourhood<'_>, start: usize, span: i32) -> Self {
         let grid = nb.grid;
         let cell = grid.cell_coords(nb.boids.pos(start));
         let stop = (start + LANES).min(grid.row_range(cell).end);
         let (mut end, mut x_hi) = (start + 1, cell[0]);
         while end < stop {
             let x = grid.cell_x(nb.boids.px[end]);
-            if x > cell[0] + 1 {
+            if x > cell[0] + span {
                 break;
             }
             (end, x_hi) = (end + 1, x);
@@ -493,7 +493,7 @@ impl Group {
 
     /// The group of sorted boid `i`, cut from the start of its row.
     #[inline(always)]
-    fn containing(nb: &Neighbourhood<'_>, i: usize) -> Self {
+    fn containing(nb: &Neighbourhood<'_>, i: usize, span: i32) -> Self {
         let cell = nb.grid.cell_coords(nb.boids.pos(i));
         let row = nb.grid.row_range(cell);
         if !row.contains(&i) {
@@ -507,9 +507,9 @@ impl Group {
                 x_hi: cell[0],
             };
         }
-        let mut g = Self::starting_at(nb, row.start);
+        let mut g = Self::starting_at(nb, row.start, span);
         while g.start + g.len <= i {
-            g = Self::starting_at(nb, g.start + g.len);
+            g = Self::starting_at(nb, g.start + g.len, span);
         }
         g
     }
@@ -560,16 +560,27 @@ impl GroupLanes {
 struct Groups {
     i: usize,
     end: usize,
+    /// Cells a group may span beyond its first.
+    span: i32,
     /// Where the group after the last one returned starts.
     next: Option<usize>,
 }
 
 impl Groups {
+    /// The groups for `nb`'s path: within two adjacent cells for the lane
+    /// path (its windows), up to [`LANES`] cells for the topological one
+    /// (its cells are smaller), as far as the grid allows ([`Grid::max_span`]).
     #[inline(always)]
-    fn new(offset: usize, len: usize) -> Self {
+    fn new(nb: &Neighbourhood<'_>, offset: usize, len: usize) -> Self {
+        let span = if nb.perception.k_nearest > 0 {
+            (LANES as i32 - 1).min(nb.grid.max_span(Block::Both))
+        } else {
+            1.min(nb.grid.max_span(Block::Near))
+        };
         Self {
             i: offset,
             end: offset + len,
+            span,
             next: None,
         }
     }
@@ -583,8 +594,8 @@ impl Groups {
             return None;
         }
         let g = match self.next {
-            Some(start) if start == self.i => Group::starting_at(nb, start),
-            _ => Group::containing(nb, self.i),
+            Some(start) if start == self.i => Group::starting_at(nb, start, self.span),
+            _ => Group::containing(nb, self.i, self.span),
         };
         let first = self.i - g.start;
         let count = (g.start + g.len).min(self.end) - self.i;
@@ -601,10 +612,11 @@ fn lane_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
     let per = &nb.perception;
     let mut runs = RunList::default();
     let mut reach = [(0, 0); MAX_RUNS];
-    let mut groups = Groups::new(offset, out.len());
+    let mut groups = Groups::new(nb, offset, out.len());
     while let Some((g, first, count)) = groups.next(nb) {
         let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-        nb.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
+        nb.grid
+            .collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
         let windows = nb
             .grid
             .windows(&runs, (lanes.lo, lanes.hi), per.max2, &mut reach);
@@ -729,6 +741,141 @@ fn group_run<const CONE: bool>(
             acc.n[0][l] += keep(1.0, s);
             acc.n[1][l] += keep(1.0, al);
             acc.n[2][l] += keep(1.0, k);
+        }
+    }
+}
+
+/// The k nearest visible candidates of every lane of a group, and what a
+/// candidate must not exceed to enter each lane's buffer.
+struct TopLanes {
+    top: [TopK; LANES],
+    /// `TopK::worst` per lane; `-inf` in lanes past the group, which take nothing.
+    worst: [f32; LANES],
+}
+
+impl TopLanes {
+    #[inline(always)]
+    fn new(k: usize) -> Self {
+        Self {
+            top: std::array::from_fn(|_| TopK::new(k)),
+            worst: [f32::NEG_INFINITY; LANES],
+        }
+    }
+
+    /// Empties the buffers for a group of `len` boids.
+    #[inline(always)]
+    fn reset(&mut self, per: &Perception, len: usize) {
+        for (l, (top, worst)) in self.top.iter_mut().zip(&mut self.worst).enumerate() {
+            top.reset();
+            *worst = if l < len { per.max2 } else { f32::NEG_INFINITY };
+        }
+    }
+
+    /// The largest squared distance any lane still takes.
+    #[inline(always)]
+    fn reach2(&self) -> f32 {
+        self.worst
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &w| if w > m { w } else { m })
+    }
+
+    /// Offers candidate `j` (id `id`, offset `d` from lane `l`'s boid, `d2 =
+    /// |d|²`, within range and not beyond `worst[l]`) to lane `l`, behind its
+    /// view cone: the per-boid path's steps. Whether the lane's `worst` changed.
+    #[inline(always)]
+    fn offer(
+        &mut self,
+        per: &Perception,
+        g: &GroupLanes,
+        l: usize,
+        (d2, id, j): (f32, u32, u32),
+        d: Vec3,
+    ) -> bool {
+        let top = &mut self.top[l];
+        if top.len == top.k && d2 > top.d2[top.len - 1] {
+            return false;
+        }
+        let h = Vec3::new(g.h[0][l], g.h[1][l], g.h[2][l]);
+        if !per.in_view(d.dot(h), d2, g.headed[l] != 0) {
+            return false;
+        }
+        top.insert(d2, id, j, d);
+        self.worst[l] = top.worst(per);
+        true
+    }
+}
+
+/// The squared distance between a group's box and a run's, slightly
+/// understated (as [`CellRun::min_dist2`]): runs farther than every lane's
+/// `worst` are skipped.
+#[inline(always)]
+fn box_dist2(g: &GroupLanes, run: &CellRun) -> f32 {
+    let e = (run.lo - g.hi).max(g.lo - run.hi).max(Vec3::ZERO);
+    e.length_squared() * (1.0 - 1e-4)
+}
+
+/// The topological path, portable: every group's 5×5×5 block of small
+/// cells (runs out of every lane's reach skipped), each candidate offered
+/// to the lanes it is near enough for. The k nearest by `(d², id)` do not
+/// depend on the order candidates come in, so this finds what the per-boid
+/// [`top_k`] finds, and the sums (taken nearest first) are the same bits.
+#[inline(always)]
+fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+    let per = &nb.perception;
+    let mut runs = RunList::without_columns();
+    let mut tops = TopLanes::new(per.k_nearest);
+    let mut groups = Groups::new(nb, offset, out.len());
+    while let Some((g, first, count)) = groups.next(nb) {
+        let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+        nb.grid
+            .collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+        tops.reset(per, g.len);
+        let mut candidates = 0u32;
+        for run in runs.as_slice() {
+            if box_dist2(&lanes, run) > tops.reach2() {
+                continue;
+            }
+            candidates += run.range.len() as u32;
+            top_group_run(nb.boids, per, &lanes, run, &mut tops);
+        }
+        let at = g.start + first - offset;
+        for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
+            *slot = tops.top[l].sums(nb.boids, per);
+            slot.candidates = candidates.saturating_sub(1);
+        }
+    }
+}
+
+/// One run's candidates offered to a group's lanes.
+#[inline(always)]
+fn top_group_run(
+    b: &SortedBoids,
+    per: &Perception,
+    g: &GroupLanes,
+    run: &CellRun,
+    tops: &mut TopLanes,
+) {
+    let shift = run.shift;
+    let base: [[f32; LANES]; 3] = std::array::from_fn(|a| g.p[a].map(|p| p - shift[a]));
+    for j in run.range.clone() {
+        let pj = b.pos(j);
+        #[expect(
+            clippy::needless_range_loop,
+            reason = "lane l of several arrays and of the buffers; the index is the clearest form"
+        )]
+        for l in 0..LANES {
+            let d = Vec3::new(pj.x - base[0][l], pj.y - base[1][l], pj.z - base[2][l]);
+            let d2 = d.x * d.x + d.y * d.y + d.z * d.z;
+            let near = (d2 > 0.0) & (d2 <= per.max2);
+            let top = &mut tops.top[l];
+            top.nn_d2 = if near & (d2 < top.nn_d2) {
+                d2
+            } else {
+                top.nn_d2
+            };
+            if near & (d2 <= tops.worst[l]) {
+                tops.offer(per, g, l, (d2, b.id[j], j as u32), d);
+            }
         }
     }
 }
@@ -979,7 +1126,7 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
         /// Groups cover every boid once, hold at most eight boids of one
-        /// row within two adjacent cells, and are the same whichever
+        /// row within their path's span of cells, and are the same whichever
         /// offset the walk starts from (chunk edges cut groups, never move them).
         #[test]
         fn groups_tile_each_row_the_same_from_any_offset(
@@ -989,13 +1136,14 @@ mod tests {
             ),
             wrap in any::<bool>(),
             cut in 0usize..300,
+            k_nearest in prop_oneof![Just(0u32), Just(7)],
         ) {
             let params = Params {
                 world_m: [18.0, 12.0, 12.0],
                 sep_radius_m: 2.0,
                 ali_radius_m: 2.0,
                 coh_radius_m: 2.0,
-                k_nearest: 0,
+                k_nearest,
                 boundary: if wrap { crate::Boundary::Wrap } else { crate::Boundary::Soft },
                 ..Params::default()
             };
@@ -1003,7 +1151,7 @@ mod tests {
             let nb = Neighbourhood { grid: &grid, boids: &boids, perception: Perception::new(&params) };
             let n = pts.len();
             let walk = |from: usize| {
-                let mut groups = Groups::new(from, n - from);
+                let mut groups = Groups::new(&nb, from, n - from);
                 let mut out = Vec::new();
                 while let Some((g, _, _)) = groups.next(&nb) {
                     out.push((g.start, g.len, g.cell, g.x_hi));
@@ -1011,11 +1159,15 @@ mod tests {
                 out
             };
             let all = walk(0);
+            let span = Groups::new(&nb, 0, 0).span;
+            let block = if k_nearest > 0 { Block::Both } else { Block::Near };
+            let widest = if k_nearest > 0 { 7 } else { 1 };
+            prop_assert!(span <= grid.max_span(block) && span <= widest, "span {}", span);
             let mut next = 0;
             for &(start, len, cell, x_hi) in &all {
                 prop_assert_eq!(start, next, "groups tile the sorted boids");
                 prop_assert!((1..=LANES).contains(&len));
-                prop_assert!(x_hi == cell[0] || x_hi == cell[0] + 1);
+                prop_assert!((0..=span).contains(&(x_hi - cell[0])));
                 for j in start..start + len {
                     let c = grid.cell_coords(boids.pos(j));
                     prop_assert_eq!([c[1], c[2]], [cell[1], cell[2]], "one row");
@@ -1063,13 +1215,22 @@ mod tests {
             let nb = Neighbourhood { grid: &grid, boids: &boids, perception: Perception::new(&params) };
             let mut portable = vec![Sums::default(); pts.len()];
             nb.gather_chunk_with(KernelPath::Portable, 0, &mut portable);
+            let bits = |s: &Sums| {
+                [s.sep, s.ali, s.coh].map(|v| v.to_array().map(f32::to_bits))
+            };
+            if k_nearest > 0 {
+                // Groups find what one boid at a time finds, to the bit.
+                for (i, got) in portable.iter().enumerate() {
+                    let want = nb.top_k_one(i);
+                    prop_assert_eq!(bits(got), bits(&want), "boid {}", i);
+                    prop_assert_eq!(got.counts, want.counts);
+                    prop_assert_eq!(got.nn_d2.to_bits(), want.nn_d2.to_bits());
+                }
+            }
             for path in [KernelPath::Avx2, KernelPath::Avx512] {
                 let mut fast = vec![Sums::default(); pts.len()];
                 nb.gather_chunk_with(path, 0, &mut fast);
                 for (i, (a, b)) in portable.iter().zip(&fast).enumerate() {
-                    let bits = |s: &Sums| {
-                        [s.sep, s.ali, s.coh].map(|v| v.to_array().map(f32::to_bits))
-                    };
                     prop_assert_eq!(bits(a), bits(b), "boid {}", i);
                     prop_assert_eq!(a.counts, b.counts);
                     prop_assert_eq!(a.nn_d2.to_bits(), b.nn_d2.to_bits());

@@ -34,8 +34,8 @@ use std::arch::x86_64::{
 };
 
 use super::{
-    CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Me, Neighbourhood, Perception, RunList,
-    Sums, TopK, top_k_sums,
+    Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, Perception,
+    RunList, Sums, TopLanes, box_dist2,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -70,9 +70,6 @@ const NO_CONE: u8 = 0;
 const NARROW: u8 = 1;
 /// A view cone with `cos(fov/2) < 0`: visible means ahead or not inside the rear cone.
 const WIDE: u8 = 2;
-
-/// Lane numbers as floats, to mask off lanes past a run's end.
-const LANE_INDEX: [f32; LANES] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
 
 /// Whether this CPU has the features this build was compiled for.
 pub(super) fn supported() -> bool {
@@ -116,21 +113,92 @@ isa_fns! {
         out
     }
 
-    /// The AVX2 twin of `kernel::gather_portable`. The topological path is
-    /// shared code, compiled here with AVX2 enabled.
+    /// The AVX2 twin of `kernel::gather_portable`.
     fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         if nb.perception.k_nearest == 0 {
             lane_groups(nb, offset, out);
-            return;
+        } else {
+            top_groups(nb, offset, out);
         }
-        // The topological path never reads the run columns.
-        let mut runs = [RunList::without_columns(), RunList::without_columns()];
-        let mut top = TopK::new(nb.perception.k_nearest);
-        for (k, slot) in out.iter_mut().enumerate() {
-            let me = Me::new(nb, offset + k);
-            *slot = top_k_sums(nb, &me, &mut runs, &mut top, |run, top| {
-                top_k_run(nb, &me, run, top);
-            });
+    }
+
+    /// The AVX2 twin of `kernel::top_groups`: distances and range tests for
+    /// eight lanes at once; a lane near enough takes the candidate through
+    /// the shared scalar `TopLanes::offer`, lanes in order.
+    fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+        let per = &nb.perception;
+        let mut runs = RunList::without_columns();
+        let mut tops = TopLanes::new(per.k_nearest);
+        let mut groups = Groups::new(nb, offset, out.len());
+        while let Some((g, first, count)) = groups.next(nb) {
+            let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+            tops.reset(per, g.len);
+            let mut nn = _mm256_set1_ps(f32::INFINITY);
+            let mut candidates = 0u32;
+            for run in runs.as_slice() {
+                if box_dist2(&lanes, run) > tops.reach2() {
+                    continue;
+                }
+                candidates += run.range.len() as u32;
+                top_group_run(nb, &lanes, run, &mut tops, &mut nn);
+            }
+            let mut nns = [0.0f32; LANES];
+            store(&mut nns, nn);
+            let at = g.start + first - offset;
+            for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
+                tops.top[l].nn_d2 = nns[l];
+                *slot = tops.top[l].sums(nb.boids, per);
+                slot.candidates = candidates.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The AVX2 twin of `kernel::top_group_run`; `nn` holds each lane's
+    /// nearest distance so far.
+    fn top_group_run(nb: &Neighbourhood<'_>, g: &GroupLanes, run: &CellRun, tops: &mut TopLanes, nn: &mut __m256) {
+        let (b, per) = (nb.boids, &nb.perception);
+        let shift = run.shift;
+        let base = [
+            _mm256_sub_ps(load(&g.p[0]), _mm256_set1_ps(shift.x)),
+            _mm256_sub_ps(load(&g.p[1]), _mm256_set1_ps(shift.y)),
+            _mm256_sub_ps(load(&g.p[2]), _mm256_set1_ps(shift.z)),
+        ];
+        let max2 = _mm256_set1_ps(per.max2);
+        let mut worst = load(&tops.worst);
+        for j in run.range.clone() {
+            let d = [
+                _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
+                _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
+                _mm256_sub_ps(_mm256_set1_ps(b.pz[j]), base[2]),
+            ];
+            let d2 = dot3(d, d);
+            let near = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
+            );
+            let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, *nn));
+            *nn = _mm256_blendv_ps(*nn, d2, closer);
+            let mut bits = _mm256_movemask_ps(_mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst))) as u32;
+            if bits == 0 {
+                continue;
+            }
+            let mut d2s = [0.0f32; LANES];
+            let mut ds = [[0.0f32; LANES]; 3];
+            store(&mut d2s, d2);
+            for (axis, v) in ds.iter_mut().zip(d) {
+                store(axis, v);
+            }
+            let mut changed = false;
+            while bits != 0 {
+                let l = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let dl = crate::Vec3::new(ds[0][l], ds[1][l], ds[2][l]);
+                changed |= tops.offer(per, g, l, (d2s[l], b.id[j], j as u32), dl);
+            }
+            if changed {
+                worst = load(&tops.worst);
+            }
         }
     }
 
@@ -140,10 +208,10 @@ isa_fns! {
         let mut runs = RunList::default();
         let mut reach = [(0, 0); MAX_RUNS];
         let one = per.sep2 == per.max2 && per.ali2 == per.max2 && per.coh2 == per.max2;
-        let mut groups = Groups::new(offset, out.len());
+        let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-            nb.grid.collect_near_runs(g.cell, g.x_hi, &mut runs);
+            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
             let k = consts(per, &lanes);
             let mut acc = acc_new();
             let mut candidates = 0u32;
@@ -413,101 +481,6 @@ isa_fns! {
                 acc.n[2] = _mm256_mask_add_ps(acc.n[2], c, acc.n[2], one);
             }
         }
-    }
-
-    /// The AVX2 twin of `kernel::top_k_run`: distances, the range test and the
-    /// nearest distance for eight candidates at once; only lanes that could
-    /// enter the buffer go through the (shared, scalar) view test and
-    /// insertion, in lane order, exactly as the portable path does.
-    fn top_k_run(nb: &Neighbourhood<'_>, me: &Me, run: &CellRun, top: &mut TopK) {
-        let (b, per) = (nb.boids, &nb.perception);
-        let base = me.p - run.shift;
-        let bv = [
-            _mm256_set1_ps(base.x),
-            _mm256_set1_ps(base.y),
-            _mm256_set1_ps(base.z),
-        ];
-        let max2 = _mm256_set1_ps(per.max2);
-        let r = run.range.clone();
-        let n = r.len();
-        let mut j = 0;
-        while j < n {
-            let m = LANES.min(n - j);
-            let at = r.start + j;
-            // Full groups load directly; a tail reads past the run (masked off)
-            // unless that would leave the arrays, then it is padded.
-            let (d, live) = if at + LANES <= b.len() {
-                let live = if m == LANES {
-                    _mm256_castsi256_ps(_mm256_set1_epi32(-1))
-                } else {
-                    _mm256_cmp_ps::<_CMP_LT_OQ>(load(&LANE_INDEX), _mm256_set1_ps(m as f32))
-                };
-                let d = [
-                    _mm256_sub_ps(load_at(&b.px, at), bv[0]),
-                    _mm256_sub_ps(load_at(&b.py, at), bv[1]),
-                    _mm256_sub_ps(load_at(&b.pz, at), bv[2]),
-                ];
-                (d, live)
-            } else {
-                let mut pad = [[f32::INFINITY; LANES]; 3];
-                for (axis, col) in [&b.px, &b.py, &b.pz].into_iter().enumerate() {
-                    for (p, &x) in pad[axis].iter_mut().zip(&col[at..at + m]) {
-                        *p = x - base[axis];
-                    }
-                }
-                let all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-                ([load(&pad[0]), load(&pad[1]), load(&pad[2])], all)
-            };
-            let d2 = dot3(d, d);
-            let near = _mm256_and_ps(
-                live,
-                _mm256_and_ps(
-                    _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-                    _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
-                ),
-            );
-            let worst = _mm256_set1_ps(top.worst(per));
-            let cand = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
-            if _mm256_movemask_ps(near) != 0 {
-                // The nearest in range: a horizontal min (exact, order-free).
-                let masked = _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), d2, near);
-                top.nn_d2 = top.nn_d2.min(hmin(masked));
-                let mut d2s = [0.0f32; LANES];
-                store(&mut d2s, d2);
-                let mut mask = _mm256_movemask_ps(cand) as u32;
-                if mask != 0 {
-                    let mut ds = [[0.0f32; LANES]; 3];
-                    for (axis, v) in ds.iter_mut().zip(d) {
-                        store(axis, v);
-                    }
-                    while mask != 0 {
-                        let l = mask.trailing_zeros() as usize;
-                        mask &= mask - 1;
-                        if top.len == top.k && d2s[l] > top.d2[top.len - 1] {
-                            continue;
-                        }
-                        let dl = crate::Vec3::new(ds[0][l], ds[1][l], ds[2][l]);
-                        if per.in_view(dl.dot(me.h), d2s[l], me.has_heading) {
-                            top.insert(d2s[l], b.id[at + l], (at + l) as u32, dl);
-                        }
-                    }
-                }
-            }
-            j += m;
-        }
-    }
-
-    /// The smallest of eight lanes.
-    fn hmin(v: __m256) -> f32 {
-        let mut lanes = [0.0f32; LANES];
-        store(&mut lanes, v);
-        let m4 = [
-            lanes[0].min(lanes[4]),
-            lanes[1].min(lanes[5]),
-            lanes[2].min(lanes[6]),
-            lanes[3].min(lanes[7]),
-        ];
-        m4[0].min(m4[2]).min(m4[1].min(m4[3]))
     }
 
     /// Stores eight f32s.
