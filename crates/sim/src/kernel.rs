@@ -20,6 +20,9 @@
 //!   the per-boid search that `neighbour_lists` keeps). PERF: the per-boid
 //!   search collected a near and a ring block of runs for every boid (about
 //!   one boid per small cell); a group collects one 5×5×5 block for eight.
+//!   The AVX builds keep the eight buffers transposed in registers (up to
+//!   k = 16) and insert a candidate into all of them with one pass of
+//!   compares and blends instead of eight scalar insertions.
 //!
 //! The lane kernel has two implementations of the same arithmetic: the
 //! portable one here (the reference) and explicit AVX2 intrinsics in
@@ -1191,13 +1194,23 @@ mod tests {
                 1..400,
             ),
             fov_deg in prop_oneof![Just(360.0f32), 30.0f32..359.0],
-            k_nearest in prop_oneof![Just(0u32), 1u32..12],
+            // Up to 16 the AVX paths keep the buffers in registers; above, lane by lane.
+            k_nearest in prop_oneof![Just(0u32), 1u32..12, 15u32..=32],
             wrap in any::<bool>(),
             // One radius for all three rules takes the SIMD paths' `ONE` branch.
             one_radius in any::<bool>(),
             // 18.1 m: three cells along x, where a wrapped group's runs meet.
             width in prop_oneof![Just(18.1f32), Just(30.0)],
+            // Boids in pairs at one position: equal distances, which the
+            // top-k buffers order by id.
+            stacked in any::<bool>(),
         ) {
+            let mut pts = pts;
+            if stacked {
+                for i in (1..pts.len()).step_by(2) {
+                    pts[i].0 = pts[i - 1].0;
+                }
+            }
             let radius = |r: f32| if one_radius { 4.0 } else { r };
             let params = Params {
                 world_m: [width, 30.0, 20.0],

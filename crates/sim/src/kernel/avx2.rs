@@ -23,14 +23,15 @@
 )]
 
 use std::arch::x86_64::{
-    __m256, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps, _mm256_and_ps,
-    _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps, _mm256_castps_si256,
-    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask, _mm256_cmpeq_epi32,
-    _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps, _mm256_loadu_ps, _mm256_loadu_si256,
-    _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask, _mm256_mask_min_ps, _mm256_mask_sub_ps,
-    _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_movemask_ps, _mm256_mul_ps,
-    _mm256_or_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_sqrt_ps, _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_ps,
+    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
+    _mm256_and_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps,
+    _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask,
+    _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask,
+    _mm256_mask_min_ps, _mm256_mask_sub_ps, _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32,
+    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps,
+    _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_ps,
 };
 
 use super::{
@@ -46,6 +47,29 @@ struct Acc {
     coh: [__m256; 3],
     n: [__m256; 3],
     nn: __m256,
+}
+
+/// Largest `k` whose buffers the AVX path keeps in registers ([`TopV`]).
+const TOPV_K: usize = 16;
+
+/// Flips the sign bit, so signed comparison orders ids as unsigned.
+const ID_FLIP: u32 = 0x8000_0000;
+
+/// Eight lanes' top-k buffers, transposed: slot `t` of every lane in one
+/// register, each lane ascending by `(d², id)`; empty slots hold
+/// `(+inf, u32::MAX)`, after every candidate.
+struct TopV {
+    k: usize,
+    d2: [__m256; TOPV_K],
+    /// Ids with [`ID_FLIP`] applied.
+    id: [__m256i; TOPV_K],
+    j: [__m256i; TOPV_K],
+    /// Index of the candidate's run in the group's list (its image shift).
+    run: [__m256i; TOPV_K],
+    /// `TopK::worst` per lane (`-inf` in lanes past the group).
+    worst: __m256,
+    /// All ones in the group's lanes.
+    live: __m256,
 }
 
 /// A group's boids by lane, and the radii broadcast to all lanes.
@@ -122,26 +146,39 @@ isa_fns! {
         }
     }
 
-    /// The AVX2 twin of `kernel::top_groups`: distances and range tests for
-    /// eight lanes at once; a lane near enough takes the candidate through
-    /// the shared scalar `TopLanes::offer`, lanes in order.
+    /// The AVX2 twin of `kernel::top_groups`. With `k <= TOPV_K` the
+    /// eight lanes' buffers live transposed in registers ([`TopV`]) and a
+    /// candidate enters all of them at once through a sorting network;
+    /// larger `k` offers candidates lane by lane (`TopLanes::offer`).
     fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         let per = &nb.perception;
         let mut runs = RunList::without_columns();
         let mut tops = TopLanes::new(per.k_nearest);
+        let mut topv = topv_new(per.k_nearest);
+        let vector = per.k_nearest <= TOPV_K;
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
             nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
             tops.reset(per, g.len);
+            topv_reset(&mut topv, &tops.worst);
+            let k = top_consts(per, &lanes);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
-            for run in runs.as_slice() {
-                if box_dist2(&lanes, run) > tops.reach2() {
+            for (r, run) in runs.as_slice().iter().enumerate() {
+                let reach2 = if vector { topv_reach2(&topv) } else { tops.reach2() };
+                if box_dist2(&lanes, run) > reach2 {
                     continue;
                 }
                 candidates += run.range.len() as u32;
-                top_group_run(nb, &lanes, run, &mut tops, &mut nn);
+                if vector {
+                    top_group_run_v(nb, &k, run, r as i32, &mut topv, &mut nn);
+                } else {
+                    top_group_run(nb, &lanes, run, &mut tops, &mut nn);
+                }
+            }
+            if vector {
+                topv_into_lanes(&topv, nb, &lanes, runs.as_slice(), &mut tops);
             }
             let mut nns = [0.0f32; LANES];
             store(&mut nns, nn);
@@ -150,6 +187,159 @@ isa_fns! {
                 tops.top[l].nn_d2 = nns[l];
                 *slot = tops.top[l].sums(nb.boids, per);
                 slot.candidates = candidates.saturating_sub(1);
+            }
+        }
+    }
+
+    /// A group's lanes and the view cone as registers, for the topological path.
+    fn top_consts(per: &Perception, g: &GroupLanes) -> Consts {
+        consts(per, g)
+    }
+
+    /// `top_group_run` with the buffers in registers: distances, range,
+    /// view and `(d², id)` order for eight lanes at once.
+    fn top_group_run_v(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: i32, top: &mut TopV, nn: &mut __m256) {
+        let (b, per) = (nb.boids, &nb.perception);
+        let shift = run.shift;
+        let base = [
+            _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
+            _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
+            _mm256_sub_ps(k.p[2], _mm256_set1_ps(shift.z)),
+        ];
+        let cone = per.cone.map(|(c, _)| c >= 0.0);
+        let rv = _mm256_set1_epi32(r);
+        for j in run.range.clone() {
+            let d = [
+                _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
+                _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
+                _mm256_sub_ps(_mm256_set1_ps(b.pz[j]), base[2]),
+            ];
+            let d2 = dot3(d, d);
+            let near = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
+            );
+            let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, *nn));
+            *nn = _mm256_blendv_ps(*nn, d2, closer);
+            let mut take = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, top.worst));
+            if _mm256_movemask_ps(take) == 0 {
+                continue;
+            }
+            if let Some(narrow) = cone {
+                // `Perception::in_view`, the lane path's cone test.
+                let dot = dot3(d, k.h);
+                let sq = _mm256_mul_ps(dot, dot);
+                let lim = _mm256_mul_ps(k.cone_c2, d2);
+                let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
+                let visible = if narrow {
+                    _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
+                } else {
+                    _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
+                };
+                take = _mm256_and_ps(take, _mm256_or_ps(visible, k.unheaded));
+                if _mm256_movemask_ps(take) == 0 {
+                    continue;
+                }
+            }
+            let id = _mm256_set1_epi32((b.id[j] ^ ID_FLIP) as i32);
+            topv_insert(top, _mm256_castps_si256(take), d2, id, _mm256_set1_epi32(j as i32), rv, per.max2);
+        }
+    }
+
+    fn topv_new(k: usize) -> TopV {
+        TopV {
+            k,
+            d2: [_mm256_set1_ps(f32::INFINITY); TOPV_K],
+            id: [_mm256_set1_epi32(i32::MAX); TOPV_K],
+            j: [_mm256_setzero_si256(); TOPV_K],
+            run: [_mm256_setzero_si256(); TOPV_K],
+            worst: _mm256_set1_ps(f32::NEG_INFINITY),
+            live: _mm256_setzero_ps(),
+        }
+    }
+
+    /// Empties the buffers; `worst` as `TopLanes::reset` left it.
+    fn topv_reset(top: &mut TopV, worst: &[f32; LANES]) {
+        for t in 0..top.k.min(TOPV_K) {
+            top.d2[t] = _mm256_set1_ps(f32::INFINITY);
+            top.id[t] = _mm256_set1_epi32(i32::MAX);
+        }
+        top.worst = load(worst);
+        top.live = _mm256_cmp_ps::<_CMP_GT_OQ>(top.worst, _mm256_set1_ps(f32::NEG_INFINITY));
+    }
+
+    /// The largest `worst` of any lane (`TopLanes::reach2`).
+    fn topv_reach2(top: &TopV) -> f32 {
+        let mut w = [0.0f32; LANES];
+        store(&mut w, top.worst);
+        w.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
+    }
+
+    /// Puts the candidate `(d2, id)` (`id` flipped) into the lanes of
+    /// `take`, at its place in each: one pass over the slots, each taking
+    /// the key where it first sorts before the slot and its predecessor's
+    /// old value after that (the last slot's old value falls out).
+    fn topv_insert(top: &mut TopV, take: __m256i, d2: __m256, id: __m256i, j: __m256i, run: __m256i, max2: f32) {
+        let mut shifted = _mm256_setzero_si256();
+        let (mut c_d2, mut c_id, mut c_j, mut c_run) = (d2, id, j, run);
+        for t in 0..top.k {
+            let (s_d2, s_id, s_j, s_run) = (top.d2[t], top.id[t], top.j[t], top.run[t]);
+            let lt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, s_d2));
+            let eq = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(d2, s_d2));
+            let before = _mm256_and_si256(
+                take,
+                _mm256_or_si256(lt, _mm256_and_si256(eq, _mm256_cmpgt_epi32(s_id, id))),
+            );
+            let key = _mm256_andnot_si256(shifted, before);
+            let pick_ps = |slot: __m256, new: __m256, carry: __m256| {
+                let v = _mm256_blendv_ps(slot, new, _mm256_castsi256_ps(key));
+                _mm256_blendv_ps(v, carry, _mm256_castsi256_ps(shifted))
+            };
+            let pick_si = |slot: __m256i, new: __m256i, carry: __m256i| {
+                let v = _mm256_blendv_epi8(slot, new, key);
+                _mm256_blendv_epi8(v, carry, shifted)
+            };
+            top.d2[t] = pick_ps(s_d2, d2, c_d2);
+            top.id[t] = pick_si(s_id, id, c_id);
+            top.j[t] = pick_si(s_j, j, c_j);
+            top.run[t] = pick_si(s_run, run, c_run);
+            (c_d2, c_id, c_j, c_run) = (s_d2, s_id, s_j, s_run);
+            shifted = _mm256_or_si256(shifted, before);
+        }
+        let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
+        top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+    }
+
+    /// Copies the registers' buffers into the lanes' `TopK`s, each entry's
+    /// offset computed as `top_group_run` computes it.
+    fn topv_into_lanes(top: &TopV, nb: &Neighbourhood<'_>, g: &GroupLanes, runs: &[CellRun], tops: &mut TopLanes) {
+        let mut d2 = [[0.0f32; LANES]; TOPV_K];
+        let mut id = [[0u32; LANES]; TOPV_K];
+        let mut j = [[0u32; LANES]; TOPV_K];
+        let mut run = [[0u32; LANES]; TOPV_K];
+        for t in 0..top.k {
+            store(&mut d2[t], top.d2[t]);
+            // SAFETY: eight u32s each, exactly one unaligned 256-bit store.
+            unsafe {
+                _mm256_storeu_si256(id[t].as_mut_ptr().cast(), top.id[t]);
+                _mm256_storeu_si256(j[t].as_mut_ptr().cast(), top.j[t]);
+                _mm256_storeu_si256(run[t].as_mut_ptr().cast(), top.run[t]);
+            }
+        }
+        for (l, lane) in tops.top.iter_mut().enumerate() {
+            lane.len = 0;
+            for t in 0..top.k {
+                if d2[t][l] == f32::INFINITY {
+                    break;
+                }
+                let (jl, shift) = (j[t][l] as usize, runs[run[t][l] as usize].shift);
+                let base = [g.p[0][l] - shift.x, g.p[1][l] - shift.y, g.p[2][l] - shift.z];
+                let pj = nb.boids.pos(jl);
+                lane.d2[t] = d2[t][l];
+                lane.id[t] = id[t][l] ^ ID_FLIP;
+                lane.j[t] = jl as u32;
+                lane.d[t] = crate::Vec3::new(pj.x - base[0], pj.y - base[1], pj.z - base[2]);
+                lane.len = t + 1;
             }
         }
     }
