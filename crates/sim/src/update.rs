@@ -154,27 +154,34 @@ pub(crate) fn update(
 
 /// `rules::reynolds_steer(x, v, speed, max_force)` per lane, zero where
 /// `seen` is false (the rule had no neighbour).
+///
+/// PERF: one simple loop per step, so each vectorises (written as one
+/// loop, LLVM kept the square roots scalar).
 #[inline(always)]
 fn reynolds(x: &Lanes3, seen: &[bool; LANES], v: &Lanes3, speed: f32, max_force: f32) -> Lanes3 {
-    let mut out = [[0.0; LANES]; 3];
     let max2 = max_force * max_force;
-    for l in 0..LANES {
+    let mut rcp = [0.0f32; LANES];
+    for (l, rcp) in rcp.iter_mut().enumerate() {
         let (x0, x1, x2) = (x[0][l], x[1][l], x[2][l]);
-        let rcp = 1.0 / (x0 * x0 + x1 * x1 + x2 * x2).sqrt();
-        let ok = seen[l] & rcp.is_finite() & (rcp > 0.0);
-        let d = [
-            x0 * rcp * speed - v[0][l],
-            x1 * rcp * speed - v[1][l],
-            x2 * rcp * speed - v[2][l],
-        ];
-        let l2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-        let scale = if l2 > max2 {
-            max_force / l2.sqrt()
-        } else {
-            1.0
-        };
-        for a in 0..3 {
-            out[a][l] = if ok { d[a] * scale } else { 0.0 };
+        *rcp = 1.0 / (x0 * x0 + x1 * x1 + x2 * x2).sqrt();
+    }
+    let mut d: Lanes3 = [[0.0; LANES]; 3];
+    for a in 0..3 {
+        for l in 0..LANES {
+            d[a][l] = x[a][l] * rcp[l] * speed - v[a][l];
+        }
+    }
+    let mut scale = [0.0f32; LANES];
+    for (l, scale) in scale.iter_mut().enumerate() {
+        let l2 = d[0][l] * d[0][l] + d[1][l] * d[1][l] + d[2][l] * d[2][l];
+        let root = l2.sqrt();
+        *scale = if l2 > max2 { max_force / root } else { 1.0 };
+    }
+    let mut out = [[0.0; LANES]; 3];
+    for a in 0..3 {
+        for l in 0..LANES {
+            let ok = seen[l] & rcp[l].is_finite() & (rcp[l] > 0.0);
+            out[a][l] = if ok { d[a][l] * scale[l] } else { 0.0 };
         }
     }
     out
