@@ -725,14 +725,7 @@ impl Flock {
                     .zip(sums.chunks(update::LANES))
                     .enumerate()
                 {
-                    let i = offset + k * update::LANES;
-                    let r = i..i + b.len();
-                    let (mut p, mut v) = ([Vec3::ZERO; update::LANES], [Vec3::ZERO; update::LANES]);
-                    for (l, j) in r.clone().enumerate() {
-                        (p[l], v[l]) = (own.pos(j), own.vel(j));
-                    }
-                    let n = b.len();
-                    update::update(&ctx, &own.id[r], &p[..n], &v[..n], s, b);
+                    update::update(&ctx, own, offset + k * update::LANES, s, b);
                 }
                 return;
             }

@@ -53,7 +53,13 @@ impl CellRun {
     /// to any boid in the run: runs farther than what is wanted are skipped.
     #[inline(always)]
     pub fn min_dist2(&self, p: Vec3) -> f32 {
-        let e = (self.lo - p).max(p - self.hi).max(Vec3::ZERO);
+        self.box_dist2(p, p)
+    }
+
+    /// [`CellRun::min_dist2`] from the nearest point of the box `lo ..= hi`.
+    #[inline(always)]
+    pub fn box_dist2(&self, lo: Vec3, hi: Vec3) -> f32 {
+        let e = (self.lo - hi).max(lo - self.hi).max(Vec3::ZERO);
         e.length_squared() * (1.0 - 1e-4)
     }
 }

@@ -268,7 +268,7 @@ impl Neighbourhood<'_> {
             }
         } else {
             // The group's windows, as the kernel visits them.
-            let g = Group::containing(self, i, Groups::new(self, i, 1).span);
+            let g = Group::containing(self, i, Group::span(self));
             let lanes = GroupLanes::new(self.boids, &g, false);
             let mut runs = RunList::default();
             self.grid
@@ -471,6 +471,19 @@ struct Group {
 }
 
 impl Group {
+    /// The cells a group may span beyond its first on `nb`'s path: within
+    /// two adjacent cells for the lane path (its windows), up to [`LANES`]
+    /// cells for the topological one (its cells are smaller), as far as the
+    /// grid allows ([`Grid::max_span`]).
+    #[inline(always)]
+    fn span(nb: &Neighbourhood<'_>) -> i32 {
+        if nb.perception.k_nearest > 0 {
+            (LANES as i32 - 1).min(nb.grid.max_span(Block::Both))
+        } else {
+            1.min(nb.grid.max_span(Block::Near))
+        }
+    }
+
     /// The group that starts at sorted boid `start`, which begins a row or
     /// follows a group, spanning at most `span + 1` cells.
     #[inline(always)]
@@ -570,20 +583,13 @@ struct Groups {
 }
 
 impl Groups {
-    /// The groups for `nb`'s path: within two adjacent cells for the lane
-    /// path (its windows), up to [`LANES`] cells for the topological one
-    /// (its cells are smaller), as far as the grid allows ([`Grid::max_span`]).
+    /// The groups for `nb`'s path ([`Group::span`]).
     #[inline(always)]
     fn new(nb: &Neighbourhood<'_>, offset: usize, len: usize) -> Self {
-        let span = if nb.perception.k_nearest > 0 {
-            (LANES as i32 - 1).min(nb.grid.max_span(Block::Both))
-        } else {
-            1.min(nb.grid.max_span(Block::Near))
-        };
         Self {
             i: offset,
             end: offset + len,
-            span,
+            span: Group::span(nb),
             next: None,
         }
     }
@@ -808,15 +814,6 @@ impl TopLanes {
     }
 }
 
-/// The squared distance between a group's box and a run's, slightly
-/// understated (as [`CellRun::min_dist2`]): runs farther than every lane's
-/// `worst` are skipped.
-#[inline(always)]
-fn box_dist2(g: &GroupLanes, run: &CellRun) -> f32 {
-    let e = (run.lo - g.hi).max(g.lo - run.hi).max(Vec3::ZERO);
-    e.length_squared() * (1.0 - 1e-4)
-}
-
 /// The topological path, portable: every group's 5×5×5 block of small
 /// cells (runs out of every lane's reach skipped), each candidate offered
 /// to the lanes it is near enough for. The k nearest by `(d², id)` do not
@@ -835,7 +832,9 @@ fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         tops.reset(per, g.len);
         let mut candidates = 0u32;
         for run in runs.as_slice() {
-            if box_dist2(&lanes, run) > tops.reach2() {
+            // Runs farther from the group's box than every lane's `worst`
+            // hold nothing any lane takes.
+            if run.box_dist2(lanes.lo, lanes.hi) > tops.reach2() {
                 continue;
             }
             candidates += run.range.len() as u32;
@@ -1162,7 +1161,7 @@ mod tests {
                 out
             };
             let all = walk(0);
-            let span = Groups::new(&nb, 0, 0).span;
+            let span = Group::span(&nb);
             let block = if k_nearest > 0 { Block::Both } else { Block::Near };
             let widest = if k_nearest > 0 { 7 } else { 1 };
             prop_assert!(span <= grid.max_span(block) && span <= widest, "span {}", span);

@@ -18,7 +18,7 @@
 use glam::Vec3;
 
 use crate::Boid;
-use crate::kernel::Sums;
+use crate::kernel::{SortedBoids, Sums};
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
 
@@ -37,21 +37,21 @@ pub(crate) fn applies(ctx: &UpdateCtx<'_>) -> bool {
         && (a.predators.is_empty() || ctx.params.flee_radius_m <= 0.0)
 }
 
-/// The next state of up to [`LANES`] boids: `ids`, positions `p`,
-/// velocities `v` and what they perceived, `sums` (all of one length).
-/// The same bits as `rules::integrate(ctx, p, v, &rules::steering(ctx, id, p, v, sums))`
+/// The next state of the up to [`LANES`] boids `start ..` of `own` (one
+/// per slot of `out`), which perceived `sums`. The same bits as
+/// `rules::integrate(ctx, p, v, &rules::steering(ctx, id, p, v, sums))`
 /// for each, provided [`applies`] holds.
 #[inline]
 pub(crate) fn update(
     ctx: &UpdateCtx<'_>,
-    ids: &[u32],
-    p: &[Vec3],
-    v: &[Vec3],
+    own: &SortedBoids,
+    start: usize,
     sums: &[Sums],
     out: &mut [Boid],
 ) {
-    let n = ids.len();
-    debug_assert!(n <= LANES && p.len() == n && v.len() == n && sums.len() == n && out.len() == n);
+    let n = out.len();
+    debug_assert!(n <= LANES && sums.len() == n);
+    let ids = &own.id[start..start + n];
     let pr = ctx.params;
     let (vmax, fmax, dt) = (pr.max_speed_mps, pr.max_force_mps2, pr.dt_s());
     let planar = pr.is_2d();
@@ -63,9 +63,10 @@ pub(crate) fn update(
     let mut seen = [[false; LANES]; 3];
     let mut wander: Lanes3 = [[0.0; LANES]; 3];
     for l in 0..n {
+        let (p, v) = (own.pos(start + l), own.vel(start + l));
         for a in 0..3 {
-            pl[a][l] = p[l][a];
-            vl[a][l] = v[l][a];
+            pl[a][l] = p[a];
+            vl[a][l] = v[a];
             sum[0][a][l] = sums[l].sep[a];
             sum[1][a][l] = sums[l].ali[a];
             sum[2][a][l] = sums[l].coh[a];
@@ -140,8 +141,9 @@ pub(crate) fn update(
 
     for l in 0..n {
         out[l] = if stopped[l] {
-            let s = rules::steering(ctx, ids[l], p[l], v[l], &sums[l]);
-            let (p, v) = rules::integrate(ctx, p[l], v[l], &s);
+            let (p, v) = (own.pos(start + l), own.vel(start + l));
+            let s = rules::steering(ctx, ids[l], p, v, &sums[l]);
+            let (p, v) = rules::integrate(ctx, p, v, &s);
             Boid { p, v }
         } else {
             let mut p = Vec3::new(p1[0][l], p1[1][l], p1[2][l]);
@@ -281,8 +283,13 @@ mod tests {
             let p: Vec<Vec3> = boids.iter().map(|b| b.1).collect();
             let v: Vec<Vec3> = boids.iter().map(|b| b.2).collect();
             let sums: Vec<Sums> = boids.iter().map(|b| b.3).collect();
+            let mut own = SortedBoids::default();
+            own.resize(boids.len());
+            for (l, b) in boids.iter().enumerate() {
+                own.set(l, b.0, b.1, b.2);
+            }
             let mut out = vec![Boid::default(); boids.len()];
-            update(&ctx, &ids, &p, &v, &sums, &mut out);
+            update(&ctx, &own, 0, &sums, &mut out);
             for (l, got) in out.iter().enumerate() {
                 let s = rules::steering(&ctx, ids[l], p[l], v[l], &sums[l]);
                 let (p1, v1) = rules::integrate(&ctx, p[l], v[l], &s);

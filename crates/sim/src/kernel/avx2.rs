@@ -36,7 +36,7 @@ use std::arch::x86_64::{
 
 use super::{
     Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, Perception,
-    RunList, Sums, TopLanes, box_dist2,
+    RunList, Sums, TopLanes,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -162,12 +162,12 @@ isa_fns! {
             nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
             tops.reset(per, g.len);
             topv_reset(&mut topv, &tops.worst);
-            let k = top_consts(per, &lanes);
+            let k = consts(per, &lanes);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
             for (r, run) in runs.as_slice().iter().enumerate() {
                 let reach2 = if vector { topv_reach2(&topv) } else { tops.reach2() };
-                if box_dist2(&lanes, run) > reach2 {
+                if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
                     continue;
                 }
                 candidates += run.range.len() as u32;
@@ -191,52 +191,24 @@ isa_fns! {
         }
     }
 
-    /// A group's lanes and the view cone as registers, for the topological path.
-    fn top_consts(per: &Perception, g: &GroupLanes) -> Consts {
-        consts(per, g)
-    }
-
     /// `top_group_run` with the buffers in registers: distances, range,
     /// view and `(d², id)` order for eight lanes at once.
     fn top_group_run_v(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: i32, top: &mut TopV, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
-        let shift = run.shift;
-        let base = [
-            _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
-            _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
-            _mm256_sub_ps(k.p[2], _mm256_set1_ps(shift.z)),
-        ];
+        let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
         let rv = _mm256_set1_epi32(r);
         for j in run.range.clone() {
-            let d = [
-                _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
-                _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
-                _mm256_sub_ps(_mm256_set1_ps(b.pz[j]), base[2]),
-            ];
+            let d = offset_to(b, j, base);
             let d2 = dot3(d, d);
-            let near = _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
-            );
-            let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, *nn));
-            *nn = _mm256_blendv_ps(*nn, d2, closer);
+            let near = in_range(d2, k.max2);
+            *nn = nearer(*nn, d2, near);
             let mut take = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, top.worst));
             if _mm256_movemask_ps(take) == 0 {
                 continue;
             }
             if let Some(narrow) = cone {
-                // `Perception::in_view`, the lane path's cone test.
-                let dot = dot3(d, k.h);
-                let sq = _mm256_mul_ps(dot, dot);
-                let lim = _mm256_mul_ps(k.cone_c2, d2);
-                let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
-                let visible = if narrow {
-                    _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
-                } else {
-                    _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
-                };
-                take = _mm256_and_ps(take, _mm256_or_ps(visible, k.unheaded));
+                take = _mm256_and_ps(take, visible(k, d, d2, narrow));
                 if _mm256_movemask_ps(take) == 0 {
                     continue;
                 }
@@ -348,27 +320,14 @@ isa_fns! {
     /// nearest distance so far.
     fn top_group_run(nb: &Neighbourhood<'_>, g: &GroupLanes, run: &CellRun, tops: &mut TopLanes, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
-        let shift = run.shift;
-        let base = [
-            _mm256_sub_ps(load(&g.p[0]), _mm256_set1_ps(shift.x)),
-            _mm256_sub_ps(load(&g.p[1]), _mm256_set1_ps(shift.y)),
-            _mm256_sub_ps(load(&g.p[2]), _mm256_set1_ps(shift.z)),
-        ];
+        let base = image_base([load(&g.p[0]), load(&g.p[1]), load(&g.p[2])], run.shift);
         let max2 = _mm256_set1_ps(per.max2);
         let mut worst = load(&tops.worst);
         for j in run.range.clone() {
-            let d = [
-                _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
-                _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
-                _mm256_sub_ps(_mm256_set1_ps(b.pz[j]), base[2]),
-            ];
+            let d = offset_to(b, j, base);
             let d2 = dot3(d, d);
-            let near = _mm256_and_ps(
-                _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-                _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
-            );
-            let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, *nn));
-            *nn = _mm256_blendv_ps(*nn, d2, closer);
+            let near = in_range(d2, max2);
+            *nn = nearer(*nn, d2, near);
             let mut bits = _mm256_movemask_ps(_mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst))) as u32;
             if bits == 0 {
                 continue;
@@ -520,11 +479,7 @@ isa_fns! {
     /// The candidates `r` of a run with image shift `shift` (cut to the
     /// group's window), one at a time, each against all eight lanes.
     fn group_run<const ONE: bool, const CONE: u8>(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
-        let base = [
-            _mm256_sub_ps(k.p[0], _mm256_set1_ps(shift.x)),
-            _mm256_sub_ps(k.p[1], _mm256_set1_ps(shift.y)),
-            _mm256_sub_ps(k.p[2], _mm256_set1_ps(shift.z)),
-        ];
+        let base = image_base(k.p, shift);
         let b = nb.boids;
         let (px, py, pz) = (&b.px[r.clone()], &b.py[r.clone()], &b.pz[r.clone()]);
         let (vx, vy, vz) = (&b.vx[r.clone()], &b.vy[r.clone()], &b.vz[r]);
@@ -539,6 +494,53 @@ isa_fns! {
             let v = [_mm256_set1_ps(vx[j]), _mm256_set1_ps(vy[j]), _mm256_set1_ps(vz[j])];
             lanes8::<ONE, CONE>(acc, k, d, v);
         }
+    }
+
+    /// The lanes' boids as seen from a run's image: `p - shift`.
+    fn image_base(p: [__m256; 3], shift: crate::Vec3) -> [__m256; 3] {
+        [
+            _mm256_sub_ps(p[0], _mm256_set1_ps(shift.x)),
+            _mm256_sub_ps(p[1], _mm256_set1_ps(shift.y)),
+            _mm256_sub_ps(p[2], _mm256_set1_ps(shift.z)),
+        ]
+    }
+
+    /// Candidate `j`'s offset from each lane's boid (`base` from [`image_base`]).
+    fn offset_to(b: &crate::kernel::SortedBoids, j: usize, base: [__m256; 3]) -> [__m256; 3] {
+        [
+            _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
+            _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
+            _mm256_sub_ps(_mm256_set1_ps(b.pz[j]), base[2]),
+        ]
+    }
+
+    /// Lanes where `0 < d2 <= max2`: a neighbour in range, not the boid itself.
+    fn in_range(d2: __m256, max2: __m256) -> __m256 {
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(d2, max2),
+        )
+    }
+
+    /// `nn` lowered to `d2` in the `near` lanes where `d2` is smaller.
+    fn nearer(nn: __m256, d2: __m256, near: __m256) -> __m256 {
+        let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, nn));
+        _mm256_blendv_ps(nn, d2, closer)
+    }
+
+    /// `Perception::in_view` per lane: inside the view cone (`narrow`:
+    /// `cos(fov/2) >= 0`), or the lane's boid has no heading.
+    fn visible(k: &Consts, d: [__m256; 3], d2: __m256, narrow: bool) -> __m256 {
+        let dot = dot3(d, k.h);
+        let sq = _mm256_mul_ps(dot, dot);
+        let lim = _mm256_mul_ps(k.cone_c2, d2);
+        let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
+        let inside = if narrow {
+            _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
+        } else {
+            _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
+        };
+        _mm256_or_ps(inside, k.unheaded)
     }
 
     /// `a` where `mask` is set, `+0.0` elsewhere (the portable `keep`).
@@ -569,25 +571,12 @@ isa_fns! {
             return;
         }
         let d2 = dot3(d, d);
-        let near = _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GT_OQ>(d2, _mm256_setzero_ps()),
-            _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2),
-        );
-        let closer = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LT_OQ>(d2, acc.nn));
-        acc.nn = _mm256_blendv_ps(acc.nn, d2, closer);
+        let near = in_range(d2, k.max2);
+        acc.nn = nearer(acc.nn, d2, near);
         let ok = if CONE == NO_CONE {
             near
         } else {
-            let dot = dot3(d, k.h);
-            let sq = _mm256_mul_ps(dot, dot);
-            let lim = _mm256_mul_ps(k.cone_c2, d2);
-            let ahead = _mm256_cmp_ps::<_CMP_GE_OQ>(dot, _mm256_setzero_ps());
-            let visible = if CONE == NARROW {
-                _mm256_and_ps(ahead, _mm256_cmp_ps::<_CMP_GE_OQ>(sq, lim))
-            } else {
-                _mm256_or_ps(ahead, _mm256_cmp_ps::<_CMP_LE_OQ>(sq, lim))
-            };
-            _mm256_and_ps(near, _mm256_or_ps(visible, k.unheaded))
+            _mm256_and_ps(near, visible(k, d, d2, CONE == NARROW))
         };
         let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d2);
         let (s, a, c) = if ONE {
