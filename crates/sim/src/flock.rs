@@ -18,7 +18,7 @@ use glam::Vec3;
 
 use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
 use crate::error::{ParamError, SimError};
-use crate::exec::for_each_chunk2;
+use crate::exec::map_chunks2;
 use crate::faults::{self, DelayLine, Faulty, MAX_DELAYED_STATES};
 use crate::grid::Grid;
 use crate::kernel::{Neighbourhood, SortedBoids, Sums};
@@ -107,6 +107,8 @@ pub struct Flock {
     sorted: SortedBoids,
     /// Scratch: per-boid kernel output.
     sums: Vec<Sums>,
+    /// Scratch: each chunk's metric sums, in chunk order.
+    partials: Vec<MetricsAcc>,
     /// Frozen boids (dead motors), parallel to `boids`.
     frozen: Vec<bool>,
     /// How many are frozen (0: the flag is never read).
@@ -137,6 +139,7 @@ impl Flock {
             grid: Grid::default(),
             sorted: SortedBoids::default(),
             sums: Vec::new(),
+            partials: Vec::new(),
             frozen: Vec::new(),
             frozen_count: 0,
             sorted_frozen: Vec::new(),
@@ -202,6 +205,7 @@ impl Flock {
             grid: Grid::default(),
             sorted: SortedBoids::default(),
             sums: Vec::new(),
+            partials: Vec::new(),
             frozen: Vec::new(),
             frozen_count: 0,
             sorted_frozen: Vec::new(),
@@ -681,6 +685,7 @@ impl Flock {
             truth,
             sorted_frozen,
             frozen_count,
+            partials,
             ..
         } = self;
         let ctx = UpdateCtx {
@@ -709,7 +714,7 @@ impl Flock {
         let frozen = (*frozen_count > 0).then_some(&sorted_frozen[..]);
         let dt = params.dt_s();
         let lanes = update::applies(&ctx);
-        for_each_chunk2(boids, sums, CHUNK, |offset, out, sums| {
+        let chunk = |offset: usize, out: &mut [Boid], sums: &mut [Sums]| {
             match &faults {
                 None => nb.gather_chunk(offset, sums),
                 Some(f) => {
@@ -727,23 +732,30 @@ impl Flock {
                 {
                     update::update(&ctx, own, offset + k * update::LANES, s, b);
                 }
-                return;
-            }
-            for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
-                let i = offset + k;
-                let (p, v) = (own.pos(i), own.vel(i));
-                if frozen.is_some_and(|f| f[i]) {
-                    // A dead motor: drift on the last velocity.
-                    let (mut p1, mut v1) = (p + v * dt, v);
-                    rules::apply_boundary(&mut p1, &mut v1, params);
+            } else {
+                for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
+                    let i = offset + k;
+                    let (p, v) = (own.pos(i), own.vel(i));
+                    if frozen.is_some_and(|f| f[i]) {
+                        // A dead motor: drift on the last velocity.
+                        let (mut p1, mut v1) = (p + v * dt, v);
+                        rules::apply_boundary(&mut p1, &mut v1, params);
+                        *b = Boid { p: p1, v: v1 };
+                        continue;
+                    }
+                    let steer = rules::steering(&ctx, own.id[i], p, v, s);
+                    let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
                     *b = Boid { p: p1, v: v1 };
-                    continue;
                 }
-                let steer = rules::steering(&ctx, own.id[i], p, v, s);
-                let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
-                *b = Boid { p: p1, v: v1 };
             }
-        });
+            // The chunk's share of the metrics, merged in chunk order below.
+            let mut acc = MetricsAcc::new();
+            for (b, s) in out.iter().zip(sums.iter()) {
+                acc.add(b.p, b.v, s.nn_d2, s.candidates);
+            }
+            acc
+        };
+        map_chunks2(boids, sums, CHUNK, chunk, partials);
         self.ids.copy_from_slice(&self.sorted.id);
         if self.frozen_count > 0 {
             self.frozen.copy_from_slice(&self.sorted_frozen);
@@ -751,8 +763,8 @@ impl Flock {
         self.move_hunters();
 
         let mut acc = MetricsAcc::new();
-        for (b, s) in self.boids.iter().zip(&self.sums) {
-            acc.add(b.p, b.v, s.nn_d2, s.candidates);
+        for part in &self.partials {
+            acc.merge(part);
         }
         self.tick += 1;
         let mut m = acc.finish(self.tick, 0.0);
@@ -771,10 +783,13 @@ impl Flock {
         self.grid.rebuild(n, |i| boids[i].p);
         self.sorted.resize(n);
         self.sums.resize(n, Sums::default());
-        for (k, &src) in self.grid.perm().iter().enumerate() {
-            let (b, id) = (&self.boids[src as usize], self.ids[src as usize]);
-            self.sorted.set(k, id, b.p, b.v);
-        }
+        let (perm, boids, ids) = (self.grid.perm(), &self.boids, &self.ids);
+        self.sorted.fill(CHUNK * 4, |offset, rows| {
+            for (k, &src) in perm[offset..offset + rows.len()].iter().enumerate() {
+                let (b, id) = (&boids[src as usize], ids[src as usize]);
+                rows.set(k, id, b.p, b.v);
+            }
+        });
         self.sort_frozen();
     }
 

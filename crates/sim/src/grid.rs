@@ -113,13 +113,74 @@ fn max(a: f32, b: f32) -> f32 {
     if a > b { a } else { b }
 }
 
-/// `x.floor() as i32`, the same integer for every input (saturating, NaN
-/// to 0) without the call to libm's `floorf` that the baseline x86_64
-/// target (no SSE4.1) makes. PERF: the grid rebuild takes four per boid.
+/// `(x.floor() as i32).clamp(0, hi)`, the same integer for every input
+/// (NaN to 0) for `0 <= hi < 2^24` (exact as an `f32`; the grid's keys stay
+/// below [`MAX_CELLS`]). Clamped first, the value is never negative, so
+/// truncation is the floor. PERF: no call to libm's `floorf` (the baseline
+/// x86_64 target has no SSE4.1) and no saturation fix-ups; the grid
+/// rebuild takes four per boid.
 #[inline(always)]
-fn floor_i32(x: f32) -> i32 {
-    let t = x as i32;
-    t.saturating_sub(i32::from(x < t as f32))
+fn floor_clamped(x: f32, hi: i32) -> i32 {
+    // `f32::max` returns the other operand for NaN.
+    x.max(0.0).min(hi as f32) as i32
+}
+
+/// Most parts [`Grid::rebuild`] cuts the keys into.
+const MAX_PARTS: usize = 8;
+
+/// One range of keys in [`Grid::rebuild`]: its counts, cursors and stretch
+/// of the permutation.
+#[derive(Default)]
+struct KeyPart<'a> {
+    /// Its first key.
+    lo: u32,
+    /// Its first position in `perm`: the boids of the parts before it.
+    base: u32,
+    /// `slab_start[lo + 1 ..]`, one per key of the part.
+    counts: &'a mut [u32],
+    /// `cursor[lo ..]`, one per key of the part.
+    cursor: &'a mut [u32],
+    /// The positions its boids take in `perm`.
+    perm: &'a mut [u32],
+}
+
+impl KeyPart<'_> {
+    /// Counts its keys, then sums the counts up within the part.
+    fn count(&mut self, key_of: &[u32]) {
+        let len = self.counts.len() as u32;
+        for &k in key_of {
+            let k = k.wrapping_sub(self.lo);
+            if k < len {
+                self.counts[k as usize] += 1;
+            }
+        }
+        let mut sum = 0;
+        for c in self.counts.iter_mut() {
+            sum += *c;
+            *c = sum;
+        }
+    }
+
+    /// Adds the boids of the parts before (`base`) to its starts and puts
+    /// its boids into its stretch of `perm`, in state order within a key.
+    fn place(&mut self, key_of: &[u32]) {
+        let base = self.base;
+        let mut start = base;
+        for (c, u) in self.counts.iter_mut().zip(self.cursor.iter_mut()) {
+            *u = start - base;
+            *c += base;
+            start = *c;
+        }
+        let len = self.counts.len() as u32;
+        for (i, &k) in key_of.iter().enumerate() {
+            let k = k.wrapping_sub(self.lo);
+            if k < len {
+                let at = &mut self.cursor[k as usize];
+                self.perm[*at as usize] = i as u32;
+                *at += 1;
+            }
+        }
+    }
 }
 
 /// [`MAX_RUNS`] rounded up to a multiple of eight.
@@ -277,16 +338,16 @@ impl Grid {
     pub fn cell_coords(&self, p: Vec3) -> [i32; 3] {
         let c = p * self.inv_cell;
         [
-            floor_i32(c.x).clamp(0, self.n[0] - 1),
-            floor_i32(c.y).clamp(0, self.n[1] - 1),
-            floor_i32(c.z).clamp(0, self.n[2] - 1),
+            floor_clamped(c.x, self.n[0] - 1),
+            floor_clamped(c.y, self.n[1] - 1),
+            floor_clamped(c.z, self.n[2] - 1),
         ]
     }
 
     /// The cell column of `x`, as [`Grid::cell_coords`] computes it.
     #[inline(always)]
     pub fn cell_x(&self, x: f32) -> i32 {
-        floor_i32(x * self.inv_cell.x).clamp(0, self.n[0] - 1)
+        floor_clamped(x * self.inv_cell.x, self.n[0] - 1)
     }
 
     #[inline]
@@ -310,14 +371,24 @@ impl Grid {
     /// lies in the cell `cell_coords` picks.
     #[inline(always)]
     fn x_key(&self, x: f32) -> i32 {
-        floor_i32(x * self.inv_slab).clamp(0, self.n[0] * self.slabs - 1)
+        floor_clamped(x * self.inv_slab, self.n[0] * self.slabs - 1)
     }
 
     /// Counting sort: buckets the `n_boids` positions given by `pos` into
     /// cells, and within a cell into slabs along x. Afterwards
     /// [`Grid::perm`] lists state indices in slab order (stable within a slab).
+    ///
+    /// PERF: every pass runs on the pool. Keys are computed by chunks of
+    /// boids; counting and placing are split by ranges of keys instead, each
+    /// part reading every key in order and writing only its own keys'
+    /// counts and its own stretch of `perm`. A stable counting sort has one
+    /// result, so the parts change the speed, never the permutation. The
+    /// parts hold about equal numbers of boids as of the last rebuild
+    /// (boids move little between ticks).
     pub fn rebuild(&mut self, n_boids: usize, pos: impl Fn(usize) -> Vec3 + Sync) {
         let keys = self.cell_count() * self.slabs as usize;
+        let mut bounds = [0usize; MAX_PARTS + 1];
+        let parts = self.part_bounds(keys, &mut bounds);
         self.key_of.resize(n_boids, 0);
         self.perm.resize(n_boids, 0);
         self.slab_start.clear();
@@ -339,18 +410,57 @@ impl Grid {
         });
         self.key_of = key_of;
 
-        for &k in &self.key_of {
-            self.slab_start[k as usize + 1] += 1;
+        // Each part counts its keys (at `slab_start[k + 1]`) and sums them
+        // up within the part.
+        let key_of = &self.key_of[..];
+        let mut split = [(); MAX_PARTS].map(|_| KeyPart::default());
+        let mut counts = &mut self.slab_start[1..];
+        let mut cursor = &mut self.cursor[..];
+        for (t, part) in split.iter_mut().enumerate().take(parts) {
+            let len = bounds[t + 1] - bounds[t];
+            let (c, rest) = std::mem::take(&mut counts).split_at_mut(len);
+            let (u, rest_u) = std::mem::take(&mut cursor).split_at_mut(len);
+            (counts, cursor) = (rest, rest_u);
+            *part = KeyPart {
+                lo: bounds[t] as u32,
+                base: 0,
+                counts: c,
+                cursor: u,
+                perm: &mut [],
+            };
         }
-        for k in 0..keys {
-            self.slab_start[k + 1] += self.slab_start[k];
+        crate::exec::for_each_mut(&mut split[..parts], |part| part.count(key_of));
+        // Each part's first position is the boids of the parts before it.
+        let mut base = [0u32; MAX_PARTS + 1];
+        for t in 0..parts {
+            base[t + 1] = base[t] + split[t].counts.last().copied().unwrap_or(0);
         }
-        self.cursor.copy_from_slice(&self.slab_start[..keys]);
-        for (i, &k) in self.key_of.iter().enumerate() {
-            let slot = &mut self.cursor[k as usize];
-            self.perm[*slot as usize] = i as u32;
-            *slot += 1;
+        let mut perm = &mut self.perm[..];
+        for (t, part) in split.iter_mut().enumerate().take(parts) {
+            let (mine, rest) =
+                std::mem::take(&mut perm).split_at_mut((base[t + 1] - base[t]) as usize);
+            perm = rest;
+            (part.base, part.perm) = (base[t], mine);
         }
+        crate::exec::for_each_mut(&mut split[..parts], |part| part.place(key_of));
+    }
+
+    /// Cuts the keys into parts for [`Grid::rebuild`] (`bounds[..=parts]`,
+    /// ascending from 0 to `keys`); returns how many.
+    fn part_bounds(&self, keys: usize, bounds: &mut [usize; MAX_PARTS + 1]) -> usize {
+        let parts = crate::exec::workers().clamp(1, MAX_PARTS).min(keys.max(1));
+        // Last rebuild's layout, when the key table is the same.
+        let last = (self.slab_start.len() == keys + 1).then_some(&self.slab_start[..]);
+        let n = last.map_or(0, |s| s[keys] as usize);
+        for (t, b) in bounds.iter_mut().enumerate().take(parts + 1) {
+            *b = match last {
+                Some(s) if n > 0 => s[..keys].partition_point(|&x| (x as usize) < n * t / parts),
+                _ => keys * t / parts,
+            };
+        }
+        bounds[0] = 0;
+        bounds[parts] = keys;
+        parts
     }
 
     /// The slack [`Grid::windows`] adds to a squared reach `max2`: 0.1 % of
@@ -648,7 +758,7 @@ mod tests {
     }
 
     #[test]
-    fn floor_i32_is_floor_then_cast_everywhere() {
+    fn floor_clamped_is_floor_then_clamp_everywhere() {
         let mut xs = vec![
             0.0f32,
             -0.0,
@@ -672,7 +782,10 @@ mod tests {
         ];
         xs.extend((-4000..4000).map(|k| k as f32 * 0.013_7));
         for x in xs {
-            assert_eq!(floor_i32(x), x.floor() as i32, "{x}");
+            for hi in [0, 1, 2, 7, 255, 4096, (1 << 24) - 1] {
+                let want = (x.floor() as i32).clamp(0, hi);
+                assert_eq!(floor_clamped(x, hi), want, "{x} ..= {hi}");
+            }
         }
     }
 
@@ -707,6 +820,49 @@ mod tests {
         });
         seen.sort_unstable();
         assert_eq!(seen, vec![0, 1, 2, 3]);
+    }
+
+    /// The parallel sort's permutation is the stable sort by key, whatever
+    /// the number of threads (parts) and whatever the last rebuild left
+    /// (its layout cuts the parts), with empty and crowded keys.
+    #[test]
+    fn counting_sort_is_the_stable_sort_on_any_pool() {
+        let mut g = grid(Vec3::new(60.0, 40.0, 20.0), 4.0, true);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 40) as f32 / (1u64 << 24) as f32
+        };
+        for round in 0..6 {
+            // Some rounds crowd every boid into one corner.
+            let spread = if round % 3 == 2 { 0.1 } else { 1.0 };
+            let n = [0, 1, 7, 500, 3000, 2999][round];
+            let pts: Vec<Vec3> = (0..n)
+                .map(|_| Vec3::new(next(), next(), next()) * Vec3::new(60.0, 40.0, 20.0) * spread)
+                .collect();
+            let key = |g: &Grid, p: Vec3| {
+                let c = g.cell_coords(p);
+                (g.flat([0, c[1], c[2]]) as i32 * g.slabs + g.x_key(p.x)) as u32
+            };
+            let mut want: Vec<u32> = (0..n as u32).collect();
+            want.sort_by_key(|&i| key(&g, pts[i as usize]));
+            for threads in [1, 2, 3, 8] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| g.rebuild(n, |i| pts[i]));
+                assert_eq!(g.perm(), &want[..], "round {round}, {threads} threads");
+                for (k, &i) in want.iter().enumerate() {
+                    let kk = key(&g, pts[i as usize]) as usize;
+                    assert!(
+                        (g.slab_start[kk] as usize..g.slab_start[kk + 1] as usize).contains(&k)
+                    );
+                }
+            }
+        }
     }
 
     /// Near + Ring visit every cell within two exactly once, also across wrapped faces.

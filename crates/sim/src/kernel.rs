@@ -184,6 +184,91 @@ impl SortedBoids {
     }
 }
 
+/// Consecutive rows of a [`SortedBoids`], writable.
+pub(crate) struct SortedRows<'a> {
+    px: &'a mut [f32],
+    py: &'a mut [f32],
+    pz: &'a mut [f32],
+    vx: &'a mut [f32],
+    vy: &'a mut [f32],
+    vz: &'a mut [f32],
+    id: &'a mut [u32],
+}
+
+impl SortedRows<'_> {
+    /// Writes boid `id` with position `p` and velocity `v` into row `k` of these.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, k: usize, id: u32, p: Vec3, v: Vec3) {
+        (self.px[k], self.py[k], self.pz[k]) = (p.x, p.y, p.z);
+        (self.vx[k], self.vy[k], self.vz[k]) = (v.x, v.y, v.z);
+        self.id[k] = id;
+    }
+
+    /// Rows in these.
+    pub(crate) fn len(&self) -> usize {
+        self.id.len()
+    }
+}
+
+impl SortedBoids {
+    /// Calls `f(offset, rows)` for consecutive runs of `chunk` rows, on
+    /// rayon's pool when the `parallel` feature is on.
+    pub(crate) fn fill(
+        &mut self,
+        chunk: usize,
+        f: impl Fn(usize, &mut SortedRows<'_>) + Sync + Send,
+    ) {
+        #[cfg(feature = "parallel")]
+        {
+            use rayon::prelude::*;
+            (
+                self.px.par_chunks_mut(chunk),
+                self.py.par_chunks_mut(chunk),
+                self.pz.par_chunks_mut(chunk),
+                self.vx.par_chunks_mut(chunk),
+                self.vy.par_chunks_mut(chunk),
+                self.vz.par_chunks_mut(chunk),
+                self.id.par_chunks_mut(chunk),
+            )
+                .into_par_iter()
+                .enumerate()
+                .for_each(|(k, (px, py, pz, vx, vy, vz, id))| {
+                    f(
+                        k * chunk,
+                        &mut SortedRows {
+                            px,
+                            py,
+                            pz,
+                            vx,
+                            vy,
+                            vz,
+                            id,
+                        },
+                    );
+                });
+        }
+        #[cfg(not(feature = "parallel"))]
+        {
+            let _ = chunk;
+            let (px, py, pz) = (&mut self.px[..], &mut self.py[..], &mut self.pz[..]);
+            let (vx, vy, vz) = (&mut self.vx[..], &mut self.vy[..], &mut self.vz[..]);
+            let id = &mut self.id[..];
+            f(
+                0,
+                &mut SortedRows {
+                    px,
+                    py,
+                    pz,
+                    vx,
+                    vy,
+                    vz,
+                    id,
+                },
+            );
+        }
+    }
+}
+
 /// What one boid perceived this tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sums {

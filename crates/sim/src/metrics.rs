@@ -33,8 +33,9 @@ pub struct TickMetrics {
     pub step_ms: f32,
 }
 
-/// Running sums for [`TickMetrics`], in f64 and in a fixed order.
-#[derive(Debug, Default)]
+/// Running sums for [`TickMetrics`], in f64 and in a fixed order: boid by
+/// boid within a chunk, then chunk by chunk ([`MetricsAcc::merge`]).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct MetricsAcc {
     heading: [f64; 3],
     speed: f64,
@@ -73,6 +74,20 @@ impl MetricsAcc {
         }
         self.candidates += u64::from(candidates);
         self.n += 1;
+    }
+
+    /// Adds the sums of the boids after this one's.
+    pub(crate) fn merge(&mut self, next: &MetricsAcc) {
+        for a in 0..3 {
+            self.heading[a] += next.heading[a];
+            self.centroid[a] += next.centroid[a];
+        }
+        self.speed += next.speed;
+        self.nn_sum += next.nn_sum;
+        self.nn_min2 = self.nn_min2.min(next.nn_min2);
+        self.with_nn += next.with_nn;
+        self.candidates += next.candidates;
+        self.n += next.n;
     }
 
     pub(crate) fn finish(&self, tick: u64, step_ms: f32) -> TickMetrics {
