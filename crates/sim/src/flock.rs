@@ -28,6 +28,7 @@ use crate::perception::Perception;
 use crate::rng::{self, Stream};
 use crate::rules::{self, Steering, UpdateCtx};
 use crate::update;
+use crate::wander::WanderCache;
 
 /// Most boids a flock may hold (about 70 bytes each).
 pub const MAX_POPULATION: usize = 2_000_000;
@@ -109,6 +110,8 @@ pub struct Flock {
     sums: Vec<Sums>,
     /// Scratch: each chunk's metric sums, in chunk order.
     partials: Vec<MetricsAcc>,
+    /// Each boid's wander keyframes, kept between ticks (speed only).
+    wander: WanderCache,
     /// Frozen boids (dead motors), parallel to `boids`.
     frozen: Vec<bool>,
     /// How many are frozen (0: the flag is never read).
@@ -140,6 +143,7 @@ impl Flock {
             sorted: SortedBoids::default(),
             sums: Vec::new(),
             partials: Vec::new(),
+            wander: WanderCache::default(),
             frozen: Vec::new(),
             frozen_count: 0,
             sorted_frozen: Vec::new(),
@@ -206,6 +210,7 @@ impl Flock {
             sorted: SortedBoids::default(),
             sums: Vec::new(),
             partials: Vec::new(),
+            wander: WanderCache::default(),
             frozen: Vec::new(),
             frozen_count: 0,
             sorted_frozen: Vec::new(),
@@ -341,6 +346,7 @@ impl Flock {
         self.agents = Agents::default();
         self.frozen.clear();
         self.frozen_count = 0;
+        self.wander.clear();
         self.delay.reset(self.params.latency_ticks);
         self.grow_uniform(n);
         self.metrics = self.measure_now();
@@ -598,9 +604,12 @@ impl Flock {
         self.ids.push(id);
         self.boids.push(b);
         self.frozen.push(false);
+        self.wander.push();
     }
 
     fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        let ids = &self.ids;
+        self.wander.retain(|r| keep(ids[r]));
         let mut w = 0;
         for r in 0..self.ids.len() {
             if keep(self.ids[r]) {
@@ -686,6 +695,7 @@ impl Flock {
             sorted_frozen,
             frozen_count,
             partials,
+            wander,
             ..
         } = self;
         let ctx = UpdateCtx {
@@ -730,7 +740,8 @@ impl Flock {
                     .zip(sums.chunks(update::LANES))
                     .enumerate()
                 {
-                    update::update(&ctx, own, offset + k * update::LANES, s, b);
+                    let at = offset + k * update::LANES;
+                    update::update(&ctx, own, at, s, b, wander.sorted());
                 }
             } else {
                 for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
@@ -756,6 +767,8 @@ impl Flock {
             acc
         };
         map_chunks2(boids, sums, CHUNK, chunk, partials);
+        // The state is in cell order now, and so are this tick's keyframes.
+        self.wander.commit();
         self.ids.copy_from_slice(&self.sorted.id);
         if self.frozen_count > 0 {
             self.frozen.copy_from_slice(&self.sorted_frozen);
@@ -781,6 +794,9 @@ impl Flock {
         self.configure_grid();
         let boids = &self.boids;
         self.grid.rebuild(n, |i| boids[i].p);
+        let (params, perm) = (&self.params, self.grid.perm());
+        self.wander
+            .sort(params, self.seed, self.tick, &self.ids, perm);
         self.sorted.resize(n);
         self.sums.resize(n, Sums::default());
         let (perm, boids, ids) = (self.grid.perm(), &self.boids, &self.ids);
@@ -828,6 +844,8 @@ impl Flock {
         let (delay, tick, ids, boids) = (&self.delay, self.tick, &self.ids, &self.boids);
         let seen = |i: usize| delay.seen(tick, ids[i]).unwrap_or(boids[i]);
         self.grid.rebuild(n, |i| seen(i).p);
+        let (params, perm) = (&self.params, self.grid.perm());
+        self.wander.sort(params, self.seed, self.tick, ids, perm);
         self.sorted.resize(n);
         self.truth.resize(n);
         self.sums.resize(n, Sums::default());
@@ -1035,5 +1053,67 @@ impl Fnv {
     }
     fn u64(&mut self, v: u64) {
         self.bytes(&v.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kept wander keyframes are the ones a fresh draw gives, through
+    /// keyframe changes, spawns, removals, kills, a new tick rate, a switch
+    /// to 2-D, wander off and on, and a reset; and a run that keeps them is
+    /// the same bits as one that draws them every tick.
+    #[test]
+    fn kept_wander_keyframes_are_fresh_draws_and_change_nothing() {
+        let params = Params {
+            world_m: [60.0, 60.0, 30.0],
+            ..Params::default()
+        };
+        let config = FlockConfig {
+            params,
+            population: 300,
+            seed: 11,
+        };
+        let mut kept = Flock::new(config).unwrap();
+        let mut drawn = Flock::new(config).unwrap();
+        for tick in 0..260u64 {
+            for f in [&mut kept, &mut drawn] {
+                match tick {
+                    30 => {
+                        f.spawn_boids(Vec3::splat(20.0), 5.0, 40).unwrap();
+                    }
+                    70 => {
+                        let ids: Vec<u32> = f.ids().iter().copied().step_by(7).collect();
+                        f.remove_boids(&ids).unwrap();
+                    }
+                    90 => {
+                        f.kill_random(10).unwrap();
+                    }
+                    100 => f
+                        .set_params(Params {
+                            tick_hz: 30,
+                            ..params
+                        })
+                        .unwrap(),
+                    140 => f.set_params(Params { dims: 2, ..params }).unwrap(),
+                    160 => f
+                        .set_params(Params {
+                            w_wander: 0.0,
+                            ..params
+                        })
+                        .unwrap(),
+                    170 => f.set_params(params).unwrap(),
+                    200 => f.reset(Some(12)),
+                    _ => {}
+                }
+            }
+            drawn.wander.clear();
+            kept.step();
+            drawn.step();
+            kept.wander.check(kept.seed, &kept.ids);
+            assert_eq!(kept.digest(), drawn.digest(), "tick {tick}");
+        }
+        assert!(kept.params.w_wander > 0.0 && kept.tick == 60);
     }
 }

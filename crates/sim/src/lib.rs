@@ -63,6 +63,7 @@ pub mod rules;
 pub mod scenarios;
 pub mod swarm;
 mod update;
+mod wander;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
 #[cfg(feature = "serde")]

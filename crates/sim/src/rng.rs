@@ -55,18 +55,40 @@ pub fn signed_vec3(seed: u64, stream: Stream, a: u64, b: u64) -> Vec3 {
 /// A direction uniformly distributed on the unit sphere (or circle when
 /// `planar`), by rejection sampling in the cube; deterministic in the key.
 pub fn unit_vec3(seed: u64, stream: Stream, a: u64, b: u64, planar: bool) -> Vec3 {
-    for attempt in 0..64u64 {
-        let mut v = signed_vec3(seed, stream, a, b.wrapping_add(attempt << 48));
-        if planar {
-            v.z = 0.0;
-        }
-        let l2 = v.length_squared();
-        if l2 > 1e-4 && l2 <= 1.0 {
-            return v / l2.sqrt();
+    unit_vec3_tries(seed, stream, a, b, planar).0
+}
+
+/// Tries [`unit_vec3`] makes at most; after them it gives `Vec3::X`.
+pub const UNIT_TRIES: u8 = 64;
+
+/// [`unit_vec3`], and the try that gave it (`UNIT_TRIES` for the fallback),
+/// which [`unit_vec3_try`] recomputes without the rejected ones.
+pub fn unit_vec3_tries(seed: u64, stream: Stream, a: u64, b: u64, planar: bool) -> (Vec3, u8) {
+    for attempt in 0..UNIT_TRIES {
+        if let Some(v) = unit_try(seed, stream, a, b, planar, attempt) {
+            return (v, attempt);
         }
     }
-    // 64 rejections in a row happen with probability below 1e-20.
-    Vec3::X
+    (Vec3::X, UNIT_TRIES)
+}
+
+/// Try `attempt` of [`unit_vec3`], known to be the one it returns
+/// ([`unit_vec3_tries`]): the same bits, one draw.
+#[inline]
+pub fn unit_vec3_try(seed: u64, stream: Stream, a: u64, b: u64, planar: bool, attempt: u8) -> Vec3 {
+    unit_try(seed, stream, a, b, planar, attempt).unwrap_or(Vec3::X)
+}
+
+/// One try of [`unit_vec3`]: a point in the cube, kept if inside the ball
+/// (and not too near its centre), then normalised.
+#[inline]
+fn unit_try(seed: u64, stream: Stream, a: u64, b: u64, planar: bool, attempt: u8) -> Option<Vec3> {
+    let mut v = signed_vec3(seed, stream, a, b.wrapping_add(u64::from(attempt) << 48));
+    if planar {
+        v.z = 0.0;
+    }
+    let l2 = v.length_squared();
+    (l2 > 1e-4 && l2 <= 1.0).then(|| v / l2.sqrt())
 }
 
 #[cfg(test)]

@@ -128,11 +128,41 @@ pub fn apply_boundary(p: &mut Vec3, v: &mut Vec3, params: &Params) {
 /// changes by at most `2 / period_ticks` per tick and never jumps.
 #[inline]
 pub fn wander_vec(seed: u64, id: u32, tick: u64, tick_hz: u32, planar: bool) -> Vec3 {
-    let period = ((WANDER_PERIOD_S * tick_hz as f32) as u64).max(1);
-    let (key, phase) = (tick / period, tick % period);
-    let f = phase as f32 / period as f32;
-    let a = rng::unit_vec3(seed, Stream::Wander, u64::from(id), key, planar);
-    let b = rng::unit_vec3(seed, Stream::Wander, u64::from(id), key + 1, planar);
+    let key = tick / wander_period(tick_hz);
+    let a = wander_keyframe(seed, id, key, planar);
+    let b = wander_keyframe(seed, id, key + 1, planar);
+    wander_blend([a, b], tick, tick_hz)
+}
+
+/// Ticks between wander keyframes; keyframe `tick / period` precedes `tick`.
+#[inline]
+pub fn wander_period(tick_hz: u32) -> u64 {
+    ((WANDER_PERIOD_S * tick_hz as f32) as u64).max(1)
+}
+
+/// Boid `id`'s wander keyframe `key`: a random unit vector (flat when `planar`).
+#[inline]
+pub fn wander_keyframe(seed: u64, id: u32, key: u64, planar: bool) -> Vec3 {
+    rng::unit_vec3(seed, Stream::Wander, u64::from(id), key, planar)
+}
+
+/// [`wander_keyframe`], and the try of its draw that gave it
+/// ([`rng::unit_vec3_tries`]).
+pub fn wander_keyframe_tries(seed: u64, id: u32, key: u64, planar: bool) -> (Vec3, u8) {
+    rng::unit_vec3_tries(seed, Stream::Wander, u64::from(id), key, planar)
+}
+
+/// [`wander_keyframe`] from the try that gave it: the same bits, one draw.
+#[inline]
+pub fn wander_keyframe_at(seed: u64, id: u32, key: u64, planar: bool, attempt: u8) -> Vec3 {
+    rng::unit_vec3_try(seed, Stream::Wander, u64::from(id), key, planar, attempt)
+}
+
+/// [`wander_vec`] from the keyframes around `tick`, `[key, key + 1]`.
+#[inline(always)]
+pub fn wander_blend([a, b]: [Vec3; 2], tick: u64, tick_hz: u32) -> Vec3 {
+    let period = wander_period(tick_hz);
+    let f = (tick % period) as f32 / period as f32;
     a * (1.0 - f) + b * f
 }
 

@@ -21,6 +21,7 @@ use crate::Boid;
 use crate::kernel::{SortedBoids, Sums};
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
+use crate::wander::{self, Keys};
 
 /// Boids updated side by side.
 pub(crate) const LANES: usize = 8;
@@ -40,7 +41,8 @@ pub(crate) fn applies(ctx: &UpdateCtx<'_>) -> bool {
 /// The next state of the up to [`LANES`] boids `start ..` of `own` (one
 /// per slot of `out`), which perceived `sums`. The same bits as
 /// `rules::integrate(ctx, p, v, &rules::steering(ctx, id, p, v, sums))`
-/// for each, provided [`applies`] holds.
+/// for each, provided [`applies`] holds. `keyframes`: the boids' wander keyframes
+/// for this tick by sorted index ([`crate::wander`]), or empty to draw them.
 #[inline]
 pub(crate) fn update(
     ctx: &UpdateCtx<'_>,
@@ -48,6 +50,7 @@ pub(crate) fn update(
     start: usize,
     sums: &[Sums],
     out: &mut [Boid],
+    keyframes: &[Keys],
 ) {
     let n = out.len();
     debug_assert!(n <= LANES && sums.len() == n);
@@ -75,7 +78,10 @@ pub(crate) fn update(
             seen[l] = count > 0;
         }
         if pr.w_wander > 0.0 {
-            let w = rules::wander_vec(ctx.seed, ids[l], ctx.tick, pr.tick_hz, planar) * fmax;
+            let w = match keyframes.get(start + l) {
+                Some(&tries) => wander::direction(tries, ctx.seed, ids[l], ctx.tick, pr),
+                None => rules::wander_vec(ctx.seed, ids[l], ctx.tick, pr.tick_hz, planar),
+            } * fmax;
             for a in 0..3 {
                 wander[a][l] = w[a];
             }
@@ -288,14 +294,22 @@ mod tests {
             for (l, b) in boids.iter().enumerate() {
                 own.set(l, b.0, b.1, b.2);
             }
-            let mut out = vec![Boid::default(); boids.len()];
-            update(&ctx, &own, 0, &sums, &mut out);
-            for (l, got) in out.iter().enumerate() {
-                let s = rules::steering(&ctx, ids[l], p[l], v[l], &sums[l]);
-                let (p1, v1) = rules::integrate(&ctx, p[l], v[l], &s);
-                let bits = |x: Vec3| x.to_array().map(f32::to_bits);
-                prop_assert_eq!(bits(got.p), bits(p1), "lane {} position", l);
-                prop_assert_eq!(bits(got.v), bits(v1), "lane {} velocity", l);
+            // Keyframes drawn here, or by the update itself.
+            let key = tick / rules::wander_period(params.tick_hz);
+            let keys: Vec<Keys> = ids
+                .iter()
+                .map(|&id| [key, key + 1].map(|k| rules::wander_keyframe_tries(7, id, k, dims == 2).1))
+                .collect();
+            for keyframes in [&keys[..], &[]] {
+                let mut out = vec![Boid::default(); boids.len()];
+                update(&ctx, &own, 0, &sums, &mut out, keyframes);
+                for (l, got) in out.iter().enumerate() {
+                    let s = rules::steering(&ctx, ids[l], p[l], v[l], &sums[l]);
+                    let (p1, v1) = rules::integrate(&ctx, p[l], v[l], &s);
+                    let bits = |x: Vec3| x.to_array().map(f32::to_bits);
+                    prop_assert_eq!(bits(got.p), bits(p1), "lane {} position", l);
+                    prop_assert_eq!(bits(got.v), bits(v1), "lane {} velocity", l);
+                }
             }
         }
     }
