@@ -174,13 +174,21 @@ impl SortedBoids {
     /// Writes boid `id` with position `p` and velocity `v` into slot `j`.
     #[inline(always)]
     pub fn set(&mut self, j: usize, id: u32, p: Vec3, v: Vec3) {
-        self.px[j] = p.x;
-        self.py[j] = p.y;
-        self.pz[j] = p.z;
-        self.vx[j] = v.x;
-        self.vy[j] = v.y;
-        self.vz[j] = v.z;
-        self.id[j] = id;
+        self.rows().set(j, id, p, v);
+    }
+
+    /// All rows, writable.
+    #[inline(always)]
+    fn rows(&mut self) -> SortedRows<'_> {
+        SortedRows {
+            px: &mut self.px,
+            py: &mut self.py,
+            pz: &mut self.pz,
+            vx: &mut self.vx,
+            vy: &mut self.vy,
+            vz: &mut self.vz,
+            id: &mut self.id,
+        }
     }
 }
 
@@ -250,21 +258,7 @@ impl SortedBoids {
         #[cfg(not(feature = "parallel"))]
         {
             let _ = chunk;
-            let (px, py, pz) = (&mut self.px[..], &mut self.py[..], &mut self.pz[..]);
-            let (vx, vy, vz) = (&mut self.vx[..], &mut self.vy[..], &mut self.vz[..]);
-            let id = &mut self.id[..];
-            f(
-                0,
-                &mut SortedRows {
-                    px,
-                    py,
-                    pz,
-                    vx,
-                    vy,
-                    vz,
-                    id,
-                },
-            );
+            f(0, &mut self.rows());
         }
     }
 }
