@@ -827,7 +827,6 @@ mod tests {
     /// (its layout cuts the parts), with empty and crowded keys.
     #[test]
     fn counting_sort_is_the_stable_sort_on_any_pool() {
-        let mut g = grid(Vec3::new(60.0, 40.0, 20.0), 4.0, true);
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             rng ^= rng << 13;
@@ -835,31 +834,35 @@ mod tests {
             rng ^= rng << 17;
             (rng >> 40) as f32 / (1u64 << 24) as f32
         };
-        for round in 0..6 {
-            // Some rounds crowd every boid into one corner.
-            let spread = if round % 3 == 2 { 0.1 } else { 1.0 };
-            let n = [0, 1, 7, 500, 3000, 2999][round];
-            let pts: Vec<Vec3> = (0..n)
-                .map(|_| Vec3::new(next(), next(), next()) * Vec3::new(60.0, 40.0, 20.0) * spread)
-                .collect();
-            let key = |g: &Grid, p: Vec3| {
-                let c = g.cell_coords(p);
-                (g.flat([0, c[1], c[2]]) as i32 * g.slabs + g.x_key(p.x)) as u32
-            };
-            let mut want: Vec<u32> = (0..n as u32).collect();
-            want.sort_by_key(|&i| key(&g, pts[i as usize]));
-            for threads in [1, 2, 3, 8] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| g.rebuild(n, |i| pts[i]));
-                assert_eq!(g.perm(), &want[..], "round {round}, {threads} threads");
-                for (k, &i) in want.iter().enumerate() {
-                    let kk = key(&g, pts[i as usize]) as usize;
-                    assert!(
-                        (g.slab_start[kk] as usize..g.slab_start[kk + 1] as usize).contains(&k)
-                    );
+        let key = |g: &Grid, p: Vec3| {
+            let c = g.cell_coords(p);
+            (g.flat([0, c[1], c[2]]) as i32 * g.slabs + g.x_key(p.x)) as u32
+        };
+        // A grid of thousands of keys, and one of four (fewer than threads).
+        for (world, r) in [(Vec3::new(60.0, 40.0, 20.0), 4.0), (Vec3::splat(5.0), 4.0)] {
+            let mut g = grid(world, r, true);
+            for round in 0..6 {
+                // Some rounds crowd every boid into one corner.
+                let spread = if round % 3 == 2 { 0.1 } else { 1.0 };
+                let n = [0, 1, 7, 500, 3000, 2999][round];
+                let pts: Vec<Vec3> = (0..n)
+                    .map(|_| Vec3::new(next(), next(), next()) * world * spread)
+                    .collect();
+                let mut want: Vec<u32> = (0..n as u32).collect();
+                want.sort_by_key(|&i| key(&g, pts[i as usize]));
+                for threads in [1, 2, 3, 8] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    pool.install(|| g.rebuild(n, |i| pts[i]));
+                    let what = format!("{world}, round {round}, {threads} threads");
+                    assert_eq!(g.perm(), &want[..], "{what}");
+                    for (k, &i) in want.iter().enumerate() {
+                        let kk = key(&g, pts[i as usize]) as usize;
+                        let slab = g.slab_start[kk] as usize..g.slab_start[kk + 1] as usize;
+                        assert!(slab.contains(&k), "{what}");
+                    }
                 }
             }
         }
