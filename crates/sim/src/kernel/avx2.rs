@@ -55,6 +55,27 @@ const TOPV_K: usize = 16;
 /// Flips the sign bit, so signed comparison orders ids as unsigned.
 const ID_FLIP: u32 = 0x8000_0000;
 
+/// Bits of [`pack_at`] that hold the run's place in the group's list.
+const RUN_BITS: u32 = 7;
+const _: () =
+    assert!(MAX_RUNS <= 1 << RUN_BITS && crate::MAX_POPULATION << RUN_BITS <= i32::MAX as usize);
+
+/// Sorted index `j` and run `r` of a candidate in one lane value (one
+/// blend per slot instead of two in [`TopV`]'s insertion).
+#[inline(always)]
+fn pack_at(j: usize, r: usize) -> u32 {
+    ((j as u32) << RUN_BITS) | r as u32
+}
+
+/// [`pack_at`]'s `(j, r)`.
+#[inline(always)]
+fn unpack_at(at: u32) -> (usize, usize) {
+    (
+        (at >> RUN_BITS) as usize,
+        (at & ((1 << RUN_BITS) - 1)) as usize,
+    )
+}
+
 /// Eight lanes' top-k buffers, transposed: slot `t` of every lane in one
 /// register, each lane ascending by `(d², id)`; empty slots hold
 /// `(+inf, u32::MAX)`, after every candidate.
@@ -63,9 +84,9 @@ struct TopV {
     d2: [__m256; TOPV_K],
     /// Ids with [`ID_FLIP`] applied.
     id: [__m256i; TOPV_K],
-    j: [__m256i; TOPV_K],
-    /// Index of the candidate's run in the group's list (its image shift).
-    run: [__m256i; TOPV_K],
+    /// The candidate's sorted index and its run's place in the group's
+    /// list (its image shift), as [`pack_at`].
+    at: [__m256i; TOPV_K],
     /// `TopK::worst` per lane (`-inf` in lanes past the group).
     worst: __m256,
     /// All ones in the group's lanes.
@@ -172,7 +193,7 @@ isa_fns! {
                 }
                 candidates += run.range.len() as u32;
                 if vector {
-                    top_group_run_v(nb, &k, run, r as i32, &mut topv, &mut nn);
+                    top_group_run_v(nb, &k, run, r, &mut topv, &mut nn);
                 } else {
                     top_group_run(nb, &lanes, run, &mut tops, &mut nn);
                 }
@@ -193,11 +214,10 @@ isa_fns! {
 
     /// `top_group_run` with the buffers in registers: distances, range,
     /// view and `(d², id)` order for eight lanes at once.
-    fn top_group_run_v(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: i32, top: &mut TopV, nn: &mut __m256) {
+    fn top_group_run_v(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: usize, top: &mut TopV, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
-        let rv = _mm256_set1_epi32(r);
         for j in run.range.clone() {
             let d = offset_to(b, j, base);
             let d2 = dot3(d, d);
@@ -214,7 +234,8 @@ isa_fns! {
                 }
             }
             let id = _mm256_set1_epi32((b.id[j] ^ ID_FLIP) as i32);
-            topv_insert(top, _mm256_castps_si256(take), d2, id, _mm256_set1_epi32(j as i32), rv, per.max2);
+            let at = _mm256_set1_epi32(pack_at(j, r) as i32);
+            topv_insert(top, _mm256_castps_si256(take), d2, id, at, per.max2);
         }
     }
 
@@ -223,8 +244,7 @@ isa_fns! {
             k,
             d2: [_mm256_set1_ps(f32::INFINITY); TOPV_K],
             id: [_mm256_set1_epi32(i32::MAX); TOPV_K],
-            j: [_mm256_setzero_si256(); TOPV_K],
-            run: [_mm256_setzero_si256(); TOPV_K],
+            at: [_mm256_setzero_si256(); TOPV_K],
             worst: _mm256_set1_ps(f32::NEG_INFINITY),
             live: _mm256_setzero_ps(),
         }
@@ -251,11 +271,11 @@ isa_fns! {
     /// `take`, at its place in each: one pass over the slots, each taking
     /// the key where it first sorts before the slot and its predecessor's
     /// old value after that (the last slot's old value falls out).
-    fn topv_insert(top: &mut TopV, take: __m256i, d2: __m256, id: __m256i, j: __m256i, run: __m256i, max2: f32) {
+    fn topv_insert(top: &mut TopV, take: __m256i, d2: __m256, id: __m256i, at: __m256i, max2: f32) {
         let mut shifted = _mm256_setzero_si256();
-        let (mut c_d2, mut c_id, mut c_j, mut c_run) = (d2, id, j, run);
+        let (mut c_d2, mut c_id, mut c_at) = (d2, id, at);
         for t in 0..top.k {
-            let (s_d2, s_id, s_j, s_run) = (top.d2[t], top.id[t], top.j[t], top.run[t]);
+            let (s_d2, s_id, s_at) = (top.d2[t], top.id[t], top.at[t]);
             let lt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, s_d2));
             let eq = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(d2, s_d2));
             let before = _mm256_and_si256(
@@ -273,9 +293,8 @@ isa_fns! {
             };
             top.d2[t] = pick_ps(s_d2, d2, c_d2);
             top.id[t] = pick_si(s_id, id, c_id);
-            top.j[t] = pick_si(s_j, j, c_j);
-            top.run[t] = pick_si(s_run, run, c_run);
-            (c_d2, c_id, c_j, c_run) = (s_d2, s_id, s_j, s_run);
+            top.at[t] = pick_si(s_at, at, c_at);
+            (c_d2, c_id, c_at) = (s_d2, s_id, s_at);
             shifted = _mm256_or_si256(shifted, before);
         }
         let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
@@ -287,15 +306,13 @@ isa_fns! {
     fn topv_into_lanes(top: &TopV, nb: &Neighbourhood<'_>, g: &GroupLanes, runs: &[CellRun], tops: &mut TopLanes) {
         let mut d2 = [[0.0f32; LANES]; TOPV_K];
         let mut id = [[0u32; LANES]; TOPV_K];
-        let mut j = [[0u32; LANES]; TOPV_K];
-        let mut run = [[0u32; LANES]; TOPV_K];
+        let mut at = [[0u32; LANES]; TOPV_K];
         for t in 0..top.k {
             store(&mut d2[t], top.d2[t]);
             // SAFETY: eight u32s each, exactly one unaligned 256-bit store.
             unsafe {
                 _mm256_storeu_si256(id[t].as_mut_ptr().cast(), top.id[t]);
-                _mm256_storeu_si256(j[t].as_mut_ptr().cast(), top.j[t]);
-                _mm256_storeu_si256(run[t].as_mut_ptr().cast(), top.run[t]);
+                _mm256_storeu_si256(at[t].as_mut_ptr().cast(), top.at[t]);
             }
         }
         for (l, lane) in tops.top.iter_mut().enumerate() {
@@ -304,7 +321,8 @@ isa_fns! {
                 if d2[t][l] == f32::INFINITY {
                     break;
                 }
-                let (jl, shift) = (j[t][l] as usize, runs[run[t][l] as usize].shift);
+                let (jl, r) = unpack_at(at[t][l]);
+                let shift = runs[r].shift;
                 let base = [g.p[0][l] - shift.x, g.p[1][l] - shift.y, g.p[2][l] - shift.z];
                 let pj = nb.boids.pos(jl);
                 lane.d2[t] = d2[t][l];
