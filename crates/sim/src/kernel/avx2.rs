@@ -36,7 +36,7 @@ use std::arch::x86_64::{
 
 use super::{
     Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, Perception,
-    RunList, Sums, TopLanes,
+    RunList, SortedBoids, Sums, TopLanes,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -77,13 +77,12 @@ fn unpack_at(at: u32) -> (usize, usize) {
 }
 
 /// Eight lanes' top-k buffers, transposed: slot `t` of every lane in one
-/// register, each lane ascending by `(d², id)`; empty slots hold
-/// `(+inf, u32::MAX)`, after every candidate.
+/// register, each lane ascending by `(d², id)`; empty slots hold `+inf`,
+/// after every candidate. Ids are read from the boids when two distances
+/// are equal, which is rare, rather than kept and blended per slot.
 struct TopV {
     k: usize,
     d2: [__m256; TOPV_K],
-    /// Ids with [`ID_FLIP`] applied.
-    id: [__m256i; TOPV_K],
     /// The candidate's sorted index and its run's place in the group's
     /// list (its image shift), as [`pack_at`].
     at: [__m256i; TOPV_K],
@@ -235,7 +234,7 @@ isa_fns! {
             }
             let id = _mm256_set1_epi32((b.id[j] ^ ID_FLIP) as i32);
             let at = _mm256_set1_epi32(pack_at(j, r) as i32);
-            topv_insert(top, _mm256_castps_si256(take), d2, id, at, per.max2);
+            topv_insert(top, b, _mm256_castps_si256(take), d2, id, at, per.max2);
         }
     }
 
@@ -243,7 +242,6 @@ isa_fns! {
         TopV {
             k,
             d2: [_mm256_set1_ps(f32::INFINITY); TOPV_K],
-            id: [_mm256_set1_epi32(i32::MAX); TOPV_K],
             at: [_mm256_setzero_si256(); TOPV_K],
             worst: _mm256_set1_ps(f32::NEG_INFINITY),
             live: _mm256_setzero_ps(),
@@ -254,7 +252,6 @@ isa_fns! {
     fn topv_reset(top: &mut TopV, worst: &[f32; LANES]) {
         for t in 0..top.k.min(TOPV_K) {
             top.d2[t] = _mm256_set1_ps(f32::INFINITY);
-            top.id[t] = _mm256_set1_epi32(i32::MAX);
         }
         top.worst = load(worst);
         top.live = _mm256_cmp_ps::<_CMP_GT_OQ>(top.worst, _mm256_set1_ps(f32::NEG_INFINITY));
@@ -271,17 +268,21 @@ isa_fns! {
     /// `take`, at its place in each: one pass over the slots, each taking
     /// the key where it first sorts before the slot and its predecessor's
     /// old value after that (the last slot's old value falls out).
-    fn topv_insert(top: &mut TopV, take: __m256i, d2: __m256, id: __m256i, at: __m256i, max2: f32) {
+    fn topv_insert(top: &mut TopV, b: &SortedBoids, take: __m256i, d2: __m256, id: __m256i, at: __m256i, max2: f32) {
         let mut shifted = _mm256_setzero_si256();
-        let (mut c_d2, mut c_id, mut c_at) = (d2, id, at);
+        let (mut c_d2, mut c_at) = (d2, at);
         for t in 0..top.k {
-            let (s_d2, s_id, s_at) = (top.d2[t], top.id[t], top.at[t]);
+            let (s_d2, s_at) = (top.d2[t], top.at[t]);
             let lt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, s_d2));
             let eq = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(d2, s_d2));
-            let before = _mm256_and_si256(
-                take,
-                _mm256_or_si256(lt, _mm256_and_si256(eq, _mm256_cmpgt_epi32(s_id, id))),
-            );
+            let mut before = _mm256_and_si256(take, lt);
+            // Equal distances (an empty slot's `+inf` never equals one in
+            // range): the smaller id first, read from the slot's boid.
+            let tie = _mm256_andnot_si256(shifted, _mm256_and_si256(take, eq));
+            if _mm256_movemask_ps(_mm256_castsi256_ps(tie)) != 0 {
+                let s_id = slot_ids(b, s_at, tie);
+                before = _mm256_or_si256(before, _mm256_and_si256(tie, _mm256_cmpgt_epi32(s_id, id)));
+            }
             let key = _mm256_andnot_si256(shifted, before);
             let pick_ps = |slot: __m256, new: __m256, carry: __m256| {
                 let v = _mm256_blendv_ps(slot, new, _mm256_castsi256_ps(key));
@@ -292,26 +293,39 @@ isa_fns! {
                 _mm256_blendv_epi8(v, carry, shifted)
             };
             top.d2[t] = pick_ps(s_d2, d2, c_d2);
-            top.id[t] = pick_si(s_id, id, c_id);
             top.at[t] = pick_si(s_at, at, c_at);
-            (c_d2, c_id, c_at) = (s_d2, s_id, s_at);
+            (c_d2, c_at) = (s_d2, s_at);
             shifted = _mm256_or_si256(shifted, before);
         }
         let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
         top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
     }
 
+    /// The ids (flipped) of the boids in the slots `at` of the lanes `tie`;
+    /// other lanes hold zero.
+    fn slot_ids(b: &SortedBoids, at: __m256i, tie: __m256i) -> __m256i {
+        let (mut slots, mut ids) = ([0u32; LANES], [0u32; LANES]);
+        // SAFETY: eight u32s each, exactly one unaligned 256-bit store or load.
+        unsafe { _mm256_storeu_si256(slots.as_mut_ptr().cast(), at) };
+        let mut bits = _mm256_movemask_ps(_mm256_castsi256_ps(tie)) as u32;
+        while bits != 0 {
+            let l = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            ids[l] = b.id[unpack_at(slots[l]).0] ^ ID_FLIP;
+        }
+        // SAFETY: as above.
+        unsafe { _mm256_loadu_si256(ids.as_ptr().cast()) }
+    }
+
     /// Copies the registers' buffers into the lanes' `TopK`s, each entry's
     /// offset computed as `top_group_run` computes it.
     fn topv_into_lanes(top: &TopV, nb: &Neighbourhood<'_>, g: &GroupLanes, runs: &[CellRun], tops: &mut TopLanes) {
         let mut d2 = [[0.0f32; LANES]; TOPV_K];
-        let mut id = [[0u32; LANES]; TOPV_K];
         let mut at = [[0u32; LANES]; TOPV_K];
         for t in 0..top.k {
             store(&mut d2[t], top.d2[t]);
             // SAFETY: eight u32s each, exactly one unaligned 256-bit store.
             unsafe {
-                _mm256_storeu_si256(id[t].as_mut_ptr().cast(), top.id[t]);
                 _mm256_storeu_si256(at[t].as_mut_ptr().cast(), top.at[t]);
             }
         }
@@ -326,7 +340,7 @@ isa_fns! {
                 let base = [g.p[0][l] - shift.x, g.p[1][l] - shift.y, g.p[2][l] - shift.z];
                 let pj = nb.boids.pos(jl);
                 lane.d2[t] = d2[t][l];
-                lane.id[t] = id[t][l] ^ ID_FLIP;
+                lane.id[t] = nb.boids.id[jl];
                 lane.j[t] = jl as u32;
                 lane.d[t] = crate::Vec3::new(pj.x - base[0], pj.y - base[1], pj.z - base[2]);
                 lane.len = t + 1;
