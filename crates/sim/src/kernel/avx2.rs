@@ -217,8 +217,14 @@ isa_fns! {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
-        for j in run.range.clone() {
-            let d = offset_to(b, j, base);
+        let r0 = run.range.clone();
+        let (px, py, pz) = (&b.px[r0.clone()], &b.py[r0.clone()], &b.pz[r0.clone()]);
+        for (((j, &x), &y), &z) in r0.zip(px).zip(py).zip(pz) {
+            let d = [
+                _mm256_sub_ps(_mm256_set1_ps(x), base[0]),
+                _mm256_sub_ps(_mm256_set1_ps(y), base[1]),
+                _mm256_sub_ps(_mm256_set1_ps(z), base[2]),
+            ];
             let d2 = dot3(d, d);
             let near = in_range(d2, k.max2);
             *nn = nearer(*nn, d2, near);
