@@ -238,9 +238,7 @@ isa_fns! {
                     continue;
                 }
             }
-            let id = _mm256_set1_epi32((b.id[j] ^ ID_FLIP) as i32);
-            let at = _mm256_set1_epi32(pack_at(j, r) as i32);
-            topv_insert(top, b, _mm256_castps_si256(take), d2, id, at, per.max2);
+            topv_insert(top, b, _mm256_castps_si256(take), d2, pack_at(j, r), per.max2);
         }
     }
 
@@ -270,13 +268,15 @@ isa_fns! {
         w.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
     }
 
-    /// Puts the candidate `(d2, id)` (`id` flipped) into the lanes of
-    /// `take`, at its place in each: one pass over the slots, each taking
-    /// the key where it first sorts before the slot and its predecessor's
-    /// old value after that (the last slot's old value falls out).
-    fn topv_insert(top: &mut TopV, b: &SortedBoids, take: __m256i, d2: __m256, id: __m256i, at: __m256i, max2: f32) {
+    /// Puts the candidate `at` ([`pack_at`]), at `d2` from each lane, into
+    /// the lanes of `take`, at its place in each by `(d², id)`: one pass
+    /// over the slots, each taking the key where it first sorts before the
+    /// slot and its predecessor's old value after that (the last slot's old
+    /// value falls out).
+    fn topv_insert(top: &mut TopV, b: &SortedBoids, take: __m256i, d2: __m256, at: u32, max2: f32) {
         let mut shifted = _mm256_setzero_si256();
-        let (mut c_d2, mut c_at) = (d2, at);
+        let at_v = _mm256_set1_epi32(at as i32);
+        let (mut c_d2, mut c_at) = (d2, at_v);
         for t in 0..top.k {
             let (s_d2, s_at) = (top.d2[t], top.at[t]);
             let lt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, s_d2));
@@ -287,6 +287,7 @@ isa_fns! {
             let tie = _mm256_andnot_si256(shifted, _mm256_and_si256(take, eq));
             if _mm256_movemask_ps(_mm256_castsi256_ps(tie)) != 0 {
                 let s_id = slot_ids(b, s_at, tie);
+                let id = _mm256_set1_epi32((b.id[unpack_at(at).0] ^ ID_FLIP) as i32);
                 before = _mm256_or_si256(before, _mm256_and_si256(tie, _mm256_cmpgt_epi32(s_id, id)));
             }
             let key = _mm256_andnot_si256(shifted, before);
@@ -299,7 +300,7 @@ isa_fns! {
                 _mm256_blendv_epi8(v, carry, shifted)
             };
             top.d2[t] = pick_ps(s_d2, d2, c_d2);
-            top.at[t] = pick_si(s_at, at, c_at);
+            top.at[t] = pick_si(s_at, at_v, c_at);
             (c_d2, c_at) = (s_d2, s_at);
             shifted = _mm256_or_si256(shifted, before);
         }
