@@ -86,7 +86,15 @@ pub struct RunList {
     /// cell order, so consecutive boids usually share a cell and reuse the
     /// list. Only valid for one grid rebuild: make a new list per tick.
     key: Option<([i32; 3], i32, Block)>,
+    /// The block's rows around the last query's row (`rows_key`: its y
+    /// and z), shared by every cell along it.
+    rows: [Row; MAX_ROWS],
+    n_rows: usize,
+    rows_key: Option<([i32; 2], Block)>,
 }
+
+/// Most rows one block has (5×5).
+const MAX_ROWS: usize = 25;
 
 impl Default for RunList {
     fn default() -> Self {
@@ -102,6 +110,9 @@ impl Default for RunList {
             with_cols: true,
             len: 0,
             key: None,
+            rows: [Row::default(); MAX_ROWS],
+            n_rows: 0,
+            rows_key: None,
         }
     }
 }
@@ -554,6 +565,15 @@ impl Grid {
     fn for_each_run_from(&self, c: [i32; 3], x_hi: i32, block: Block, mut f: impl FnMut(CellRun)) {
         debug_assert!((0..=self.max_span(block)).contains(&(x_hi - c[0])));
         debug_assert!(x_hi == c[0] || block != Block::Ring);
+        self.for_each_row(c, block, |row| {
+            self.row_runs(&row, c[0], x_hi, block, &mut f)
+        });
+    }
+
+    /// The rows (fixed y and z) of `block` around cell `c`, nearest first
+    /// ([`OFFSET_ORDER`]): what the runs of every cell of `c`'s row share.
+    #[inline(always)]
+    fn for_each_row(&self, c: [i32; 3], block: Block, mut f: impl FnMut(Row)) {
         let reach = block.reach();
         let inner = if block == Block::Ring { 1 } else { -1 };
         let (ny, nz) = (self.n[1], self.n[2]);
@@ -569,19 +589,27 @@ impl Grid {
                     continue;
                 };
                 let (ylo, yhi) = self.bounds(1, y, y, sy);
-                let row = Row {
+                f(Row {
                     base: self.n[0] * (y + ny * z),
                     lo: [ylo, zlo],
                     hi: [yhi, zhi],
                     shift: [sy, sz],
-                };
-                if dy.abs() <= inner && dz.abs() <= inner {
-                    self.x_runs(&row, c[0] - reach, c[0] - inner - 1, &mut f);
-                    self.x_runs(&row, c[0] + inner + 1, c[0] + reach, &mut f);
-                } else {
-                    self.x_runs(&row, c[0] - reach, x_hi + reach, &mut f);
-                }
+                    hole: dy.abs() <= inner && dz.abs() <= inner,
+                });
             }
+        }
+    }
+
+    /// One row's runs for the cells `c0 ..= x_hi` of the query row: the
+    /// whole reach along x, or the two sides of the ring's hole.
+    #[inline(always)]
+    fn row_runs(&self, row: &Row, c0: i32, x_hi: i32, block: Block, f: &mut impl FnMut(CellRun)) {
+        let reach = block.reach();
+        if row.hole {
+            self.x_runs(row, c0 - reach, c0 - 2, f);
+            self.x_runs(row, c0 + 2, c0 + reach, f);
+        } else {
+            self.x_runs(row, c0 - reach, x_hi + reach, f);
         }
     }
 
@@ -622,20 +650,42 @@ impl Grid {
         }
         out.key = Some((c, x_hi, block));
         out.len = 0;
-        self.for_each_run_from(c, x_hi, block, |run| {
-            // MAX_RUNS bounds what one block can yield (see its comment).
-            let (k, cols) = (out.len, &mut out.cols);
-            if out.with_cols {
-                for a in 0..3 {
-                    cols.lo[a][k] = run.lo[a];
-                    cols.hi[a][k] = run.hi[a];
-                    cols.slabs[a][k] = run.slabs[a] as i32;
+        debug_assert!((0..=self.max_span(block)).contains(&(x_hi - c[0])));
+        debug_assert!(x_hi == c[0] || block != Block::Ring);
+        // PERF: consecutive queries walk along a row; its y-z rows are kept.
+        if out.rows_key != Some(([c[1], c[2]], block)) {
+            out.rows_key = Some(([c[1], c[2]], block));
+            out.n_rows = 0;
+            self.for_each_row(c, block, |row| {
+                out.rows[out.n_rows] = row;
+                out.n_rows += 1;
+            });
+        }
+        let RunList {
+            runs,
+            cols,
+            with_cols,
+            len,
+            rows,
+            n_rows,
+            ..
+        } = out;
+        for row in &rows[..*n_rows] {
+            self.row_runs(row, c[0], x_hi, block, &mut |run| {
+                // MAX_RUNS bounds what one block can yield (see its comment).
+                let k = *len;
+                if *with_cols {
+                    for a in 0..3 {
+                        cols.lo[a][k] = run.lo[a];
+                        cols.hi[a][k] = run.hi[a];
+                        cols.slabs[a][k] = run.slabs[a] as i32;
+                    }
+                    cols.shift_x[k] = run.shift.x;
                 }
-                cols.shift_x[k] = run.shift.x;
-            }
-            out.runs[k] = run;
-            out.len += 1;
-        });
+                runs[k] = run;
+                *len += 1;
+            });
+        }
     }
 
     /// Image-space extent of cells `a ..= b` along `axis`, open-ended at a
@@ -714,6 +764,7 @@ impl Grid {
 }
 
 /// One row of cells (fixed y and z) being expanded into runs.
+#[derive(Debug, Clone, Copy, Default)]
 struct Row {
     /// Flat index of the row's cell at x = 0.
     base: i32,
@@ -723,6 +774,8 @@ struct Row {
     hi: [f32; 2],
     /// Image shifts in y and z.
     shift: [f32; 2],
+    /// Whether the ring's hole (the near block) cuts the row in two.
+    hole: bool,
 }
 
 /// Which cells around a boid's own to visit.

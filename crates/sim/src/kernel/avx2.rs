@@ -27,11 +27,12 @@ use std::arch::x86_64::{
     _mm256_and_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps,
     _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask,
     _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_cmp_ps_mask,
-    _mm256_mask_min_ps, _mm256_mask_sub_ps, _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32,
-    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256,
-    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps,
-    _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_ps,
+    _mm256_i32gather_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps,
+    _mm256_mask_blend_epi32, _mm256_mask_cmp_ps_mask, _mm256_mask_min_ps, _mm256_mask_sub_ps,
+    _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_min_epu32, _mm256_min_ps,
+    _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps, _mm256_srli_epi32,
+    _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_epi32, _mm256_sub_ps,
 };
 
 use super::{
@@ -57,6 +58,8 @@ const ID_FLIP: u32 = 0x8000_0000;
 
 /// Bits of [`pack_at`] that hold the run's place in the group's list.
 const RUN_BITS: u32 = 7;
+/// [`RUN_BITS`] as the shift count intrinsics take.
+const RUN_BITS_I32: i32 = RUN_BITS as i32;
 const _: () =
     assert!(MAX_RUNS <= 1 << RUN_BITS && crate::MAX_POPULATION << RUN_BITS <= i32::MAX as usize);
 
@@ -197,16 +200,21 @@ isa_fns! {
                     top_group_run(nb, &lanes, run, &mut tops, &mut nn);
                 }
             }
-            if vector {
-                topv_into_lanes(&topv, nb, &lanes, runs.as_slice(), &mut tops);
-            }
-            let mut nns = [0.0f32; LANES];
-            store(&mut nns, nn);
             let at = g.start + first - offset;
-            for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
-                tops.top[l].nn_d2 = nns[l];
-                *slot = tops.top[l].sums(nb.boids, per);
-                slot.candidates = candidates.saturating_sub(1);
+            let out = &mut out[at..at + count];
+            if vector {
+                topv_sums(&topv, nb, &k, runs.as_slice(), nn, first, out);
+                for slot in out.iter_mut() {
+                    slot.candidates = candidates.saturating_sub(1);
+                }
+            } else {
+                let mut nns = [0.0f32; LANES];
+                store(&mut nns, nn);
+                for (l, slot) in (first..first + count).zip(out) {
+                    tops.top[l].nn_d2 = nns[l];
+                    *slot = tops.top[l].sums(nb.boids, per);
+                    slot.candidates = candidates.saturating_sub(1);
+                }
             }
         }
     }
@@ -237,6 +245,9 @@ isa_fns! {
                 if _mm256_movemask_ps(take) == 0 {
                     continue;
                 }
+            }
+            if isa_fns!(masked) && topv_insert_masked(top, _mm256_movemask_ps(take) as u8, d2, pack_at(j, r), per.max2) {
+                continue;
             }
             topv_insert(top, b, _mm256_castps_si256(take), d2, pack_at(j, r), per.max2);
         }
@@ -308,6 +319,47 @@ isa_fns! {
         top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
     }
 
+    /// [`topv_insert`] with AVX-512VL mask registers, for the AVX-512 build
+    /// only, when no lane of `take` ties a slot's distance (else it changes
+    /// nothing and returns false). Without ties the slots update
+    /// independently: slot `t` becomes `min(d2[t], max(d2[t - 1], d2))`,
+    /// and its candidate the new one where it first sorts before the slot,
+    /// the predecessor's where it sorts before that.
+    #[expect(
+        clippy::allow_attributes,
+        reason = "`unused_unsafe` fires in one of the two builds only, so it cannot be expected"
+    )]
+    #[allow(
+        unused_unsafe,
+        reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
+    )]
+    fn topv_insert_masked(top: &mut TopV, take: u8, d2: __m256, at: u32, max2: f32) -> bool {
+        // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
+        // whose functions enable AVX-512F/VL, entered after detecting them.
+        unsafe {
+            let mut tie = 0u8;
+            for t in 0..top.k {
+                tie |= _mm256_mask_cmp_ps_mask::<_CMP_EQ_OQ>(take, d2, top.d2[t]);
+            }
+            if tie != 0 {
+                return false;
+            }
+            let at_v = _mm256_set1_epi32(at as i32);
+            let (mut p_d2, mut p_at, mut p_before) = (_mm256_set1_ps(f32::NEG_INFINITY), at_v, 0u8);
+            for t in 0..top.k {
+                let (s_d2, s_at) = (top.d2[t], top.at[t]);
+                let before = _mm256_mask_cmp_ps_mask::<_CMP_LT_OQ>(take, d2, s_d2);
+                top.d2[t] = _mm256_mask_min_ps(s_d2, take, s_d2, _mm256_max_ps(p_d2, d2));
+                let v = _mm256_mask_blend_epi32(before, s_at, at_v);
+                top.at[t] = _mm256_mask_blend_epi32(p_before, v, p_at);
+                (p_d2, p_at, p_before) = (s_d2, s_at, before);
+            }
+            let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
+            top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+            true
+        }
+    }
+
     /// The ids (flipped) of the boids in the slots `at` of the lanes `tie`;
     /// other lanes hold zero.
     fn slot_ids(b: &SortedBoids, at: __m256i, tie: __m256i) -> __m256i {
@@ -324,34 +376,86 @@ isa_fns! {
         unsafe { _mm256_loadu_si256(ids.as_ptr().cast()) }
     }
 
-    /// Copies the registers' buffers into the lanes' `TopK`s, each entry's
-    /// offset computed as `top_group_run` computes it.
-    fn topv_into_lanes(top: &TopV, nb: &Neighbourhood<'_>, g: &GroupLanes, runs: &[CellRun], tops: &mut TopLanes) {
-        let mut d2 = [[0.0f32; LANES]; TOPV_K];
-        let mut at = [[0u32; LANES]; TOPV_K];
+    /// `TopK::sums` for every lane at once, straight from the registers'
+    /// buffers, into `out` (lanes `first ..`): slot by slot, nearest first,
+    /// each entry's offset computed as `top_group_run` computes it, the
+    /// same IEEE operations per lane as the portable path.
+    fn topv_sums(top: &TopV, nb: &Neighbourhood<'_>, k: &Consts, runs: &[CellRun], nn: __m256, first: usize, out: &mut [Sums]) {
+        let b = nb.boids;
+        // Image shifts by run (the slots hold run numbers), gathered only
+        // when some run has one: `p - 0.0` is `p` itself.
+        let mut shifts = [[0.0f32; 1 << RUN_BITS]; 3];
+        let mut shifted = false;
+        for (r, run) in runs.iter().enumerate() {
+            for (a, col) in shifts.iter_mut().enumerate() {
+                col[r] = run.shift[a];
+            }
+            shifted |= run.shift != crate::Vec3::ZERO;
+        }
+        let last = _mm256_set1_epi32(b.len().saturating_sub(1) as i32);
+        let run_bits = _mm256_set1_epi32((1 << RUN_BITS) - 1);
+        let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
+        let (mut sep, mut ali, mut coh) = ([zero; 3], [zero; 3], [zero; 3]);
+        let mut counts = [_mm256_setzero_si256(); 3];
+        let cols = [&b.px, &b.py, &b.pz];
+        let vels = [&b.vx, &b.vy, &b.vz];
         for t in 0..top.k {
-            store(&mut d2[t], top.d2[t]);
-            // SAFETY: eight u32s each, exactly one unaligned 256-bit store.
-            unsafe {
-                _mm256_storeu_si256(at[t].as_mut_ptr().cast(), top.at[t]);
+            let d2 = top.d2[t];
+            let valid = _mm256_cmp_ps::<_CMP_LT_OQ>(d2, _mm256_set1_ps(f32::INFINITY));
+            if _mm256_movemask_ps(valid) == 0 {
+                break;
+            }
+            // Clamped, so every lane (an empty slot holds a stale index)
+            // reads within the columns.
+            let j = _mm256_min_epu32(_mm256_srli_epi32::<RUN_BITS_I32>(top.at[t]), last);
+            let r = _mm256_and_si256(top.at[t], run_bits);
+            let mut d = [zero; 3];
+            for a in 0..3 {
+                // SAFETY: `j <= b.len() - 1` in every lane (clamped above) and
+                // the columns hold `b.len()` f32s; `r < 1 << RUN_BITS`, the
+                // length of `shifts[a]`.
+                let pj = unsafe { _mm256_i32gather_ps::<4>(cols[a].as_ptr(), j) };
+                let base = if shifted {
+                    // SAFETY: as above.
+                    _mm256_sub_ps(k.p[a], unsafe { _mm256_i32gather_ps::<4>(shifts[a].as_ptr(), r) })
+                } else {
+                    k.p[a]
+                };
+                d[a] = _mm256_sub_ps(pj, base);
+            }
+            let masks = [k.sep2, k.ali2, k.coh2].map(|r2| _mm256_and_ps(valid, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, r2)));
+            let inv = _mm256_div_ps(one, d2);
+            for a in 0..3 {
+                sep[a] = _mm256_blendv_ps(sep[a], _mm256_sub_ps(sep[a], _mm256_mul_ps(d[a], inv)), masks[0]);
+                // SAFETY: as above.
+                let v = unsafe { _mm256_i32gather_ps::<4>(vels[a].as_ptr(), j) };
+                ali[a] = _mm256_blendv_ps(ali[a], _mm256_add_ps(ali[a], v), masks[1]);
+                coh[a] = _mm256_blendv_ps(coh[a], _mm256_add_ps(coh[a], d[a]), masks[2]);
+            }
+            for (c, m) in counts.iter_mut().zip(masks) {
+                // An all-ones lane is -1: subtracting it counts one.
+                *c = _mm256_sub_epi32(*c, _mm256_castps_si256(m));
             }
         }
-        for (l, lane) in tops.top.iter_mut().enumerate() {
-            lane.len = 0;
-            for t in 0..top.k {
-                if d2[t][l] == f32::INFINITY {
-                    break;
-                }
-                let (jl, r) = unpack_at(at[t][l]);
-                let shift = runs[r].shift;
-                let base = [g.p[0][l] - shift.x, g.p[1][l] - shift.y, g.p[2][l] - shift.z];
-                let pj = nb.boids.pos(jl);
-                lane.d2[t] = d2[t][l];
-                lane.id[t] = nb.boids.id[jl];
-                lane.j[t] = jl as u32;
-                lane.d[t] = crate::Vec3::new(pj.x - base[0], pj.y - base[1], pj.z - base[2]);
-                lane.len = t + 1;
-            }
+        let mut cols = [[0.0f32; LANES]; 10];
+        for (dst, v) in cols.iter_mut().zip(sep.into_iter().chain(ali).chain(coh).chain([nn])) {
+            store(dst, v);
+        }
+        let mut n = [[0u32; LANES]; 3];
+        for (dst, v) in n.iter_mut().zip(counts) {
+            // SAFETY: eight u32s, exactly one unaligned 256-bit store.
+            unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
+        }
+        for (l, slot) in (first..).zip(out) {
+            let v3 = |c: usize| crate::Vec3::new(cols[c][l], cols[c + 1][l], cols[c + 2][l]);
+            *slot = Sums {
+                sep: v3(0),
+                ali: v3(3),
+                coh: v3(6),
+                counts: [n[0][l], n[1][l], n[2][l]],
+                nn_d2: cols[9][l],
+                candidates: 0,
+            };
         }
     }
 
