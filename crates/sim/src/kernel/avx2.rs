@@ -83,12 +83,12 @@ fn unpack_at(at: u32) -> (usize, usize) {
 /// register, each lane ascending by `(d², id)`; empty slots hold `+inf`,
 /// after every candidate. Ids are read from the boids when two distances
 /// are equal, which is rare, rather than kept and blended per slot.
-struct TopV {
-    k: usize,
-    d2: [__m256; TOPV_K],
+#[derive(Clone, Copy)]
+struct TopV<const K: usize> {
+    d2: [__m256; K],
     /// The candidate's sorted index and its run's place in the group's
     /// list (its image shift), as [`pack_at`].
-    at: [__m256i; TOPV_K],
+    at: [__m256i; K],
     /// `TopK::worst` per lane (`-inf` in lanes past the group).
     worst: __m256,
     /// All ones in the group's lanes.
@@ -174,54 +174,84 @@ isa_fns! {
     /// candidate enters all of them at once through a sorting network;
     /// larger `k` offers candidates lane by lane (`TopLanes::offer`).
     fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+        macro_rules! by_k {
+            ($($k:literal)*) => {
+                match nb.perception.k_nearest {
+                    $($k => top_groups_v::<$k>(nb, offset, out),)*
+                    _ => top_groups_lanes(nb, offset, out),
+                }
+            };
+        }
+        const _: () = assert!(TOPV_K == 16);
+        by_k!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+    }
+
+    /// `top_groups` for `K = k <= TOPV_K`, the buffers in registers. PERF:
+    /// `K` is a constant, so the slot loops unroll and the slots stay in
+    /// registers; with a run-time `k` they lived on the stack, and every
+    /// insertion's masked stores stalled the next load of a slot.
+    fn top_groups_v<const K: usize>(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
+        let per = &nb.perception;
+        let mut runs = RunList::without_columns();
+        let mut shifts = [[0.0f32; 1 << RUN_BITS]; 3];
+        let mut topv = topv_new::<K>();
+        let mut groups = Groups::new(nb, offset, out.len());
+        while let Some((g, first, count)) = groups.next(nb) {
+            let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+            topv_reset(&mut topv, per, g.len);
+            let k = consts(per, &lanes);
+            let mut nn = _mm256_set1_ps(f32::INFINITY);
+            let mut candidates = 0u32;
+            for (r, run) in runs.as_slice().iter().enumerate() {
+                if run.box_dist2(lanes.lo, lanes.hi) > topv_reach2(&topv) {
+                    continue;
+                }
+                candidates += run.range.len() as u32;
+                top_group_run_v(nb, &k, run, r, &mut topv, &mut nn);
+            }
+            let at = g.start + first - offset;
+            let out = &mut out[at..at + count];
+            topv_sums(&topv, nb, &k, runs.as_slice(), &mut shifts, nn, first, out);
+            for slot in out.iter_mut() {
+                slot.candidates = candidates.saturating_sub(1);
+            }
+        }
+    }
+
+    /// `top_groups` for `k > TOPV_K`: candidates offered lane by lane.
+    fn top_groups_lanes(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         let per = &nb.perception;
         let mut runs = RunList::without_columns();
         let mut tops = TopLanes::new(per.k_nearest);
-        let mut topv = topv_new(per.k_nearest);
-        let vector = per.k_nearest <= TOPV_K;
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
             nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
             tops.reset(per, g.len);
-            topv_reset(&mut topv, &tops.worst);
-            let k = consts(per, &lanes);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
-            for (r, run) in runs.as_slice().iter().enumerate() {
-                let reach2 = if vector { topv_reach2(&topv) } else { tops.reach2() };
-                if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
+            for run in runs.as_slice() {
+                if run.box_dist2(lanes.lo, lanes.hi) > tops.reach2() {
                     continue;
                 }
                 candidates += run.range.len() as u32;
-                if vector {
-                    top_group_run_v(nb, &k, run, r, &mut topv, &mut nn);
-                } else {
-                    top_group_run(nb, &lanes, run, &mut tops, &mut nn);
-                }
+                top_group_run(nb, &lanes, run, &mut tops, &mut nn);
             }
+            let mut nns = [0.0f32; LANES];
+            store(&mut nns, nn);
             let at = g.start + first - offset;
-            let out = &mut out[at..at + count];
-            if vector {
-                topv_sums(&topv, nb, &k, runs.as_slice(), nn, first, out);
-                for slot in out.iter_mut() {
-                    slot.candidates = candidates.saturating_sub(1);
-                }
-            } else {
-                let mut nns = [0.0f32; LANES];
-                store(&mut nns, nn);
-                for (l, slot) in (first..first + count).zip(out) {
-                    tops.top[l].nn_d2 = nns[l];
-                    *slot = tops.top[l].sums(nb.boids, per);
-                    slot.candidates = candidates.saturating_sub(1);
-                }
+            for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
+                tops.top[l].nn_d2 = nns[l];
+                *slot = tops.top[l].sums(nb.boids, per);
+                slot.candidates = candidates.saturating_sub(1);
             }
         }
     }
 
     /// `top_group_run` with the buffers in registers: distances, range,
     /// view and `(d², id)` order for eight lanes at once.
-    fn top_group_run_v(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: usize, top: &mut TopV, nn: &mut __m256) {
+    fn top_group_run_v<const K: usize>(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: usize, top: &mut TopV<K>, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
@@ -246,34 +276,43 @@ isa_fns! {
                     continue;
                 }
             }
-            if isa_fns!(masked) && topv_insert_masked(top, _mm256_movemask_ps(take) as u8, d2, pack_at(j, r), per.max2) {
-                continue;
+            let (take_si, at) = (_mm256_castps_si256(take), pack_at(j, r));
+            if !isa_fns!(masked) {
+                topv_insert(top, b, take_si, d2, at, per.max2);
+            } else if !topv_insert_masked(top, _mm256_movemask_ps(take) as u8, d2, at, per.max2) {
+                // PERF: a tie, on a copy: the slot loop indexes its buffers
+                // at run time, and `top` indexed only by constants stays in
+                // registers.
+                let mut copy = *top;
+                topv_insert(&mut copy, b, take_si, d2, at, per.max2);
+                *top = copy;
             }
-            topv_insert(top, b, _mm256_castps_si256(take), d2, pack_at(j, r), per.max2);
         }
     }
 
-    fn topv_new(k: usize) -> TopV {
+    fn topv_new<const K: usize>() -> TopV<K> {
         TopV {
-            k,
-            d2: [_mm256_set1_ps(f32::INFINITY); TOPV_K],
-            at: [_mm256_setzero_si256(); TOPV_K],
+            d2: [_mm256_set1_ps(f32::INFINITY); K],
+            at: [_mm256_setzero_si256(); K],
             worst: _mm256_set1_ps(f32::NEG_INFINITY),
             live: _mm256_setzero_ps(),
         }
     }
 
-    /// Empties the buffers; `worst` as `TopLanes::reset` left it.
-    fn topv_reset(top: &mut TopV, worst: &[f32; LANES]) {
-        for t in 0..top.k.min(TOPV_K) {
+    /// Empties the buffers for a group of `len` boids; `worst` as
+    /// `TopLanes::reset` leaves it.
+    fn topv_reset<const K: usize>(top: &mut TopV<K>, per: &Perception, len: usize) {
+        for t in 0..K {
             top.d2[t] = _mm256_set1_ps(f32::INFINITY);
         }
-        top.worst = load(worst);
+        let mut worst = [f32::NEG_INFINITY; LANES];
+        worst[..len].fill(per.max2);
+        top.worst = load(&worst);
         top.live = _mm256_cmp_ps::<_CMP_GT_OQ>(top.worst, _mm256_set1_ps(f32::NEG_INFINITY));
     }
 
     /// The largest `worst` of any lane (`TopLanes::reach2`).
-    fn topv_reach2(top: &TopV) -> f32 {
+    fn topv_reach2<const K: usize>(top: &TopV<K>) -> f32 {
         let mut w = [0.0f32; LANES];
         store(&mut w, top.worst);
         w.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
@@ -284,11 +323,11 @@ isa_fns! {
     /// over the slots, each taking the key where it first sorts before the
     /// slot and its predecessor's old value after that (the last slot's old
     /// value falls out).
-    fn topv_insert(top: &mut TopV, b: &SortedBoids, take: __m256i, d2: __m256, at: u32, max2: f32) {
+    fn topv_insert<const K: usize>(top: &mut TopV<K>, b: &SortedBoids, take: __m256i, d2: __m256, at: u32, max2: f32) {
         let mut shifted = _mm256_setzero_si256();
         let at_v = _mm256_set1_epi32(at as i32);
         let (mut c_d2, mut c_at) = (d2, at_v);
-        for t in 0..top.k {
+        for t in 0..K {
             let (s_d2, s_at) = (top.d2[t], top.at[t]);
             let lt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(d2, s_d2));
             let eq = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_EQ_OQ>(d2, s_d2));
@@ -315,7 +354,7 @@ isa_fns! {
             (c_d2, c_at) = (s_d2, s_at);
             shifted = _mm256_or_si256(shifted, before);
         }
-        let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
+        let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
         top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
     }
 
@@ -333,12 +372,12 @@ isa_fns! {
         unused_unsafe,
         reason = "the AVX-512 intrinsics are safe calls in the AVX-512 build and unsafe ones (never reached) in the AVX2 build"
     )]
-    fn topv_insert_masked(top: &mut TopV, take: u8, d2: __m256, at: u32, max2: f32) -> bool {
+    fn topv_insert_masked<const K: usize>(top: &mut TopV<K>, take: u8, d2: __m256, at: u32, max2: f32) -> bool {
         // SAFETY: only reached when `isa_fns!(masked)`, i.e. in the build
         // whose functions enable AVX-512F/VL, entered after detecting them.
         unsafe {
             let mut tie = 0u8;
-            for t in 0..top.k {
+            for t in 0..K {
                 tie |= _mm256_mask_cmp_ps_mask::<_CMP_EQ_OQ>(take, d2, top.d2[t]);
             }
             if tie != 0 {
@@ -346,7 +385,7 @@ isa_fns! {
             }
             let at_v = _mm256_set1_epi32(at as i32);
             let (mut p_d2, mut p_at, mut p_before) = (_mm256_set1_ps(f32::NEG_INFINITY), at_v, 0u8);
-            for t in 0..top.k {
+            for t in 0..K {
                 let (s_d2, s_at) = (top.d2[t], top.at[t]);
                 let before = _mm256_mask_cmp_ps_mask::<_CMP_LT_OQ>(take, d2, s_d2);
                 top.d2[t] = _mm256_mask_min_ps(s_d2, take, s_d2, _mm256_max_ps(p_d2, d2));
@@ -354,7 +393,7 @@ isa_fns! {
                 top.at[t] = _mm256_mask_blend_epi32(p_before, v, p_at);
                 (p_d2, p_at, p_before) = (s_d2, s_at, before);
             }
-            let worst = _mm256_min_ps(top.d2[top.k - 1], _mm256_set1_ps(max2));
+            let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
             top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
             true
         }
@@ -380,11 +419,13 @@ isa_fns! {
     /// buffers, into `out` (lanes `first ..`): slot by slot, nearest first,
     /// each entry's offset computed as `top_group_run` computes it, the
     /// same IEEE operations per lane as the portable path.
-    fn topv_sums(top: &TopV, nb: &Neighbourhood<'_>, k: &Consts, runs: &[CellRun], nn: __m256, first: usize, out: &mut [Sums]) {
+    #[expect(clippy::too_many_arguments, reason = "the group's state, passed apart so the registers' buffers stay in registers")]
+    fn topv_sums<const K: usize>(top: &TopV<K>, nb: &Neighbourhood<'_>, k: &Consts, runs: &[CellRun], shifts: &mut [[f32; 1 << RUN_BITS]; 3], nn: __m256, first: usize, out: &mut [Sums]) {
         let b = nb.boids;
         // Image shifts by run (the slots hold run numbers), gathered only
         // when some run has one: `p - 0.0` is `p` itself.
-        let mut shifts = [[0.0f32; 1 << RUN_BITS]; 3];
+        // PERF: `shifts` is the caller's, so it is not zeroed per group;
+        // entries past `runs` are stale and only read for empty slots.
         let mut shifted = false;
         for (r, run) in runs.iter().enumerate() {
             for (a, col) in shifts.iter_mut().enumerate() {
@@ -399,16 +440,18 @@ isa_fns! {
         let mut counts = [_mm256_setzero_si256(); 3];
         let cols = [&b.px, &b.py, &b.pz];
         let vels = [&b.vx, &b.vy, &b.vz];
-        for t in 0..top.k {
-            let d2 = top.d2[t];
+        // On copies, as in `top_group_run_v`: this loop may stop early.
+        let (d2s, ats) = (top.d2, top.at);
+        for t in 0..K {
+            let d2 = d2s[t];
             let valid = _mm256_cmp_ps::<_CMP_LT_OQ>(d2, _mm256_set1_ps(f32::INFINITY));
             if _mm256_movemask_ps(valid) == 0 {
                 break;
             }
             // Clamped, so every lane (an empty slot holds a stale index)
             // reads within the columns.
-            let j = _mm256_min_epu32(_mm256_srli_epi32::<RUN_BITS_I32>(top.at[t]), last);
-            let r = _mm256_and_si256(top.at[t], run_bits);
+            let j = _mm256_min_epu32(_mm256_srli_epi32::<RUN_BITS_I32>(ats[t]), last);
+            let r = _mm256_and_si256(ats[t], run_bits);
             let mut d = [zero; 3];
             for a in 0..3 {
                 // SAFETY: `j <= b.len() - 1` in every lane (clamped above) and
