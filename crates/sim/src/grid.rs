@@ -670,20 +670,46 @@ impl Grid {
             n_rows,
             ..
         } = out;
-        for row in &rows[..*n_rows] {
-            self.row_runs(row, c[0], x_hi, block, &mut |run| {
-                // MAX_RUNS bounds what one block can yield (see its comment).
-                let k = *len;
-                if *with_cols {
-                    for a in 0..3 {
-                        cols.lo[a][k] = run.lo[a];
-                        cols.hi[a][k] = run.hi[a];
-                        cols.slabs[a][k] = run.slabs[a] as i32;
-                    }
-                    cols.shift_x[k] = run.shift.x;
+        let mut push = |run: CellRun| {
+            // MAX_RUNS bounds what one block can yield (see its comment).
+            let k = *len;
+            if *with_cols {
+                for a in 0..3 {
+                    cols.lo[a][k] = run.lo[a];
+                    cols.hi[a][k] = run.hi[a];
+                    cols.slabs[a][k] = run.slabs[a] as i32;
                 }
-                runs[k] = run;
-                *len += 1;
+                cols.shift_x[k] = run.shift.x;
+            }
+            runs[k] = run;
+            *len += 1;
+        };
+        let rows = &rows[..*n_rows];
+        let (lo, hi) = (c[0] - block.reach(), x_hi + block.reach());
+        let n = self.n[0];
+        if block == Block::Ring || (self.wrap && (lo < 0 || hi >= n)) {
+            for row in rows {
+                self.row_runs(row, c[0], x_hi, block, &mut push);
+            }
+            return;
+        }
+        // PERF: no hole and no wrapped x face crossed: every row's run
+        // covers the same cells along x, `emit`'s for each row.
+        let (a, b) = (lo.max(0), hi.min(n - 1));
+        let (xlo, xhi) = self.bounds(0, a, b, 0.0);
+        let s = self.slabs;
+        for row in rows {
+            let start = self.slab_start[((row.base + a) * s) as usize] as usize;
+            let end = self.slab_start[((row.base + b + 1) * s) as usize] as usize;
+            if start == end {
+                continue;
+            }
+            push(CellRun {
+                range: start..end,
+                shift: Vec3::new(0.0, row.shift[0], row.shift[1]),
+                lo: Vec3::new(xlo, row.lo[0], row.lo[1]),
+                hi: Vec3::new(xhi, row.hi[0], row.hi[1]),
+                slabs: [row.base * s, a * s, (b + 1) * s - 1].map(|k| k as u32),
             });
         }
     }
