@@ -27,8 +27,8 @@ use std::arch::x86_64::{
     _mm256_and_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps,
     _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask,
     _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
-    _mm256_i32gather_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps,
-    _mm256_mask_blend_epi32, _mm256_mask_cmp_ps_mask, _mm256_mask_min_ps, _mm256_mask_sub_ps,
+    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_blend_epi32,
+    _mm256_mask_cmp_ps_mask, _mm256_mask_i32gather_ps, _mm256_mask_min_ps, _mm256_mask_sub_ps,
     _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_min_epu32, _mm256_min_ps,
     _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256, _mm256_set1_epi32,
     _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps, _mm256_srli_epi32,
@@ -457,10 +457,10 @@ isa_fns! {
                 // SAFETY: `j <= b.len() - 1` in every lane (clamped above) and
                 // the columns hold `b.len()` f32s; `r < 1 << RUN_BITS`, the
                 // length of `shifts[a]`.
-                let pj = unsafe { _mm256_i32gather_ps::<4>(cols[a].as_ptr(), j) };
+                let pj = unsafe { _mm256_mask_i32gather_ps::<4>(zero, cols[a].as_ptr(), j, valid) };
                 let base = if shifted {
                     // SAFETY: as above.
-                    _mm256_sub_ps(k.p[a], unsafe { _mm256_i32gather_ps::<4>(shifts[a].as_ptr(), r) })
+                    _mm256_sub_ps(k.p[a], unsafe { _mm256_mask_i32gather_ps::<4>(zero, shifts[a].as_ptr(), r, valid) })
                 } else {
                     k.p[a]
                 };
@@ -471,7 +471,7 @@ isa_fns! {
             for a in 0..3 {
                 sep[a] = _mm256_blendv_ps(sep[a], _mm256_sub_ps(sep[a], _mm256_mul_ps(d[a], inv)), masks[0]);
                 // SAFETY: as above.
-                let v = unsafe { _mm256_i32gather_ps::<4>(vels[a].as_ptr(), j) };
+                let v = unsafe { _mm256_mask_i32gather_ps::<4>(zero, vels[a].as_ptr(), j, valid) };
                 ali[a] = _mm256_blendv_ps(ali[a], _mm256_add_ps(ali[a], v), masks[1]);
                 coh[a] = _mm256_blendv_ps(coh[a], _mm256_add_ps(coh[a], d[a]), masks[2]);
             }
