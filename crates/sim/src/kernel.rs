@@ -1284,11 +1284,18 @@ mod tests {
             // Boids in pairs at one position: equal distances, which the
             // top-k buffers order by id.
             stacked in any::<bool>(),
+            // Some boids at rest: no heading, so they see all around.
+            still in any::<bool>(),
         ) {
             let mut pts = pts;
             if stacked {
                 for i in (1..pts.len()).step_by(2) {
                     pts[i].0 = pts[i - 1].0;
+                }
+            }
+            if still {
+                for p in pts.iter_mut().step_by(3) {
+                    p.1 = [0.0; 3];
                 }
             }
             let radius = |r: f32| if one_radius { 4.0 } else { r };

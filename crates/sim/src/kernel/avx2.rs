@@ -26,18 +26,19 @@ use std::arch::x86_64::{
     __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
     _mm256_and_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps,
     _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmp_ps_mask,
-    _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvttps_epi32, _mm256_div_ps, _mm256_floor_ps,
-    _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps, _mm256_mask_blend_epi32,
-    _mm256_mask_cmp_ps_mask, _mm256_mask_i32gather_ps, _mm256_mask_min_ps, _mm256_mask_sub_ps,
-    _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_min_epu32, _mm256_min_ps,
-    _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sqrt_ps, _mm256_srli_epi32,
+    _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvtss_f32, _mm256_cvttps_epi32, _mm256_div_ps,
+    _mm256_floor_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_add_ps,
+    _mm256_mask_blend_epi32, _mm256_mask_cmp_ps_mask, _mm256_mask_i32gather_ps, _mm256_mask_min_ps,
+    _mm256_mask_sub_ps, _mm256_max_epi32, _mm256_max_ps, _mm256_min_epi32, _mm256_min_epu32,
+    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_ps, _mm256_or_si256,
+    _mm256_permute2f128_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_ps, _mm256_sqrt_ps, _mm256_srli_epi32,
     _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_epi32, _mm256_sub_ps,
 };
 
 use super::{
-    Block, CellRun, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, Perception,
-    RunList, SortedBoids, Sums, TopLanes,
+    Block, CellRun, Group, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, RunList,
+    SortedBoids, Sums, TopLanes,
 };
 use crate::grid::RUN_SLOTS;
 
@@ -103,6 +104,8 @@ struct Consts {
     unheaded: __m256,
     /// The same as a bit mask.
     unheaded_bits: u8,
+    /// All ones in the group's lanes.
+    live: __m256,
     max2: __m256,
     sep2: __m256,
     ali2: __m256,
@@ -191,20 +194,18 @@ isa_fns! {
     /// registers; with a run-time `k` they lived on the stack, and every
     /// insertion's masked stores stalled the next load of a slot.
     fn top_groups_v<const K: usize>(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
-        let per = &nb.perception;
         let mut runs = RunList::without_columns();
         let mut shifts = [[0.0f32; 1 << RUN_BITS]; 3];
         let mut topv = topv_new::<K>();
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
-            let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+            let (k, lo, hi) = group_consts(nb, &g);
             nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
-            topv_reset(&mut topv, per, g.len);
-            let k = consts(per, &lanes);
+            topv_reset(&mut topv, &k);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
             for (r, run) in runs.as_slice().iter().enumerate() {
-                if run.box_dist2(lanes.lo, lanes.hi) > topv_reach2(&topv) {
+                if run.box_dist2(lo, hi) > topv_reach2(&topv) {
                     continue;
                 }
                 candidates += run.range.len() as u32;
@@ -299,16 +300,14 @@ isa_fns! {
         }
     }
 
-    /// Empties the buffers for a group of `len` boids; `worst` as
+    /// Empties the buffers for the group of `k`; `worst` as
     /// `TopLanes::reset` leaves it.
-    fn topv_reset<const K: usize>(top: &mut TopV<K>, per: &Perception, len: usize) {
+    fn topv_reset<const K: usize>(top: &mut TopV<K>, k: &Consts) {
         for t in 0..K {
             top.d2[t] = _mm256_set1_ps(f32::INFINITY);
         }
-        let mut worst = [f32::NEG_INFINITY; LANES];
-        worst[..len].fill(per.max2);
-        top.worst = load(&worst);
-        top.live = _mm256_cmp_ps::<_CMP_GT_OQ>(top.worst, _mm256_set1_ps(f32::NEG_INFINITY));
+        top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), k.max2, k.live);
+        top.live = k.live;
     }
 
     /// The largest `worst` of any lane (`TopLanes::reach2`).
@@ -545,12 +544,11 @@ isa_fns! {
         let one = per.sep2 == per.max2 && per.ali2 == per.max2 && per.coh2 == per.max2;
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
-            let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
+            let (k, lo, hi) = group_consts(nb, &g);
             nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
-            let k = consts(per, &lanes);
             let mut acc = acc_new();
             let mut candidates = 0u32;
-            for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, &lanes, &runs, &mut reach)) {
+            for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, (lo, hi), &runs, &mut reach)) {
                 let r = start as usize..end as usize;
                 candidates += r.len() as u32;
                 // PERF: the radii and the cone are constants in the loop.
@@ -576,29 +574,79 @@ isa_fns! {
         }
     }
 
-    /// A group's lanes and the radii as registers.
-    fn consts(per: &Perception, g: &GroupLanes) -> Consts {
-        // SAFETY: eight u32s, exactly one unaligned 256-bit load.
-        let headed = unsafe { _mm256_loadu_si256(g.headed.as_ptr().cast()) };
-        let unheaded = _mm256_castsi256_ps(_mm256_cmpeq_epi32(headed, _mm256_setzero_si256()));
-        Consts {
-            p: [load(&g.p[0]), load(&g.p[1]), load(&g.p[2])],
-            h: [load(&g.h[0]), load(&g.h[1]), load(&g.h[2])],
+    /// A group's lanes and the radii as registers, and the group's box:
+    /// `GroupLanes::new`'s values, loaded straight from the sorted columns.
+    /// PERF: `GroupLanes` is written lane by lane, and reading it back as
+    /// vectors stalled until those stores had retired.
+    fn group_consts(nb: &Neighbourhood<'_>, g: &Group) -> (Consts, crate::Vec3, crate::Vec3) {
+        let (b, per) = (nb.boids, &nb.perception);
+        let zero = _mm256_setzero_ps();
+        let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+            _mm256_set1_epi32(g.len as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        ));
+        // The group's lanes of a column (the rest are the values after the
+        // group, or zero at the end of the columns).
+        let col = |c: &[f32]| {
+            if g.start + LANES <= c.len() {
+                load_at(c, g.start)
+            } else {
+                let mut lanes = [0.0f32; LANES];
+                lanes[..g.len].copy_from_slice(&c[g.start..g.start + g.len]);
+                load(&lanes)
+            }
+        };
+        let p = [&b.px, &b.py, &b.pz].map(|c| col(c));
+        let (h, unheaded) = if per.cone.is_some() {
+            // `perception::heading` per lane: `v / |v|`, zero when `v` is.
+            let v = [&b.vx, &b.vy, &b.vz].map(|c| _mm256_and_ps(col(c), live));
+            let l2 = dot3(v, v);
+            let headed = _mm256_cmp_ps::<_CMP_GT_OQ>(l2, zero);
+            let root = _mm256_sqrt_ps(l2);
+            let h = v.map(|x| _mm256_and_ps(_mm256_div_ps(x, root), headed));
+            let unheaded = _mm256_cmpeq_epi32(_mm256_castps_si256(headed), _mm256_setzero_si256());
+            (h, _mm256_castsi256_ps(unheaded))
+        } else {
+            ([zero; 3], _mm256_castsi256_ps(_mm256_set1_epi32(-1)))
+        };
+        let lo = p.map(|v| hmin(_mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), v, live)));
+        let hi = p.map(|v| hmax(_mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), v, live)));
+        let k = Consts {
+            p: p.map(|v| _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), v, live)),
+            h,
             unheaded,
             unheaded_bits: _mm256_movemask_ps(unheaded) as u8,
+            live,
             max2: _mm256_set1_ps(per.max2),
             sep2: _mm256_set1_ps(per.sep2),
             ali2: _mm256_set1_ps(per.ali2),
             coh2: _mm256_set1_ps(per.coh2),
             cone_c2: _mm256_set1_ps(per.cone.map_or(0.0, |(_, c2)| c2)),
-        }
+        };
+        (k, crate::Vec3::from(lo), crate::Vec3::from(hi))
+    }
+
+    /// The largest of eight lanes.
+    fn hmax(v: __m256) -> f32 {
+        let m = _mm256_max_ps(v, _mm256_permute2f128_ps::<1>(v, v));
+        let m = _mm256_max_ps(m, _mm256_shuffle_ps::<0b0100_1110>(m, m));
+        let m = _mm256_max_ps(m, _mm256_shuffle_ps::<0b1011_0001>(m, m));
+        _mm256_cvtss_f32(m)
+    }
+
+    /// The smallest of eight lanes.
+    fn hmin(v: __m256) -> f32 {
+        let m = _mm256_min_ps(v, _mm256_permute2f128_ps::<1>(v, v));
+        let m = _mm256_min_ps(m, _mm256_shuffle_ps::<0b0100_1110>(m, m));
+        let m = _mm256_min_ps(m, _mm256_shuffle_ps::<0b1011_0001>(m, m));
+        _mm256_cvtss_f32(m)
     }
 
     /// `Grid::windows`, eight runs at a time: the same IEEE operations per
     /// run (`vmaxps` is the reference's select-max), so the same keys.
     fn windows<'w>(
         nb: &Neighbourhood<'_>,
-        g: &GroupLanes,
+        (lo, hi): (crate::Vec3, crate::Vec3),
         runs: &RunList,
         out: &'w mut [(u32, u32); MAX_RUNS],
     ) -> &'w [(u32, u32)] {
@@ -607,7 +655,7 @@ isa_fns! {
         let (inv_slab, pos_eps, top) = grid.window_consts();
         let c = runs.cols();
         let splat = _mm256_set1_ps;
-        let (lo, hi) = ([splat(g.lo.x), splat(g.lo.y), splat(g.lo.z)], [splat(g.hi.x), splat(g.hi.y), splat(g.hi.z)]);
+        let (lo, hi) = ([splat(lo.x), splat(lo.y), splat(lo.z)], [splat(hi.x), splat(hi.y), splat(hi.z)]);
         let (max2v, zero) = (splat(max2), _mm256_setzero_ps());
         let (slack, eps, inv) = (splat(grid.window_slack(max2)), splat(pos_eps), splat(inv_slab));
         let shrink = splat(1.0 - 1e-4);
