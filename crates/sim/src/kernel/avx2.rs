@@ -312,9 +312,7 @@ isa_fns! {
 
     /// The largest `worst` of any lane (`TopLanes::reach2`).
     fn topv_reach2<const K: usize>(top: &TopV<K>) -> f32 {
-        let mut w = [0.0f32; LANES];
-        store(&mut w, top.worst);
-        w.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
+        hmax(top.worst)
     }
 
     /// Puts the candidate `at` ([`pack_at`]), at `d2` from each lane, into
