@@ -606,8 +606,9 @@ impl Grid {
     fn row_runs(&self, row: &Row, c0: i32, x_hi: i32, block: Block, f: &mut impl FnMut(CellRun)) {
         let reach = block.reach();
         if row.hole {
-            self.x_runs(row, c0 - reach, c0 - 2, f);
-            self.x_runs(row, c0 + 2, c0 + reach, f);
+            let inner = Block::Near.reach();
+            self.x_runs(row, c0 - reach, c0 - inner - 1, f);
+            self.x_runs(row, c0 + inner + 1, c0 + reach, f);
         } else {
             self.x_runs(row, c0 - reach, x_hi + reach, f);
         }
@@ -694,23 +695,11 @@ impl Grid {
             return;
         }
         // PERF: no hole and no wrapped x face crossed: every row's run
-        // covers the same cells along x, `emit`'s for each row.
+        // covers the same cells along x, so their extent is computed once.
         let (a, b) = (lo.max(0), hi.min(n - 1));
-        let (xlo, xhi) = self.bounds(0, a, b, 0.0);
-        let s = self.slabs;
+        let x = self.bounds(0, a, b, 0.0);
         for row in rows {
-            let start = self.slab_start[((row.base + a) * s) as usize] as usize;
-            let end = self.slab_start[((row.base + b + 1) * s) as usize] as usize;
-            if start == end {
-                continue;
-            }
-            push(CellRun {
-                range: start..end,
-                shift: Vec3::new(0.0, row.shift[0], row.shift[1]),
-                lo: Vec3::new(xlo, row.lo[0], row.lo[1]),
-                hi: Vec3::new(xhi, row.hi[0], row.hi[1]),
-                slabs: [row.base * s, a * s, (b + 1) * s - 1].map(|k| k as u32),
-            });
+            self.emit_within(row, (a, b), 0.0, x, &mut push);
         }
     }
 
@@ -756,13 +745,25 @@ impl Grid {
     #[inline(always)]
     fn emit(&self, row: &Row, a: i32, b: i32, sx: f32, f: &mut impl FnMut(CellRun)) {
         if a <= b {
-            let s = self.slabs;
-            let start = self.slab_start[((row.base + a) * s) as usize] as usize;
-            let end = self.slab_start[((row.base + b + 1) * s) as usize] as usize;
-            if start == end {
-                return;
-            }
-            let (xlo, xhi) = self.bounds(0, a, b, sx);
+            self.emit_within(row, (a, b), sx, self.bounds(0, a, b, sx), f);
+        }
+    }
+
+    /// [`Grid::emit`] for `a <= b`, given those cells' image-space extent
+    /// along x (`x`).
+    #[inline(always)]
+    fn emit_within(
+        &self,
+        row: &Row,
+        (a, b): (i32, i32),
+        sx: f32,
+        (xlo, xhi): (f32, f32),
+        f: &mut impl FnMut(CellRun),
+    ) {
+        let s = self.slabs;
+        let start = self.slab_start[((row.base + a) * s) as usize] as usize;
+        let end = self.slab_start[((row.base + b + 1) * s) as usize] as usize;
+        if start != end {
             f(CellRun {
                 range: start..end,
                 shift: Vec3::new(sx, row.shift[0], row.shift[1]),
