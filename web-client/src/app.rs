@@ -311,7 +311,7 @@ impl App {
                 self.metrics = Some(m);
             }
             ServerMsg::Ack(a) => match self.take_pending(a.request_id) {
-                Some(Pending::Predator) => match (self.drag, a.created_id) {
+                Some(Pending::Predator) => match (self.drag, a.id) {
                     (Drag::Creating { held: true }, Some(id)) => self.drag = Drag::Active(id),
                     (_, Some(id)) => {
                         // Released before the server answered.
@@ -321,7 +321,7 @@ impl App {
                     _ => self.drag = Drag::None,
                 },
                 Some(Pending::Other(label)) => {
-                    let text = match a.created_id {
+                    let text = match a.id {
                         Some(id) => format!("{label}: done at tick {} (id {id})", a.tick),
                         None => format!("{label}: done at tick {}", a.tick),
                     };
@@ -576,7 +576,13 @@ impl App {
                 && let Some(p) = self.world_point(x, y)
             {
                 self.last_move_ms = now_ms;
-                self.command(Command::MoveAgent { id, to: p.into() }, Pending::Quiet);
+                self.command(
+                    Command::MoveAgent {
+                        id,
+                        position: p.into(),
+                    },
+                    Pending::Quiet,
+                );
             }
             return;
         }

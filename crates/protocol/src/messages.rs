@@ -183,7 +183,7 @@ pub struct Metrics {
     /// The tick measured.
     pub tick: u64,
     /// Boids alive.
-    pub boids: u32,
+    pub population: u32,
     /// Order (polarisation): |mean heading|, 0 (disordered) ..= 1 (aligned).
     pub order: f32,
     /// Mean speed, m/s.
@@ -264,7 +264,7 @@ pub enum Command {
         /// Agent id.
         id: u32,
         /// New position, metres.
-        to: [f32; 3],
+        position: [f32; 3],
     },
     /// Remove an agent.
     RemoveAgent {
@@ -420,8 +420,8 @@ pub struct Ack {
     pub request_id: u32,
     /// The tick at whose boundary the command took effect.
     pub tick: u64,
-    /// The id of what was created, if anything.
-    pub created_id: Option<u32>,
+    /// The id of the agent it created, if it created one.
+    pub id: Option<u32>,
 }
 
 /// Something the client sent was refused.

@@ -95,7 +95,7 @@ fn command() -> impl Strategy<Value = Command> {
             }),
         (shape(), any::<Option<f32>>())
             .prop_map(|(shape, ttl_s)| Command::AddObstacle { shape, ttl_s }),
-        (any::<u32>(), vec3()).prop_map(|(id, to)| Command::MoveAgent { id, to }),
+        (any::<u32>(), vec3()).prop_map(|(id, position)| Command::MoveAgent { id, position }),
         any::<u32>().prop_map(|id| Command::RemoveAgent { id }),
         (vec3(), any::<u32>(), any::<f32>()).prop_map(|(center, count, spread_m)| {
             Command::SpawnBoids {
@@ -241,7 +241,7 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
     let metrics = (base, swarm).prop_map(|(b, s)| {
         ServerMsg::Metrics(Metrics {
             tick: b.0,
-            boids: b.1,
+            population: b.1,
             order: b.2,
             mean_speed_mps: b.3,
             min_nn_m: b.4,
@@ -279,13 +279,13 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
         proptest::collection::vec(param_info(), 0..5).prop_map(ServerMsg::Params),
         agents,
         metrics,
-        (any::<u32>(), any::<u64>(), any::<Option<u32>>()).prop_map(
-            |(request_id, tick, created_id)| ServerMsg::Ack(Ack {
+        (any::<u32>(), any::<u64>(), any::<Option<u32>>()).prop_map(|(request_id, tick, id)| {
+            ServerMsg::Ack(Ack {
                 request_id,
                 tick,
-                created_id
+                id,
             })
-        ),
+        }),
         (
             any::<Option<u32>>(),
             code,

@@ -1,26 +1,19 @@
-//! The router and the server's lifecycle: `app()` builds the axum router
-//! (tests call it directly), `run()` loads or creates the flock, starts the
-//! tick loop, serves until the shutdown future resolves, then closes every
-//! viewer and writes the checkpoint.
+//! The server's lifecycle: [`run`] loads or creates the flock, starts the
+//! tick loop, serves [`crate::http::app`] until the shutdown future
+//! resolves, then closes every viewer and writes the checkpoint;
+//! [`serve_until_signal`] is `starling serve` (logging, runtime, signals).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
 use starling_sim::{Checkpoint, Flock, FlockConfig};
 use tokio::net::TcpListener;
-use tower_http::services::ServeDir;
-use tower_http::trace::TraceLayer;
 
 use crate::config::{Config, ConfigError};
-use crate::shared::{MAX_BODY_BYTES, Shared};
-use crate::sim_loop::{LoopConfig, SimLoop};
+use crate::engine::history::History;
+use crate::engine::{LoopConfig, SimLoop};
+use crate::http::shared::Shared;
 use crate::telemetry::Telemetry;
 
 /// Why the server could not start or stop cleanly.
@@ -40,76 +33,10 @@ pub enum RunError {
     },
     /// The recording to serve could not be read.
     #[error(transparent)]
-    Replay(#[from] crate::recording::ReplayError),
+    Replay(#[from] crate::engine::recording::ReplayError),
     /// A socket or thread error.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-}
-
-/// The whole HTTP surface.
-pub fn app(shared: Shared, web_dir: &Path) -> Router {
-    let (api, doc) = crate::rest::routes();
-    let doc = std::sync::Arc::new(doc);
-    let mut router = Router::new()
-        .route(
-            "/api/v1/openapi.json",
-            get(move || {
-                let doc = doc.clone();
-                async move { axum::Json(doc.as_ref().clone()) }
-            }),
-        )
-        .route("/ws", get(crate::ws::upgrade))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(prometheus))
-        .nest("/api/v1", api);
-    router = if web_dir.join("index.html").is_file() {
-        router.fallback_service(ServeDir::new(web_dir))
-    } else {
-        let page = missing_viewer_page(web_dir);
-        router.fallback(move || {
-            let page = page.clone();
-            async move { (StatusCode::OK, Html(page)) }
-        })
-    };
-    router
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http())
-        .with_state(shared)
-}
-
-fn missing_viewer_page(dir: &Path) -> String {
-    format!(
-        "<!doctype html><meta charset=utf-8><title>Starling</title>\
-         <h1>Starling is running</h1>\
-         <p>The web viewer is not built: no <code>index.html</code> in <code>{}</code>.</p>\
-         <p>Build it with <code>cargo xtask run</code> (which also starts the server), \
-         or point <code>--web-dir</code> at a built viewer.</p>\
-         <p>The REST API is under <a href=\"/api/v1/state\"><code>/api/v1</code></a>; \
-         metrics at <a href=\"/metrics\"><code>/metrics</code></a>.</p>",
-        dir.display()
-    )
-}
-
-async fn readyz(State(s): State<Shared>) -> Response {
-    let st = s.state();
-    if st.at.elapsed() < Duration::from_secs(2) {
-        (StatusCode::OK, "ready").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the tick loop is not publishing",
-        )
-            .into_response()
-    }
-}
-
-async fn prometheus(State(s): State<Shared>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.0.telemetry.render(),
-    )
-        .into_response()
 }
 
 /// Loads the checkpoint when the state file exists, else makes a new flock.
@@ -164,7 +91,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     config.validate()?;
     let replay = match &config.replay {
-        Some(path) => Some(crate::recording::Script::load(path)?),
+        Some(path) => Some(crate::engine::recording::Script::load(path)?),
         None => None,
     };
     let flock = match &replay {
@@ -172,13 +99,15 @@ pub async fn run(
         None => initial_flock(&config)?,
     };
     let telemetry = Arc::new(Telemetry::default());
-    let history = crate::history::History::default();
+    let history = History::default();
+    let limits = config.limits();
     let sim = SimLoop::spawn(
         flock,
         LoopConfig {
             snapshot_hz: config.snapshot_hz,
             keyframe_interval_s: config.keyframe_interval_s,
             swarm: config.swarm,
+            caps: limits.pilot_caps,
             record: config.record.clone(),
             replay,
         },
@@ -191,11 +120,11 @@ pub async fn run(
         sim.published.clone(),
         telemetry,
         config.tokens(),
-        config.limits(),
+        limits,
         stop_rx,
         history,
     );
-    let router = app(shared, &config.web_dir);
+    let router = crate::http::app(shared, &config.web_dir);
     tracing::info!(addr = %listener.local_addr()?, "serving");
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
@@ -211,4 +140,62 @@ pub async fn run(
         tracing::info!(path = %path.display(), tick = flock.tick(), "checkpoint written");
     }
     Ok(())
+}
+
+/// `starling serve` (and `replay --serve`): logging, the async runtime,
+/// then [`run`] on the configured address until SIGINT or SIGTERM. `what`
+/// says what the banner line announces ("serving", "replaying").
+pub fn serve_until_signal(config: Config, what: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    config.validate()?;
+    init_logging(config.log_json);
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("binding {}", config.bind))?;
+        let addr = listener.local_addr()?;
+        match &config.replay {
+            Some(file) => println!("Starling is {what} {} at http://{addr}/", file.display()),
+            None => println!(
+                "Starling is {what} a flock of {} boids at http://{addr}/",
+                config.population
+            ),
+        }
+        run(listener, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGINT (ctrl-c) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
 }

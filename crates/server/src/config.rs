@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
 
-use crate::auth::Tokens;
-use crate::shared::Limits;
+use crate::command::AgentCaps;
+use crate::http::auth::Tokens;
+use crate::http::shared::Limits;
 
 /// Everything `starling serve` needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -40,21 +41,27 @@ pub struct Config {
     /// live flock. Excludes `record` and `state_file`.
     #[serde(skip)]
     pub replay: Option<PathBuf>,
-    /// Token granting the viewer role.
-    pub viewer_token: Option<String>,
-    /// Token granting the pilot role.
-    pub pilot_token: Option<String>,
-    /// Token granting the operator role. Required on a non-loopback bind.
-    pub operator_token: Option<String>,
+    /// Tokens granting the viewer role (TOML: a string or a list).
+    #[serde(deserialize_with = "one_or_many")]
+    pub viewer_token: Vec<String>,
+    /// Tokens granting the pilot role, one per pilot: each has its own
+    /// rate, agent cap and agents (TOML: a string or a list).
+    #[serde(deserialize_with = "one_or_many")]
+    pub pilot_token: Vec<String>,
+    /// Tokens granting the operator role (TOML: a string or a list). One is
+    /// required on a non-loopback bind.
+    #[serde(deserialize_with = "one_or_many")]
+    pub operator_token: Vec<String>,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
-    /// Agents one pilot may have at once. Default 8, range 1 ..= 256.
+    /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
     pub pilot_agents_each: usize,
     /// Agents all pilots may have at once. Default 64, range 1 ..= 1024.
     pub pilot_agents_total: usize,
-    /// Commands per second a pilot may send. Default 20, range 0.1 ..= 1000.
+    /// Commands per second a pilot token may send, REST and WebSocket
+    /// together. Default 20, range 0.1 ..= 1000.
     pub pilot_rate_per_s: f32,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
@@ -75,13 +82,13 @@ impl Default for Config {
             state_file: None,
             record: None,
             replay: None,
-            viewer_token: None,
-            pilot_token: None,
-            operator_token: None,
+            viewer_token: Vec::new(),
+            pilot_token: Vec::new(),
+            operator_token: Vec::new(),
             max_viewers: l.max_viewers,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
-            pilot_agents_each: l.pilot_agents_each,
-            pilot_agents_total: l.pilot_agents_total,
+            pilot_agents_each: l.pilot_caps.each,
+            pilot_agents_total: l.pilot_caps.total,
             pilot_rate_per_s: l.pilot_rate_per_s,
             log_json: false,
         }
@@ -98,6 +105,23 @@ pub struct ConfigError {
     pub value: String,
     /// What is allowed.
     pub allowed: String,
+}
+
+/// Most tokens one role may have (each is compared on every request).
+pub const MAX_TOKENS_PER_ROLE: usize = 64;
+
+/// A TOML value that is one string or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(t) => vec![t],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 fn err(field: &str, value: impl ToString, allowed: &str) -> ConfigError {
@@ -189,22 +213,37 @@ impl Config {
                 "1 ..= 1024",
             ));
         }
-        for (field, t) in [
+        let mut seen = std::collections::HashSet::new();
+        for (field, tokens) in [
             ("viewer_token", &self.viewer_token),
             ("pilot_token", &self.pilot_token),
             ("operator_token", &self.operator_token),
         ] {
-            if let Some(t) = t
-                && (t.len() < 8 || t.len() > 256 || t.chars().any(char::is_whitespace))
-            {
+            if tokens.len() > MAX_TOKENS_PER_ROLE {
                 return Err(err(
                     field,
-                    "(hidden)",
-                    "8 ..= 256 characters without spaces",
+                    format!("{} tokens", tokens.len()),
+                    &format!("at most {MAX_TOKENS_PER_ROLE}"),
                 ));
             }
+            for t in tokens {
+                if t.len() < 8 || t.len() > 256 || t.chars().any(char::is_whitespace) {
+                    return Err(err(
+                        field,
+                        "(hidden)",
+                        "8 ..= 256 characters without spaces",
+                    ));
+                }
+                if !seen.insert(t) {
+                    return Err(err(
+                        field,
+                        "(hidden)",
+                        "a token given once (it would grant two roles or be one pilot twice)",
+                    ));
+                }
+            }
         }
-        if !self.bind.ip().is_loopback() && self.operator_token.is_none() {
+        if !self.bind.ip().is_loopback() && self.operator_token.is_empty() {
             return Err(err(
                 "bind",
                 self.bind,
@@ -216,11 +255,7 @@ impl Config {
 
     /// The configured tokens.
     pub fn tokens(&self) -> Tokens {
-        Tokens {
-            viewer: self.viewer_token.clone(),
-            pilot: self.pilot_token.clone(),
-            operator: self.operator_token.clone(),
-        }
+        Tokens::new(&self.viewer_token, &self.pilot_token, &self.operator_token)
     }
 
     /// The caps the connections enforce.
@@ -229,8 +264,10 @@ impl Config {
             snapshot_hz: self.snapshot_hz,
             max_viewers: self.max_viewers,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
-            pilot_agents_each: self.pilot_agents_each,
-            pilot_agents_total: self.pilot_agents_total,
+            pilot_caps: AgentCaps {
+                each: self.pilot_agents_each,
+                total: self.pilot_agents_total,
+            },
             pilot_rate_per_s: self.pilot_rate_per_s,
         }
     }
@@ -249,17 +286,27 @@ mod tests {
         };
         assert_eq!(public.validate().unwrap_err().field, "bind");
         let guarded = Config {
-            operator_token: Some("s3cret-token".into()),
+            operator_token: vec!["s3cret-token".into()],
             ..public
         };
         guarded.validate().unwrap();
+        let twice = Config {
+            pilot_token: vec!["s3cret-token".into()],
+            ..guarded
+        };
+        assert_eq!(twice.validate().unwrap_err().field, "operator_token");
     }
 
     #[test]
     fn toml_errors_name_the_key() {
         let e = toml::from_str::<Config>("snapshot_hz = 30\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
-        let c: Config = toml::from_str("population = 100\n[params]\nw_sep = 2.5\n").unwrap();
+        let c: Config = toml::from_str(
+            "population = 100\npilot_token = [\"pilot-one-x\", \"pilot-two-x\"]\noperator_token = \"operator-x\"\n[params]\nw_sep = 2.5\n",
+        )
+        .unwrap();
+        assert_eq!(c.pilot_token.len(), 2);
+        assert_eq!(c.operator_token, ["operator-x"]);
         assert_eq!(c.population, 100);
         assert_eq!(c.params.w_sep, 2.5);
         let bad = Config {

@@ -1,24 +1,24 @@
 //! starling-server: one authoritative flock served to many browsers and
-//! controlled remotely.
+//! controlled remotely, and the same engine run headless in the lab.
 //!
-//! # Layout
-//! - `app.rs`: `app()` (the axum router) and `run()` (start, serve, stop,
-//!   checkpoint). `config.rs`: the validated configuration.
-//! - `sim_loop.rs`: the tick thread. It owns the flock, applies queued
-//!   [`ops::Op`]s at tick boundaries, steps at a fixed rate, encodes every
-//!   snapshot once, and publishes [`published::Published`] through a
-//!   `watch` channel (latest wins).
-//! - `ws.rs`: one viewer connection (hello, subscribe, snapshots by what
-//!   the viewer holds, commands with acks). `rest.rs`: `/api/v1`.
-//! - `shared.rs`: what handlers share (queue, state, roles, limits);
-//!   `auth.rs`: roles by token; `api_error.rs`: `{error, field, detail}`;
-//!   `telemetry.rs`: Prometheus metrics.
-//! - `scenario.rs`: scenario files (TOML, validated with file:line:field);
-//!   `headless.rs`: `starling run`, CSV and JSON outputs, seed batches.
-//! - `recording.rs`: record (`serve --record`) and `starling replay`.
-//! - `probe.rs`: `starling healthcheck` for container health checks.
-//! - `wire.rs`: the protocol measured on a live flock (`bench --scenario wire`);
-//!   `fanout.rs`: benchmark C, many viewers of a child server process.
+//! # Layout (each folder a layer; a layer uses only those above it)
+//! - `command/`: the one command table. [`command::Op`] is every change to
+//!   the simulation, with its required role, ownership rule and defaults;
+//!   [`command::apply`] is where it takes effect; pure conversions between
+//!   the protocol and the sim.
+//! - `engine/`: the live simulation. The tick thread owns the flock,
+//!   applies ops at tick boundaries, encodes each snapshot once and
+//!   publishes [`engine::published::Published`] through a `watch` channel
+//!   (latest wins); the swarm-metrics worker; trajectory history;
+//!   recording and replay.
+//! - `http/`: the service's surface. REST by resource, the WebSocket
+//!   connection, tokens and roles, the error type, and the shared handle
+//!   whose `submit` is the one door into the tick loop.
+//! - `lab/`: scenario files, headless runs (`starling run`) and every
+//!   benchmark (`starling bench`).
+//! - `app.rs` (start, serve, stop, checkpoint), `config.rs` (the validated
+//!   configuration), `telemetry.rs` (Prometheus), `probe.rs`
+//!   (`starling healthcheck`).
 //!
 //! # Example
 //! ```no_run
@@ -29,22 +29,11 @@
 //! # }
 //! ```
 
-pub mod api_error;
 pub mod app;
-pub mod auth;
+pub mod command;
 pub mod config;
-pub mod fanout;
-pub mod headless;
-pub mod history;
-pub mod ops;
-pub mod peak_rss;
+pub mod engine;
+pub mod http;
+pub mod lab;
 pub mod probe;
-pub mod published;
-pub mod recording;
-pub mod rest;
-pub mod scenario;
-pub mod shared;
-pub mod sim_loop;
 pub mod telemetry;
-pub mod wire;
-pub mod ws;

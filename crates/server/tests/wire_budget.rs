@@ -11,7 +11,7 @@ fn default_flock_fits_the_wire_budget_at_30_hz() {
     for _ in 0..600 {
         flock.step();
     }
-    let s = starling_server::wire::measure(&mut flock, 30, 60).unwrap();
+    let s = starling_server::lab::wire::measure(&mut flock, 30, 60).unwrap();
     // 8 bytes per boid plus one 48-byte header and one 8-byte id run.
     assert!(
         s.keyframe_bytes_per_boid <= 8.0 + 56.0 / s.n_boids as f64,

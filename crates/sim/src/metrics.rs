@@ -11,7 +11,7 @@ pub struct TickMetrics {
     /// The tick these metrics describe (the state after it ran).
     pub tick: u64,
     /// Number of boids.
-    pub n_boids: usize,
+    pub population: usize,
     /// Polarisation `|Σ v/|v|| / n`: 0 for random headings, 1 when all fly in parallel.
     pub order: f32,
     /// Mean speed, m/s.
@@ -96,7 +96,7 @@ impl MetricsAcc {
         let c = self.centroid;
         TickMetrics {
             tick,
-            n_boids: self.n,
+            population: self.n,
             order: ((h[0] * h[0] + h[1] * h[1] + h[2] * h[2]).sqrt() / n) as f32,
             mean_speed_mps: (self.speed / n) as f32,
             min_nn_m: self.nn_min2.is_finite().then(|| self.nn_min2.sqrt()),

@@ -40,6 +40,8 @@ pub enum Boundary {
 impl Boundary {
     /// Every accepted spelling, for error messages.
     pub const ALLOWED: &'static str = "soft | wrap | bounce";
+    /// Every spelling, in the order menus list them.
+    pub const NAMES: [&'static str; 3] = ["soft", "wrap", "bounce"];
 
     /// The lowercase name used on the wire and in files.
     pub fn as_str(self) -> &'static str {
@@ -152,6 +154,213 @@ pub mod ranges {
     pub const NOISE_M: FloatRange = FloatRange::incl(0.0, 100.0);
     pub const DROPOUT: FloatRange = FloatRange::incl(0.0, 1.0);
 }
+
+/// How one parameter's values are bounded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bounds {
+    /// A finite number in a range.
+    Float(FloatRange),
+    /// A whole number in `min ..= max`.
+    Count {
+        /// Smallest allowed.
+        min: u32,
+        /// Largest allowed.
+        max: u32,
+    },
+    /// One of these words.
+    Choice(&'static [&'static str]),
+}
+
+impl Bounds {
+    /// The smallest and largest number allowed (None for words).
+    pub fn numeric(&self) -> Option<(f64, f64)> {
+        match *self {
+            Self::Float(r) => Some((f64::from(r.min), f64::from(r.max))),
+            Self::Count { min, max } => Some((f64::from(min), f64::from(max))),
+            Self::Choice(_) => None,
+        }
+    }
+}
+
+/// A parameter's value: a number, or one of its words.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A number (counts are whole).
+    Number(f64),
+    /// A word (see [`Bounds::Choice`]).
+    Text(&'static str),
+}
+
+/// An upper bound that another parameter sets (`min_speed_mps` may not pass
+/// `max_speed_mps`): checked after every field's own range.
+#[derive(Debug, Clone, Copy)]
+pub struct UpperBound {
+    /// What sets it, for error messages.
+    pub what: &'static str,
+    /// Its value for these parameters.
+    pub of: fn(&Params) -> f32,
+}
+
+/// One scalar parameter: its name, its bounds and how to read it. The
+/// table [`SPECS`] is the one place ranges are written: [`Params::validate`]
+/// checks them, and the server builds its parameter list for viewers and
+/// its OpenAPI schema from it.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamSpec {
+    /// The field's name, as in REST, files and the wire.
+    pub name: &'static str,
+    /// Its own range.
+    pub bounds: Bounds,
+    /// A bound another parameter sets, if any.
+    pub upper: Option<UpperBound>,
+    get: fn(&Params) -> Value,
+}
+
+impl ParamSpec {
+    /// Its value in `p`.
+    pub fn value(&self, p: &Params) -> Value {
+        (self.get)(p)
+    }
+
+    /// Its smallest and largest allowed number given the rest of `p` (None
+    /// for words).
+    pub fn range_in(&self, p: &Params) -> Option<(f64, f64)> {
+        let (lo, hi) = self.bounds.numeric()?;
+        Some(match self.upper {
+            Some(u) => (lo, hi.min(f64::from((u.of)(p)))),
+            None => (lo, hi),
+        })
+    }
+
+    /// Checks its own range.
+    fn check_bounds(&self, p: &Params) -> Result<(), ParamError> {
+        match (self.bounds, self.value(p)) {
+            (Bounds::Float(r), Value::Number(v)) => r.check(self.name, v as f32).map(|_| ()),
+            (Bounds::Count { min, max }, Value::Number(v)) => {
+                if (f64::from(min)..=f64::from(max)).contains(&v) {
+                    Ok(())
+                } else {
+                    Err(ParamError::new(self.name, v, format!("{min} ..= {max}")))
+                }
+            }
+            // Words are typed enums: a value outside them cannot be built.
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks the bound another parameter sets.
+    fn check_upper(&self, p: &Params) -> Result<(), ParamError> {
+        let (Some(u), Value::Number(v), Some((lo, _))) =
+            (self.upper, self.value(p), self.bounds.numeric())
+        else {
+            return Ok(());
+        };
+        let limit = (u.of)(p);
+        if v > f64::from(limit) {
+            return Err(ParamError::new(
+                self.name,
+                v as f32,
+                format!("{lo} ..= {} ({limit})", u.what),
+            ));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! spec {
+    ($name:ident, $bounds:expr) => {
+        spec!($name, $bounds, None)
+    };
+    ($name:ident, $bounds:expr, $upper:expr) => {
+        ParamSpec {
+            name: stringify!($name),
+            bounds: $bounds,
+            upper: $upper,
+            get: |p| Value::Number(f64::from(p.$name)),
+        }
+    };
+}
+
+/// Half the smallest active world extent: the widest soft-boundary margin.
+fn half_smallest_extent(p: &Params) -> f32 {
+    p.world_m[..p.active_axes()]
+        .iter()
+        .copied()
+        .fold(f32::INFINITY, f32::min)
+        / 2.0
+}
+
+/// Every scalar parameter (all but `world_m` and `dims`, which shape the
+/// world), in the order viewers list them.
+pub const SPECS: [ParamSpec; 24] = {
+    use ranges::*;
+    [
+        spec!(w_sep, Bounds::Float(WEIGHT)),
+        spec!(w_ali, Bounds::Float(WEIGHT)),
+        spec!(w_coh, Bounds::Float(WEIGHT)),
+        spec!(w_obstacle, Bounds::Float(WEIGHT)),
+        spec!(w_goal, Bounds::Float(WEIGHT)),
+        spec!(w_flee, Bounds::Float(WEIGHT)),
+        spec!(w_wander, Bounds::Float(WEIGHT)),
+        spec!(sep_radius_m, Bounds::Float(RADIUS_M)),
+        spec!(ali_radius_m, Bounds::Float(RADIUS_M)),
+        spec!(coh_radius_m, Bounds::Float(RADIUS_M)),
+        spec!(fov_deg, Bounds::Float(FOV_DEG)),
+        spec!(
+            k_nearest,
+            Bounds::Count {
+                min: 0,
+                max: MAX_K_NEAREST
+            }
+        ),
+        spec!(max_speed_mps, Bounds::Float(MAX_SPEED_MPS)),
+        spec!(
+            min_speed_mps,
+            Bounds::Float(MIN_SPEED_MPS),
+            Some(UpperBound {
+                what: "max_speed_mps",
+                of: |p| p.max_speed_mps,
+            })
+        ),
+        spec!(max_force_mps2, Bounds::Float(MAX_FORCE_MPS2)),
+        spec!(panic_factor, Bounds::Float(PANIC_FACTOR)),
+        spec!(flee_radius_m, Bounds::Float(FLEE_RADIUS_M)),
+        spec!(
+            edge_margin_m,
+            Bounds::Float(EDGE_MARGIN_M),
+            Some(UpperBound {
+                what: "half the smallest world extent",
+                of: half_smallest_extent,
+            })
+        ),
+        spec!(lookahead_s, Bounds::Float(LOOKAHEAD_S)),
+        spec!(
+            tick_hz,
+            Bounds::Count {
+                min: 1,
+                max: MAX_TICK_HZ
+            }
+        ),
+        spec!(noise_m, Bounds::Float(NOISE_M)),
+        spec!(dropout, Bounds::Float(DROPOUT)),
+        spec!(
+            latency_ticks,
+            Bounds::Count {
+                min: 0,
+                max: MAX_LATENCY_TICKS
+            }
+        ),
+        ParamSpec {
+            name: "boundary",
+            bounds: Bounds::Choice(&Boundary::NAMES),
+            upper: None,
+            get: |p| Value::Text(p.boundary.as_str()),
+        },
+    ]
+};
+
+/// Allowed world dimensions.
+pub const DIMS: [u8; 2] = [2, 3];
 
 /// All behaviour of the flock. Flat and `Copy` so the hot loop can hold it by value.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -282,81 +491,24 @@ impl Params {
 
     /// Checks every field and the relations between fields.
     pub fn validate(&self) -> Result<(), ParamError> {
-        use ranges::*;
-        let weights = [
-            ("w_sep", self.w_sep),
-            ("w_ali", self.w_ali),
-            ("w_coh", self.w_coh),
-            ("w_obstacle", self.w_obstacle),
-            ("w_goal", self.w_goal),
-            ("w_flee", self.w_flee),
-            ("w_wander", self.w_wander),
-        ];
-        for (field, v) in weights {
-            WEIGHT.check(field, v)?;
+        for spec in &SPECS {
+            spec.check_bounds(self)?;
         }
-        RADIUS_M.check("sep_radius_m", self.sep_radius_m)?;
-        RADIUS_M.check("ali_radius_m", self.ali_radius_m)?;
-        RADIUS_M.check("coh_radius_m", self.coh_radius_m)?;
-        FOV_DEG.check("fov_deg", self.fov_deg)?;
-        if self.k_nearest > MAX_K_NEAREST {
-            return Err(ParamError::new(
-                "k_nearest",
-                self.k_nearest,
-                format!("0 ..= {MAX_K_NEAREST}"),
-            ));
-        }
-        MAX_SPEED_MPS.check("max_speed_mps", self.max_speed_mps)?;
-        MIN_SPEED_MPS.check("min_speed_mps", self.min_speed_mps)?;
-        if self.min_speed_mps > self.max_speed_mps {
-            return Err(ParamError::new(
-                "min_speed_mps",
-                self.min_speed_mps,
-                format!("0 ..= max_speed_mps ({})", self.max_speed_mps),
-            ));
-        }
-        MAX_FORCE_MPS2.check("max_force_mps2", self.max_force_mps2)?;
-        PANIC_FACTOR.check("panic_factor", self.panic_factor)?;
-        FLEE_RADIUS_M.check("flee_radius_m", self.flee_radius_m)?;
-        LOOKAHEAD_S.check("lookahead_s", self.lookahead_s)?;
-        NOISE_M.check("noise_m", self.noise_m)?;
-        DROPOUT.check("dropout", self.dropout)?;
-        if self.latency_ticks > MAX_LATENCY_TICKS {
-            return Err(ParamError::new(
-                "latency_ticks",
-                self.latency_ticks,
-                format!("0 ..= {MAX_LATENCY_TICKS}"),
-            ));
-        }
-        if self.dims != 2 && self.dims != 3 {
+        if !DIMS.contains(&self.dims) {
             return Err(ParamError::new("dims", self.dims, "2 | 3"));
-        }
-        if self.tick_hz == 0 || self.tick_hz > MAX_TICK_HZ {
-            return Err(ParamError::new(
-                "tick_hz",
-                self.tick_hz,
-                format!("1 ..= {MAX_TICK_HZ}"),
-            ));
         }
         const WORLD_FIELDS: [&str; 3] = ["world_m[0]", "world_m[1]", "world_m[2]"];
         for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m) {
-            WORLD_M.check(field, v)?;
+            ranges::WORLD_M.check(field, v)?;
         }
-        let active = &self.world_m[..self.active_axes()];
-        let smallest = active.iter().copied().fold(f32::INFINITY, f32::min);
-        EDGE_MARGIN_M.check("edge_margin_m", self.edge_margin_m)?;
-        if self.edge_margin_m > smallest / 2.0 {
-            return Err(ParamError::new(
-                "edge_margin_m",
-                self.edge_margin_m,
-                format!("0 ..= half the smallest world extent ({})", smallest / 2.0),
-            ));
+        for spec in &SPECS {
+            spec.check_upper(self)?;
         }
         if self.boundary == Boundary::Wrap {
             // The grid query looks one cell each way; with fewer than three
             // cells an axis would see the same neighbour through two images.
             let need = 3.0 * self.max_radius_m() * crate::grid::GRID_SLACK;
-            for (field, &v) in WORLD_FIELDS.iter().zip(active) {
+            for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m[..self.active_axes()]) {
                 if v < need {
                     return Err(ParamError::new(
                         field,

@@ -58,7 +58,7 @@ pub struct SwarmMetrics {
     /// The tick measured.
     pub tick: u64,
     /// Boids.
-    pub n_boids: usize,
+    pub population: usize,
     /// Polarisation `|Σ v/|v|| / n`, 0 ..= 1.
     pub order: f32,
     /// Smallest distance between two boids, metres (None: no pair within `link_m`).
@@ -143,7 +143,7 @@ impl SwarmMeter {
         let n = boids.len();
         let mut m = SwarmMetrics {
             tick: state.tick,
-            n_boids: n,
+            population: n,
             ..SwarmMetrics::default()
         };
         if n == 0 {
@@ -378,7 +378,7 @@ mod tests {
         .unwrap();
         f.add_goal(
             GoalKind::Point {
-                at: Vec3::new(20.0, 20.0, 20.0),
+                position: Vec3::new(20.0, 20.0, 20.0),
             },
             5.0,
             None,

@@ -173,7 +173,7 @@ fn boids_reach_a_goal() {
     .unwrap();
     let target = Vec3::new(130.0, 130.0, 40.0);
     flock
-        .add_goal(GoalKind::Point { at: target }, 15.0, None)
+        .add_goal(GoalKind::Point { position: target }, 15.0, None)
         .unwrap();
     let start = (flock.metrics().centroid - target).length();
     run(&mut flock, 60 * 60);
@@ -245,7 +245,7 @@ fn two_d_flocks_stay_in_the_plane() {
         flock.step();
         assert!(flock.boids().iter().all(|b| b.p.z == 0.0 && b.v.z == 0.0));
     }
-    assert!(run(&mut flock, 600).n_boids == 800);
+    assert!(run(&mut flock, 600).population == 800);
 }
 
 #[test]

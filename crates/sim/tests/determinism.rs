@@ -37,7 +37,7 @@ fn busy_run(ticks: usize, seed: u64) -> Flock {
     flock
         .add_goal(
             GoalKind::Point {
-                at: Vec3::new(50.0, 20.0, 16.0),
+                position: Vec3::new(50.0, 20.0, 16.0),
             },
             8.0,
             None,

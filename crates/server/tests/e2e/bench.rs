@@ -36,7 +36,7 @@ fn a_million_boid_flock_stays_under_200_mib() {
         "1",
     ]);
     assert_eq!(line["scenario"], "B-full");
-    assert_eq!(line["n_boids"], 1_000_000);
+    assert_eq!(line["population"], 1_000_000);
     let peak = line["peak_rss_mib"].as_f64();
     if !cfg!(target_os = "linux") && peak.is_none() {
         return; // no /proc to read

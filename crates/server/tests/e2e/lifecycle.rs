@@ -130,7 +130,7 @@ async fn sigterm_writes_a_checkpoint_and_the_next_start_resumes_it() {
         Method::POST,
         &format!("{url}/api/v1/goals"),
         None,
-        Some(json!({ "at": [30, 40, 20] })),
+        Some(json!({ "position": [30, 40, 20] })),
     )
     .await;
     assert_eq!(s, 201, "{b}");
@@ -200,7 +200,7 @@ async fn a_recorded_session_replays_bit_for_bit() {
         assert!(v.until(|s| s.metrics.len() >= seen + 2).await);
     }
     server.stop().await.unwrap();
-    let report = starling_server::recording::replay(&file, |_| {}).unwrap();
+    let report = starling_server::engine::recording::replay(&file, |_| {}).unwrap();
     assert_eq!(report.ops, 6);
     assert!(report.digests_checked >= 1, "{report:?}");
 

@@ -31,7 +31,7 @@ trajectories_every = 60
 [[obstacles]]
 sphere = { center = [30, 30, 15], radius_m = 5 }
 [[goals]]
-at = [10, 10, 15]
+position = [10, 10, 15]
 [[events]]
 at_s = 2.0
 kill_count = 30
@@ -56,11 +56,11 @@ fn a_scenario_runs_headless_and_writes_the_documented_files() {
         lines
             .next()
             .unwrap()
-            .starts_with("tick,time_s,n_boids,order")
+            .starts_with("tick,time_s,population,order")
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), 240 / 5);
-    // The kill at 2 s (tick 120) shows in n_boids.
+    // The kill at 2 s (tick 120) shows in population.
     let n_at = |tick: &str| {
         rows.iter()
             .find(|r| r.starts_with(&format!("{tick},")))
@@ -198,7 +198,7 @@ fn events_cut_to_the_boids_left_are_reported() {
             {"event": 1, "tick": 10, "field": "kill_count", "asked": 150, "applied": 100}
         ])
     );
-    assert_eq!(summary["last_tick"]["n_boids"], 0);
+    assert_eq!(summary["last_tick"]["population"], 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -238,7 +238,7 @@ fn the_example_scenarios_are_valid() {
     for entry in std::fs::read_dir(&root).unwrap() {
         let p = entry.unwrap().path();
         if p.extension().is_some_and(|e| e == "toml") {
-            starling_server::scenario::Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            starling_server::lab::scenario::Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
             n += 1;
         }
     }

@@ -173,7 +173,7 @@ async fn a_predator_is_listed_and_boids_flee_it() {
     let Reply::Ack(ack) = reply else {
         panic!("predator refused")
     };
-    let id = ack.created_id.unwrap();
+    let id = ack.id.unwrap();
     assert!(
         v.until(|s| s
             .agents
@@ -340,7 +340,7 @@ async fn bad_rest_input_gets_a_4xx_naming_the_field() {
         Method::POST,
         &url("/api/v1/goals"),
         None,
-        Some(json!({ "at": [10, 10, 10] })),
+        Some(json!({ "position": [10, 10, 10] })),
     )
     .await;
     assert_eq!(s, 201, "{b}");
@@ -385,7 +385,7 @@ async fn bad_rest_input_gets_a_4xx_naming_the_field() {
             Method::POST,
             &url("/api/v1/goals"),
             None,
-            Some(json!({ "at": [10, 10, 10] })),
+            Some(json!({ "position": [10, 10, 10] })),
         )
         .await;
         if last.0 != 201 {
@@ -406,9 +406,9 @@ async fn bad_rest_input_gets_a_4xx_naming_the_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_hold_over_rest_and_websocket() {
     let config = starling_server::config::Config {
-        viewer_token: Some("viewer-token".into()),
-        pilot_token: Some("pilot-token".into()),
-        operator_token: Some("operator-token".into()),
+        viewer_token: vec!["viewer-token".into()],
+        pilot_token: vec!["pilot-token".into()],
+        operator_token: vec!["operator-token".into()],
         ..test_config()
     };
     let server = TestServer::start(config).await;
@@ -637,7 +637,7 @@ async fn swarm_metrics_reach_rest_prometheus_and_viewers() {
         rest_m["swarm"]["obstacle_clearance_m"].is_number(),
         "{rest_m}"
     );
-    assert_eq!(rest_m["tick"]["n_boids"], 1_000);
+    assert_eq!(rest_m["tick"]["population"], 1_000);
     let prom = reqwest::get(server.url("/metrics"))
         .await
         .unwrap()
@@ -822,8 +822,8 @@ async fn the_last_seconds_export_as_csv() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pilot_requests_cannot_overshoot_the_cap() {
     let config = starling_server::config::Config {
-        pilot_token: Some("pilot-token".into()),
-        operator_token: Some("operator-token".into()),
+        pilot_token: vec!["pilot-token".into()],
+        operator_token: vec!["operator-token".into()],
         pilot_rate_per_s: 1000.0,
         ..test_config()
     };
@@ -838,7 +838,7 @@ async fn concurrent_pilot_requests_cannot_overshoot_the_cap() {
                 Method::POST,
                 &url,
                 Some("pilot-token"),
-                Some(json!({ "at": [10 + k, 20, 30] })),
+                Some(json!({ "position": [10 + k, 20, 30] })),
             )
             .await
         }

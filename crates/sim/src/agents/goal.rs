@@ -18,9 +18,11 @@ pub const MAX_WAYPOINTS: usize = 64;
 pub enum GoalKind {
     /// A fixed attractor (migration target, a cursor).
     Point {
-        /// Position, metres.
+        /// Position, metres (`at` in checkpoints written before the names
+        /// were unified).
         #[cfg_attr(feature = "openapi", schema(value_type = [f32; 3]))]
-        at: Vec3,
+        #[cfg_attr(feature = "serde", serde(alias = "at"))]
+        position: Vec3,
     },
     /// Waypoints visited in order; the next one becomes active when the
     /// flock's centroid comes within the arrive radius of the current one.
@@ -38,7 +40,7 @@ impl GoalKind {
     pub fn validate(&self) -> Result<(), ParamError> {
         let check = |field, v| super::check_point(field, v).map(|_| ());
         match self {
-            GoalKind::Point { at } => check("at", *at),
+            GoalKind::Point { position } => check("position", *position),
             GoalKind::Path { waypoints, .. } => {
                 if waypoints.is_empty() || waypoints.len() > MAX_WAYPOINTS {
                     return Err(ParamError::new(
@@ -77,7 +79,7 @@ impl Goal {
     /// The point boids currently steer to.
     pub fn target(&self) -> Vec3 {
         match &self.kind {
-            GoalKind::Point { at } => *at,
+            GoalKind::Point { position } => *position,
             GoalKind::Path { waypoints, .. } => {
                 waypoints[self.next_waypoint.min(waypoints.len() - 1)]
             }

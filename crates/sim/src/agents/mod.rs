@@ -271,8 +271,8 @@ impl Agents {
         }
         if let Some(g) = self.goals.iter_mut().find(|a| a.id == id) {
             return match &mut g.kind {
-                GoalKind::Point { at } => {
-                    *at = to;
+                GoalKind::Point { position } => {
+                    *position = to;
                     g.reached = false;
                     Ok(AgentKind::Goal)
                 }

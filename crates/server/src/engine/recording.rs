@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use starling_sim::{Checkpoint, Flock};
 
-use crate::ops::{Op, apply};
+use crate::command::{Op, apply};
 
 /// Ticks between digests in a recording.
 pub const DIGEST_EVERY_TICKS: u64 = 60;
@@ -531,7 +531,7 @@ mod tests {
                     max_speed_mps: None,
                     ttl_s: None,
                 }),
-                60 => Some(Op::KillBoids { count: 25 }),
+                60 => Some(Op::KillBoids(crate::command::Amount::Count(25))),
                 90 => Some(Op::Pause),
                 95 => Some(Op::Step { n: 7 }),
                 100 => Some(Op::Resume),

@@ -36,12 +36,11 @@
 
 use std::path::Path;
 
-use crate::ops::Op;
 use serde::{Deserialize, Serialize};
-use starling_sim::{
-    Flock, FlockConfig, GoalKind, MAX_POPULATION, Params, ParamsPatch, PredatorMode, Shape,
-    SwarmConfig, Vec3,
-};
+use starling_sim::{Flock, FlockConfig, MAX_POPULATION, Params, ParamsPatch, SwarmConfig, Vec3};
+
+use crate::command::{Amount, Op, OpError, Selection};
+pub use crate::command::{BoxSpec, GoalSpec, ObstacleSpec, PredatorSpec, SphereSpec};
 
 /// A scenario file, parsed and validated.
 #[derive(Debug, Clone, Deserialize)]
@@ -129,70 +128,6 @@ impl Default for Output {
             trajectories_every: 30,
         }
     }
-}
-
-/// An obstacle: exactly one of `sphere` and `box`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ObstacleSpec {
-    /// A sphere.
-    pub sphere: Option<SphereSpec>,
-    /// An axis-aligned box.
-    #[serde(rename = "box")]
-    pub aabb: Option<BoxSpec>,
-    /// Removed after this many seconds.
-    pub ttl_s: Option<f32>,
-}
-
-/// `{ center, radius_m }`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SphereSpec {
-    /// Centre, metres.
-    pub center: [f32; 3],
-    /// Radius, metres.
-    pub radius_m: f32,
-}
-
-/// `{ min, max }`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BoxSpec {
-    /// Minimum corner.
-    pub min: [f32; 3],
-    /// Maximum corner.
-    pub max: [f32; 3],
-}
-
-/// A goal: `at` (a point) or `waypoints` (a path).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GoalSpec {
-    /// A point goal.
-    pub at: Option<[f32; 3]>,
-    /// A waypoint path.
-    pub waypoints: Option<Vec<[f32; 3]>>,
-    /// Whether a path loops. Default false.
-    #[serde(default)]
-    pub looping: bool,
-    /// Arrive radius, metres. Default 8.
-    pub arrive_radius_m: Option<f32>,
-    /// Removed after this many seconds.
-    pub ttl_s: Option<f32>,
-}
-
-/// A predator.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PredatorSpec {
-    /// `static`, `pointer` or `hunter`. Default `hunter`.
-    pub mode: Option<PredatorMode>,
-    /// Where, metres.
-    pub position: [f32; 3],
-    /// Top speed (default 1.5 × the boids').
-    pub max_speed_mps: Option<f32>,
-    /// Removed after this many seconds.
-    pub ttl_s: Option<f32>,
 }
 
 /// Something that happens at a tick or a time.
@@ -464,7 +399,11 @@ impl Scenario {
                 e.op(0, 0)
                     .and_then(|(op, _)| apply_op(&mut probe, op))
                     .map_err(|d| {
-                        err(&format!("events[{k}]"), line_of_table(text, "events", k), d)
+                        err(
+                            &format!("events[{k}]"),
+                            line_of_table(text, "events", k),
+                            d.to_string(),
+                        )
                     })?;
             }
         }
@@ -504,65 +443,19 @@ impl Scenario {
                 .map_err(|e| ("placement".to_owned(), e.to_string()))?;
         }
         for (k, o) in self.obstacles.iter().enumerate() {
-            obstacle_op(o)
+            o.op()
                 .and_then(|op| apply_op(&mut f, op))
-                .map_err(|d| (format!("obstacles[{k}]"), d))?;
+                .map_err(|e| (format!("obstacles[{k}]"), e.to_string()))?;
         }
         for (k, g) in self.goals.iter().enumerate() {
-            goal_op(g)
+            g.op()
                 .and_then(|op| apply_op(&mut f, op))
-                .map_err(|d| (format!("goals[{k}]"), d))?;
+                .map_err(|e| (format!("goals[{k}]"), e.to_string()))?;
         }
         for (k, p) in self.predators.iter().enumerate() {
-            apply_op(&mut f, predator_op(p)).map_err(|d| (format!("predators[{k}]"), d))?;
+            apply_op(&mut f, p.op()).map_err(|e| (format!("predators[{k}]"), e.to_string()))?;
         }
         Ok(f)
-    }
-}
-
-/// The op that adds an obstacle from its spec.
-pub fn obstacle_op(o: &ObstacleSpec) -> Result<Op, String> {
-    let shape = match (o.sphere, o.aabb) {
-        (Some(s), None) => Shape::Sphere {
-            center: Vec3::from(s.center),
-            radius_m: s.radius_m,
-        },
-        (None, Some(b)) => Shape::Box {
-            min: Vec3::from(b.min),
-            max: Vec3::from(b.max),
-        },
-        _ => return Err("give exactly one of `sphere` and `box`".into()),
-    };
-    Ok(Op::AddObstacle {
-        shape,
-        ttl_s: o.ttl_s,
-    })
-}
-
-/// The op that adds a goal from its spec.
-pub fn goal_op(g: &GoalSpec) -> Result<Op, String> {
-    let kind = match (g.at, &g.waypoints) {
-        (Some(at), None) => GoalKind::Point { at: Vec3::from(at) },
-        (None, Some(w)) => GoalKind::Path {
-            waypoints: w.iter().map(|&p| Vec3::from(p)).collect(),
-            looping: g.looping,
-        },
-        _ => return Err("give exactly one of `at` and `waypoints`".into()),
-    };
-    Ok(Op::AddGoal {
-        kind,
-        arrive_radius_m: g.arrive_radius_m.unwrap_or(8.0),
-        ttl_s: g.ttl_s,
-    })
-}
-
-/// The op that adds a predator from its spec.
-pub fn predator_op(p: &PredatorSpec) -> Op {
-    Op::AddPredator {
-        mode: p.mode.unwrap_or(PredatorMode::Hunter),
-        position: Vec3::from(p.position),
-        max_speed_mps: p.max_speed_mps,
-        ttl_s: p.ttl_s,
     }
 }
 
@@ -581,43 +474,48 @@ pub struct Capped {
 impl Event {
     /// The op this event performs on a flock of `alive` boids of which
     /// `frozen` are frozen (validated events have exactly one action), and
-    /// the count it had to cut, if any.
-    pub fn op(&self, alive: usize, frozen: usize) -> Result<(Op, Option<Capped>), String> {
+    /// the count it had to cut, if any. A fraction stays a fraction (it is
+    /// resolved against the boids alive when it applies) unless the boids
+    /// it amounts to are more than are left.
+    pub fn op(&self, alive: usize, frozen: usize) -> Result<(Op, Option<Capped>), OpError> {
         let unfrozen = alive - frozen.min(alive);
-        let cap = |field: &'static str, asked: usize, max: usize| {
-            let applied = asked.min(max);
-            let capped = (applied < asked).then_some(Capped {
+        let cap = |field: &'static str, amount: Amount, max: usize| {
+            let asked = amount.resolve(alive);
+            if asked <= max {
+                return (amount, None);
+            }
+            let capped = Capped {
                 field,
                 asked,
-                applied,
-            });
-            (applied, capped)
+                applied: max,
+            };
+            (Amount::Count(max), Some(capped))
         };
-        let freeze = |(count, capped)| Ok((Op::FreezeBoids { count }, capped));
-        let kill = |(count, capped)| Ok((Op::KillBoids { count }, capped));
+        let freeze = |(amount, capped): (Amount, _)| {
+            let which = match amount {
+                Amount::Count(n) => Selection::Count(n),
+                Amount::Fraction(f) => Selection::Fraction(f),
+            };
+            Ok((Op::FreezeBoids(which), capped))
+        };
+        let kill = |(amount, capped)| Ok((Op::KillBoids(amount), capped));
         if let Some(n) = self.freeze_count {
-            return freeze(cap("freeze_count", n, unfrozen));
+            return freeze(cap("freeze_count", Amount::Count(n), unfrozen));
         }
-        if let Some(frac) = self.freeze_fraction {
-            let n = (frac * alive as f64).round() as usize;
-            return freeze(cap("freeze_fraction", n, unfrozen));
+        if let Some(f) = self.freeze_fraction {
+            return freeze(cap("freeze_fraction", Amount::Fraction(f), unfrozen));
         }
         if let Some(n) = self.kill_count {
-            return kill(cap("kill_count", n, alive));
+            return kill(cap("kill_count", Amount::Count(n), alive));
         }
-        if let Some(frac) = self.kill_fraction {
-            // At most `alive`: the fraction is validated to 0 ..= 1.
-            return kill(cap(
-                "kill_fraction",
-                (frac * alive as f64).round() as usize,
-                alive,
-            ));
+        if let Some(f) = self.kill_fraction {
+            return kill(cap("kill_fraction", Amount::Fraction(f), alive));
         }
         self.other_op().map(|op| (op, None))
     }
 
     /// The op of an event that acts on no count of boids.
-    fn other_op(&self) -> Result<Op, String> {
+    fn other_op(&self) -> Result<Op, OpError> {
         if self.thaw == Some(true) {
             return Ok(Op::Thaw { ids: None });
         }
@@ -625,27 +523,28 @@ impl Event {
             return Ok(Op::PatchParams(Box::new(*p)));
         }
         if let Some(p) = &self.add_predator {
-            return Ok(predator_op(p));
+            return Ok(p.op());
         }
         if let Some(o) = &self.add_obstacle {
-            return obstacle_op(o);
+            return o.op();
         }
         if let Some(g) = &self.add_goal {
-            return goal_op(g);
+            return g.op();
         }
         if let Some(id) = self.remove_agent {
             return Ok(Op::RemoveAgent { id });
         }
-        Err("no action".into())
+        Err(OpError::BadInput {
+            field: None,
+            detail: "no action".into(),
+        })
     }
 }
 
 /// Applies an op outside the server (building a scenario, headless events).
-pub fn apply_op(f: &mut Flock, op: Op) -> Result<Option<u32>, String> {
+pub fn apply_op(f: &mut Flock, op: Op) -> Result<Option<u32>, OpError> {
     let mut paused = false;
-    crate::ops::apply(f, &mut paused, op, |f| f.step())
-        .map(|a| a.created_id)
-        .map_err(|e| e.to_string())
+    crate::command::apply(f, &mut paused, op, |f| f.step()).map(|a| a.id)
 }
 
 #[cfg(test)]
@@ -666,7 +565,7 @@ mod tests {
     #[test]
     fn counts_are_cut_to_the_boids_there_are_and_say_so() {
         let (op, cut) = event("kill_count = 30").op(20, 0).unwrap();
-        assert!(matches!(op, Op::KillBoids { count: 20 }), "{op:?}");
+        assert!(matches!(op, Op::KillBoids(Amount::Count(20))), "{op:?}");
         let want = Capped {
             field: "kill_count",
             asked: 30,
@@ -674,18 +573,26 @@ mod tests {
         };
         assert_eq!(cut, Some(want));
         let (op, cut) = event("kill_count = 20").op(20, 0).unwrap();
-        assert!(matches!(op, Op::KillBoids { count: 20 }) && cut.is_none());
+        assert!(matches!(op, Op::KillBoids(Amount::Count(20))) && cut.is_none());
         // Half of 100 frozen: 0.8 of the alive is more than are left.
         let (op, cut) = event("freeze_fraction = 0.8").op(100, 50).unwrap();
-        assert!(matches!(op, Op::FreezeBoids { count: 50 }), "{op:?}");
+        assert!(
+            matches!(op, Op::FreezeBoids(Selection::Count(50))),
+            "{op:?}"
+        );
         assert_eq!(
             cut.map(|c| (c.field, c.asked)),
             Some(("freeze_fraction", 80))
         );
         let (op, cut) = event("freeze_count = 7").op(100, 90).unwrap();
-        assert!(matches!(op, Op::FreezeBoids { count: 7 }) && cut.is_none());
-        let (_, cut) = event("kill_fraction = 1.0").op(33, 0).unwrap();
+        assert!(matches!(op, Op::FreezeBoids(Selection::Count(7))) && cut.is_none());
+        let (op, cut) = event("kill_fraction = 1.0").op(33, 0).unwrap();
         assert!(cut.is_none());
+        // A fraction that fits stays a fraction, resolved when it applies.
+        assert!(
+            matches!(op, Op::KillBoids(Amount::Fraction(f)) if f == 1.0),
+            "{op:?}"
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! state (latest wins, so a slow viewer skips frames and never queues
 //! them), rate-limits snapshots to what the viewer asked for, and picks a
 //! delta or a keyframe by what this viewer last received. The reader half
-//! decodes commands, checks the role and limits, and queues them; each gets
-//! an `Ack` or an `Error` with its request id.
+//! decodes commands into ops and submits them through the same door as
+//! REST ([`Shared::submit`]: one role table, one rate and cap account per
+//! token); each gets an `Ack` or an `Error` with its request id.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,18 +19,17 @@ use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use starling_protocol::{
-    Ack, ClientMsg, Close, CloseReason, Command, ErrorCode, ErrorMsg, Hello, Metrics,
-    PROTOCOL_MAJOR, PROTOCOL_MINOR, ParamInfo, ParamValue, Role, ServerMsg, WorldInfo,
-    declared_major, decode_client, encode_server, limits::MAX_MESSAGE_BYTES,
+    Ack, ClientMsg, Close, CloseReason, Command, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR,
+    PROTOCOL_MINOR, ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
+    limits::MAX_MESSAGE_BYTES,
 };
-use starling_sim::{GoalKind, Params, PredatorMode, Preset, Shape, Vec3};
 use tokio::sync::mpsc;
 
-use crate::api_error::{ApiError, unknown_field};
-use crate::auth::{allowed, bearer, needed_role};
-use crate::ops::Op;
-use crate::published::{Broadcast, Published};
-use crate::shared::Shared;
+use super::auth::bearer;
+use super::error::ApiError;
+use super::shared::Shared;
+use crate::command::{Actor, Applied, allowed, metrics_msg, op_from_command, param_infos};
+use crate::engine::published::{Broadcast, Published};
 
 /// Control messages waiting for one viewer's writer, at most. A viewer that
 /// lets this many replies pile up is not reading and is closed.
@@ -57,8 +57,7 @@ pub async fn upgrade(
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let token = q.token.as_deref().or(bearer(header)).map(str::to_owned);
-    let role = s.0.tokens.role_of(token.as_deref());
+    let actor = s.0.tokens.actor(q.token.as_deref().or(bearer(header)));
     if s.0.viewers.load(Ordering::Relaxed) >= s.0.limits.max_viewers {
         return ApiError::busy(format!(
             "the server holds its maximum of {} viewers",
@@ -71,8 +70,7 @@ pub async fn upgrade(
         .on_upgrade(move |socket| async move {
             s.0.viewers.fetch_add(1, Ordering::Relaxed);
             s.0.telemetry.viewers.inc();
-            let conn_key = format!("ws:{}", token.as_deref().unwrap_or("anonymous"));
-            serve(s.clone(), socket, role, conn_key).await;
+            serve(s.clone(), socket, actor).await;
             s.0.viewers.fetch_sub(1, Ordering::Relaxed);
             s.0.telemetry.viewers.dec();
         })
@@ -121,7 +119,7 @@ impl Writer {
     }
 }
 
-async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
+async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     let (sink, mut stream) = socket.split();
     let mut w = Writer {
         sink,
@@ -129,7 +127,7 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
         s: s.clone(),
     };
     let st = s.state();
-    let hello = ServerMsg::Hello(hello(&s, &st, role));
+    let hello = ServerMsg::Hello(hello(&s, &st, actor));
     if w.send(encode(&hello)).await.is_err() {
         return;
     }
@@ -195,8 +193,7 @@ async fn serve(s: Shared, socket: WebSocket, role: Role, key: String) {
     let reader = tokio::spawn(read_loop(
         s.clone(),
         stream,
-        role,
-        key,
+        actor,
         ctl_tx,
         rate_tx,
         resync_tx,
@@ -306,24 +303,12 @@ async fn send_updates(
     }
     if last_metrics.elapsed() >= METRICS_INTERVAL {
         *last_metrics = Instant::now();
-        let m = &st.metrics;
-        w.send(encode(&ServerMsg::Metrics(Metrics {
-            tick: st.tick,
-            boids: st.population as u32,
-            order: m.order,
-            mean_speed_mps: m.mean_speed_mps,
-            min_nn_m: m.min_nn_m,
-            mean_nn_m: m.mean_nn_m,
-            tick_ms: m.step_ms,
-            paused: st.paused,
-            collisions: st.swarm.collisions as u32,
-            collision_ratio: st.swarm.collision_ratio,
-            clusters: st.swarm.clusters as u32,
-            largest_cluster: st.swarm.largest_cluster as u32,
-            obstacle_clearance_m: st.swarm.obstacle_clearance_m,
-            goal_distance_m: st.swarm.goal_distance_m,
-            velocity_correlation: st.swarm.velocity_correlation,
-        })))
+        let now = (st.tick, st.population, st.paused);
+        w.send(encode(&ServerMsg::Metrics(metrics_msg(
+            now,
+            &st.metrics,
+            &st.swarm,
+        ))))
         .await?;
     }
     Ok(())
@@ -338,23 +323,10 @@ fn error_msg(request_id: Option<u32>, code: ErrorCode, field: Option<&str>, deta
     }))
 }
 
-fn api_to_code(e: &ApiError) -> ErrorCode {
-    match e.error {
-        "forbidden" => ErrorCode::Forbidden,
-        "not_found" => ErrorCode::NotFound,
-        "limit_reached" => ErrorCode::LimitReached,
-        "rate_limited" => ErrorCode::RateLimited,
-        "busy" => ErrorCode::Busy,
-        "unsupported" => ErrorCode::Unsupported,
-        _ => ErrorCode::BadRequest,
-    }
-}
-
 async fn read_loop(
     s: Shared,
     mut stream: futures_util::stream::SplitStream<WebSocket>,
-    role: Role,
-    key: String,
+    actor: Actor,
     ctl: mpsc::Sender<Bytes>,
     rate: mpsc::Sender<u16>,
     resync: mpsc::Sender<()>,
@@ -403,20 +375,17 @@ async fn read_loop(
             }) => {
                 // Each command is answered by its own task, so a slow op
                 // never blocks reading; the answer queue is bounded.
-                let (s, key, ctl2) = (s.clone(), key.clone(), ctl.clone());
+                let (s, ctl2) = (s.clone(), ctl.clone());
                 tokio::spawn(async move {
-                    let out = match command_reply(&s, role, &key, command).await {
+                    let out = match command_reply(&s, actor, command).await {
                         Ok(a) => encode(&ServerMsg::Ack(Ack {
                             request_id,
                             tick: a.tick,
-                            created_id: a.created_id,
+                            id: a.id,
                         })),
-                        Err(e) => error_msg(
-                            Some(request_id),
-                            api_to_code(&e),
-                            e.field.as_deref(),
-                            &e.detail,
-                        ),
+                        Err(e) => {
+                            error_msg(Some(request_id), e.code(), e.field.as_deref(), &e.detail)
+                        }
                     };
                     let _ = ctl2.send(out).await;
                 });
@@ -431,202 +400,13 @@ async fn read_loop(
     }
 }
 
-fn vec3(v: [f32; 3]) -> Vec3 {
-    Vec3::from_array(v)
+/// A command's outcome: its op, through the same door as REST.
+async fn command_reply(s: &Shared, actor: Actor, command: Command) -> Result<Applied, ApiError> {
+    let op = op_from_command(command)?;
+    s.submit(actor, op).await
 }
 
-async fn command_reply(
-    s: &Shared,
-    role: Role,
-    key: &str,
-    command: Command,
-) -> Result<crate::ops::Applied, ApiError> {
-    let need = needed_role(command.kind());
-    if role < need {
-        return Err(ApiError::forbidden(
-            role,
-            need,
-            &format!("{:?}", command.kind()).to_lowercase(),
-        ));
-    }
-    s.check_rate(role, key)?;
-    let creates = matches!(
-        command,
-        Command::AddPredator { .. } | Command::AddGoal { .. } | Command::AddObstacle { .. }
-    );
-    let op = match command {
-        Command::AddPredator {
-            mode,
-            position,
-            ttl_s,
-        } => Op::AddPredator {
-            mode: match mode {
-                starling_protocol::PredatorMode::Static => PredatorMode::Static,
-                starling_protocol::PredatorMode::Pointer => PredatorMode::Pointer,
-                starling_protocol::PredatorMode::Hunter => PredatorMode::Hunter,
-            },
-            position: vec3(position),
-            max_speed_mps: None,
-            ttl_s,
-        },
-        Command::AddGoal {
-            position,
-            waypoints,
-            looping,
-            ttl_s,
-        } => Op::AddGoal {
-            kind: if waypoints.is_empty() {
-                GoalKind::Point { at: vec3(position) }
-            } else {
-                GoalKind::Path {
-                    waypoints: waypoints.into_iter().map(vec3).collect(),
-                    looping,
-                }
-            },
-            arrive_radius_m: 8.0,
-            ttl_s,
-        },
-        Command::AddObstacle { shape, ttl_s } => Op::AddObstacle {
-            shape: match shape {
-                starling_protocol::Shape::Sphere { center, radius_m } => Shape::Sphere {
-                    center: vec3(center),
-                    radius_m,
-                },
-                starling_protocol::Shape::Box { min, max } => Shape::Box {
-                    min: vec3(min),
-                    max: vec3(max),
-                },
-            },
-            ttl_s,
-        },
-        Command::MoveAgent { id, to } => Op::MoveAgent { id, to: vec3(to) },
-        Command::RemoveAgent { id } => Op::RemoveAgent { id },
-        Command::SpawnBoids {
-            center,
-            count,
-            spread_m,
-        } => Op::SpawnBoids {
-            center: vec3(center),
-            count: count as usize,
-            spread_m,
-        },
-        Command::PatchParams { changes } => Op::PatchParams(Box::new(patch_from(&changes)?)),
-        Command::Preset { name } => Op::Preset(name.parse::<Preset>().map_err(|_| {
-            ApiError::not_found(format!("no preset {name:?}: allowed {}", Preset::ALLOWED))
-        })?),
-        Command::Pause => Op::Pause,
-        Command::Resume => Op::Resume,
-        Command::Step { n } => Op::Step { n },
-        Command::Reset { seed } => Op::Reset { seed },
-        Command::FreezeBoids { count } => Op::FreezeBoids {
-            count: count as usize,
-        },
-        Command::ThawBoids => Op::Thaw { ids: None },
-        Command::Seek { tick } => Op::Seek { tick },
-        Command::KillBoids { count } => Op::KillBoids {
-            count: count as usize,
-        },
-    };
-    let slot = if creates {
-        Some(s.reserve_pilot_slot(role, key)?)
-    } else {
-        None
-    };
-    let a = s.submit(op).await?;
-    if let Some(slot) = slot {
-        slot.created(a.created_id);
-    }
-    Ok(a)
-}
-
-/// A parameter patch from `(name, value)` pairs, through the same serde
-/// path as REST (so unknown names and wrong types are refused alike).
-fn patch_from(changes: &[(String, ParamValue)]) -> Result<starling_sim::ParamsPatch, ApiError> {
-    let mut obj = serde_json::Map::new();
-    for (name, v) in changes {
-        let value = match v {
-            // Whole numbers as integers, so count parameters (k_nearest,
-            // tick_hz, latency_ticks) accept them.
-            ParamValue::Number(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
-                serde_json::Value::Number(serde_json::Number::from(*x as i64))
-            }
-            ParamValue::Number(x) => serde_json::Number::from_f64(*x)
-                .map(serde_json::Value::Number)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                        Some(name.clone()),
-                        format!("{name} = {x}: allowed a finite number"),
-                    )
-                })?,
-            ParamValue::Text(t) => serde_json::Value::String(t.clone()),
-        };
-        obj.insert(name.clone(), value);
-    }
-    serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| {
-        let msg = e.to_string();
-        let field = unknown_field(&msg).map(str::to_owned);
-        ApiError::invalid(axum::http::StatusCode::UNPROCESSABLE_ENTITY, field, msg)
-    })
-}
-
-/// Every parameter as the viewer shows it.
-pub fn param_infos(p: &Params) -> Vec<ParamInfo> {
-    let num = |name: &str, v: f64, min: f64, max: f64| ParamInfo {
-        name: name.to_owned(),
-        value: ParamValue::Number(v),
-        min: Some(min),
-        max: Some(max),
-        choices: Vec::new(),
-        live: true,
-    };
-    let f = f64::from;
-    vec![
-        num("w_sep", f(p.w_sep), 0.0, 100.0),
-        num("w_ali", f(p.w_ali), 0.0, 100.0),
-        num("w_coh", f(p.w_coh), 0.0, 100.0),
-        num("w_obstacle", f(p.w_obstacle), 0.0, 100.0),
-        num("w_goal", f(p.w_goal), 0.0, 100.0),
-        num("w_flee", f(p.w_flee), 0.0, 100.0),
-        num("w_wander", f(p.w_wander), 0.0, 100.0),
-        num("sep_radius_m", f(p.sep_radius_m), 0.0, 1000.0),
-        num("ali_radius_m", f(p.ali_radius_m), 0.0, 1000.0),
-        num("coh_radius_m", f(p.coh_radius_m), 0.0, 1000.0),
-        num("fov_deg", f(p.fov_deg), 0.0, 360.0),
-        num("k_nearest", f(p.k_nearest as f32), 0.0, 32.0),
-        num("max_speed_mps", f(p.max_speed_mps), 0.0, 1000.0),
-        num("min_speed_mps", f(p.min_speed_mps), 0.0, f(p.max_speed_mps)),
-        num("max_force_mps2", f(p.max_force_mps2), 0.0, 100_000.0),
-        num("panic_factor", f(p.panic_factor), 1.0, 10.0),
-        num("flee_radius_m", f(p.flee_radius_m), 0.0, 1000.0),
-        num(
-            "edge_margin_m",
-            f(p.edge_margin_m),
-            0.0,
-            f(p.world_m.iter().copied().fold(f32::INFINITY, f32::min) / 2.0),
-        ),
-        num("lookahead_s", f(p.lookahead_s), 0.0, 10.0),
-        num("tick_hz", f(p.tick_hz as f32), 1.0, 1000.0),
-        num("noise_m", f(p.noise_m), 0.0, 100.0),
-        num("dropout", f(p.dropout), 0.0, 1.0),
-        num(
-            "latency_ticks",
-            f64::from(p.latency_ticks),
-            0.0,
-            f64::from(starling_sim::params::MAX_LATENCY_TICKS),
-        ),
-        ParamInfo {
-            name: "boundary".into(),
-            value: ParamValue::Text(p.boundary.as_str().into()),
-            min: None,
-            max: None,
-            choices: vec!["soft".into(), "wrap".into(), "bounce".into()],
-            live: true,
-        },
-    ]
-}
-
-fn hello(s: &Shared, st: &Arc<Published>, role: Role) -> Hello {
+fn hello(s: &Shared, st: &Arc<Published>, actor: Actor) -> Hello {
     let p = &st.params;
     Hello {
         major: PROTOCOL_MAJOR,
@@ -639,8 +419,8 @@ fn hello(s: &Shared, st: &Arc<Published>, role: Role) -> Hello {
             tick_hz: p.tick_hz,
         },
         params: param_infos(p),
-        role,
-        allowed: allowed(role),
+        role: actor.role,
+        allowed: allowed(actor.role),
         max_fps: s.0.limits.snapshot_hz.min(u32::from(u16::MAX)) as u16,
     }
 }

@@ -1,19 +1,15 @@
-//! The one error type REST handlers return: a 4xx (or 503) JSON body
-//! `{error, field, detail}`. Never a 5xx for bad input.
+//! The one error type handlers return: over REST a 4xx (or 503) JSON body
+//! `{error, field, detail}`, over the WebSocket an `Error` message with the
+//! matching [`ErrorCode`]. Never a 5xx for bad input.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use starling_protocol::Role;
+use starling_protocol::ErrorCode;
 use starling_sim::SimError;
 
-use crate::ops::OpError;
-
-/// The field serde names in an "unknown field `x`" message, if it is one.
-pub fn unknown_field(msg: &str) -> Option<&str> {
-    msg.split("unknown field `").nth(1)?.split('`').next()
-}
+use crate::command::OpError;
 
 /// A refused request.
 #[derive(Debug, Clone)]
@@ -43,20 +39,6 @@ impl ApiError {
             error: "invalid",
             field,
             detail: detail.into(),
-        }
-    }
-
-    /// 403 naming the role needed.
-    pub fn forbidden(have: Role, need: Role, what: &str) -> Self {
-        Self {
-            status: StatusCode::FORBIDDEN,
-            error: "forbidden",
-            field: None,
-            detail: format!(
-                "{what} needs the {} role; this request has {}",
-                need.name(),
-                have.name()
-            ),
         }
     }
 
@@ -101,8 +83,24 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The WebSocket error code of the same class.
+    pub fn code(&self) -> ErrorCode {
+        match self.error {
+            "forbidden" => ErrorCode::Forbidden,
+            "not_found" => ErrorCode::NotFound,
+            "limit_reached" => ErrorCode::LimitReached,
+            "rate_limited" => ErrorCode::RateLimited,
+            "busy" => ErrorCode::Busy,
+            "unsupported" => ErrorCode::Unsupported,
+            _ => ErrorCode::BadRequest,
+        }
+    }
+}
+
 impl From<OpError> for ApiError {
     fn from(e: OpError) -> Self {
+        let detail = e.to_string();
         match e {
             OpError::Sim(SimError::Invalid(p)) => Self::invalid(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -116,8 +114,25 @@ impl From<OpError> for ApiError {
                 Self::conflict("limit_reached", e.to_string())
             }
             OpError::Sim(e) => Self::conflict("unsupported", e.to_string()),
+            OpError::BadInput { field, detail } => {
+                Self::invalid(StatusCode::UNPROCESSABLE_ENTITY, field, detail)
+            }
+            OpError::NotFound(d) => Self::not_found(d),
+            OpError::Forbidden { .. } => Self {
+                status: StatusCode::FORBIDDEN,
+                error: "forbidden",
+                field: None,
+                detail,
+            },
+            OpError::NotOwner { .. } => Self {
+                status: StatusCode::FORBIDDEN,
+                error: "forbidden",
+                field: Some("id".into()),
+                detail,
+            },
+            OpError::LimitReached(d) => Self::conflict("limit_reached", d),
             OpError::Conflict(d) => Self::conflict("conflict", d),
-            OpError::Stopped => Self::busy("the simulation is shutting down"),
+            OpError::Stopped => Self::busy(detail),
         }
     }
 }

@@ -19,8 +19,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
 
-use crate::recording::Recorder;
-use crate::scenario::{Scenario, apply_op};
+use super::scenario::{Scenario, apply_op};
+use crate::engine::recording::Recorder;
 
 /// One run's results.
 #[derive(Debug, Clone, Serialize)]
@@ -65,7 +65,7 @@ pub struct CappedEvent {
     pub tick: u64,
     /// What it asked for and what it got.
     #[serde(flatten)]
-    pub capped: crate::scenario::Capped,
+    pub capped: super::scenario::Capped,
 }
 
 /// Mean and spread over seeds.
@@ -122,7 +122,7 @@ fn opt(v: Option<f32>) -> String {
     v.map_or(String::new(), |x| x.to_string())
 }
 
-const METRICS_HEADER: &str = "tick,time_s,n_boids,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation\n";
+const METRICS_HEADER: &str = "tick,time_s,population,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation\n";
 const TRAJ_HEADER: &str = "tick,id,x,y,z,vx,vy,vz\n";
 
 /// Runs one seed for `ticks` ticks, writing into `dir` (created; must not exist).
@@ -237,7 +237,7 @@ fn run_into(
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 tick,
                 tick as f64 * dt,
-                m.n_boids,
+                m.population,
                 m.order,
                 m.mean_speed_mps,
                 opt(w.min_nn_m),
@@ -374,4 +374,56 @@ pub fn parse_seeds(text: &str) -> Result<Vec<u64>> {
             format!("--seeds {text}: expected a number or A..B")
         })?])
     }
+}
+
+/// How long `starling run` runs: a tick count, simulated seconds, or the
+/// scenario's own `ticks` (neither given).
+#[derive(Debug, Clone, Copy)]
+pub enum Length {
+    /// This many ticks.
+    Ticks(u64),
+    /// This many simulated seconds.
+    Seconds(f64),
+    /// The scenario's `ticks`.
+    Scenario,
+}
+
+/// `starling run`: loads the scenario, runs its seeds (or `seeds`, `A..B`)
+/// into `out` (default `out/<file stem>`), and says where and how it went.
+pub fn run_file(
+    scenario: &Path,
+    length: Length,
+    out: Option<PathBuf>,
+    seeds: Option<&str>,
+    record: Option<&Path>,
+) -> Result<String> {
+    let s = Scenario::load(scenario)?;
+    let ticks = match length {
+        Length::Ticks(t) => t,
+        Length::Seconds(secs) => {
+            anyhow::ensure!(
+                secs.is_finite() && secs > 0.0 && secs <= 1e6,
+                "--until-seconds {secs}: allowed > 0 ..= 1000000"
+            );
+            (secs * f64::from(s.params.tick_hz)).round().max(1.0) as u64
+        }
+        Length::Scenario => s.ticks,
+    };
+    let seeds = match seeds {
+        Some(text) => parse_seeds(text)?,
+        None => vec![s.seed],
+    };
+    let stem = scenario
+        .file_stem()
+        .map_or("run".into(), |x| x.to_string_lossy().into_owned());
+    let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
+    let batch = run_batch(&s, &seeds, ticks, &out, record)?;
+    Ok(format!(
+        "{} seed(s), {ticks} ticks each, into {}: final order {:.3} ± {:.3}, {:.0} ticks/s",
+        seeds.len(),
+        out.display(),
+        batch.final_order.mean,
+        batch.final_order.std,
+        batch.ticks_per_s.mean
+    ))
 }

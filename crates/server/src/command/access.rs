@@ -1,0 +1,179 @@
+//! Who may do what. One table gives the least role for each kind of
+//! command ([`needed_role`]); REST routes, WebSocket commands and the
+//! viewer's `Hello` all read it. Pilots also have an ownership rule (an
+//! agent a pilot created is that pilot's token's: other pilots may not move
+//! or remove it) and caps on the agents they hold, kept by the [`Ledger`]
+//! that the tick loop owns, so both are checked where the op is applied,
+//! whatever transport it came by.
+
+use std::collections::HashMap;
+
+use starling_protocol::{CommandKind, Role};
+use starling_sim::{Agents, Flock};
+
+use super::{Applied, Op, OpError};
+
+/// The least role that may send a kind of command: the one permission table.
+pub fn needed_role(kind: CommandKind) -> Role {
+    match kind {
+        CommandKind::Predator | CommandKind::Goal | CommandKind::Obstacle => Role::Pilot,
+        CommandKind::Boids | CommandKind::Params | CommandKind::Control => Role::Operator,
+    }
+}
+
+/// The command kinds a role may send (for the viewer's `Hello`).
+pub fn allowed(role: Role) -> Vec<CommandKind> {
+    [
+        CommandKind::Predator,
+        CommandKind::Goal,
+        CommandKind::Obstacle,
+        CommandKind::Boids,
+        CommandKind::Params,
+        CommandKind::Control,
+    ]
+    .into_iter()
+    .filter(|&k| role >= needed_role(k))
+    .collect()
+}
+
+/// A configured token, by its place in the configuration: what rate
+/// buckets, caps and ownership are kept per (never the token itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Account(pub u16);
+
+/// Who asks for an op: a role, and the token it came with (none for an
+/// anonymous caller, or when no tokens are configured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Actor {
+    /// The role the token grants.
+    pub role: Role,
+    /// The token's account.
+    pub account: Option<Account>,
+}
+
+impl Actor {
+    /// An operator with no token: the open loopback server, scenario files.
+    pub const OPERATOR: Actor = Actor {
+        role: Role::Operator,
+        account: None,
+    };
+}
+
+/// Refuses an op the actor's role may never send. `agents` decides the
+/// kind of an agent a move or removal names.
+pub fn check_role(actor: Actor, op: &Op, agents: &Agents) -> Result<(), OpError> {
+    let need = needed_role(op.kind(agents));
+    if actor.role >= need {
+        Ok(())
+    } else {
+        Err(OpError::Forbidden {
+            what: op.name(),
+            need,
+            have: actor.role,
+        })
+    }
+}
+
+/// Caps on the agents pilots hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentCaps {
+    /// Per pilot token.
+    pub each: usize,
+    /// All pilots together.
+    pub total: usize,
+}
+
+/// Which pilot created which live agent. Owned by the tick loop: an op is
+/// admitted (role, ownership, caps) and settled (what it created or
+/// removed) at the tick boundary it applies at, so concurrent requests can
+/// never overshoot a cap, whichever transport they came by. Agents created
+/// by operators and scenarios have no owner: only operators touch them.
+/// Kept in memory only: after a restart pilots' agents belong to no one.
+#[derive(Debug)]
+pub struct Ledger {
+    caps: AgentCaps,
+    owners: HashMap<u32, Account>,
+}
+
+impl Ledger {
+    /// An empty ledger enforcing `caps`.
+    pub fn new(caps: AgentCaps) -> Self {
+        Self {
+            caps,
+            owners: HashMap::new(),
+        }
+    }
+
+    /// Refuses what `actor` may not do to `flock` now: a role too low, a
+    /// pilot touching an agent it does not own, or a pilot at a cap.
+    pub fn admit(&mut self, actor: Actor, op: &Op, flock: &Flock) -> Result<(), OpError> {
+        let agents = flock.agents();
+        check_role(actor, op, agents)?;
+        if actor.role != Role::Pilot {
+            return Ok(());
+        }
+        if let Some(id) = op.target_agent()
+            && agents.kind_of(id).is_some()
+            && self.owners.get(&id).copied() != actor.account
+        {
+            return Err(OpError::NotOwner { id });
+        }
+        if op.creates_agent() {
+            // Expired agents stop counting.
+            self.owners.retain(|&id, _| agents.kind_of(id).is_some());
+            let mine = self
+                .owners
+                .values()
+                .filter(|&&a| Some(a) == actor.account)
+                .count();
+            if mine >= self.caps.each {
+                return Err(OpError::LimitReached(format!(
+                    "a pilot may have {} agents at once",
+                    self.caps.each
+                )));
+            }
+            if self.owners.len() >= self.caps.total {
+                return Err(OpError::LimitReached(format!(
+                    "pilots together may have {} agents at once",
+                    self.caps.total
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records what an admitted op did.
+    pub fn settle(&mut self, actor: Actor, op: &Op, applied: &Applied) {
+        match op {
+            Op::Reset { .. } => self.owners.clear(),
+            Op::RemoveAgent { id } => {
+                self.owners.remove(id);
+            }
+            _ => {}
+        }
+        if actor.role == Role::Pilot
+            && let (Some(id), Some(account)) = (applied.id, actor.account)
+        {
+            self.owners.insert(id, account);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_role_sends_what_the_table_allows() {
+        assert_eq!(allowed(Role::Viewer), vec![]);
+        assert_eq!(
+            allowed(Role::Pilot),
+            vec![
+                CommandKind::Predator,
+                CommandKind::Goal,
+                CommandKind::Obstacle
+            ]
+        );
+        assert_eq!(allowed(Role::Operator).len(), 6);
+    }
+}

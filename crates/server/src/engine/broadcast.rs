@@ -1,0 +1,97 @@
+//! Snapshot encoding: each broadcast is quantised and encoded once, as a
+//! keyframe and up to two deltas (from the previous broadcast alone, and
+//! linear from the two before), shared by every viewer as `Bytes`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use starling_protocol::{Frame, FrameBuilder, QuantBox, encode_delta, encode_keyframe};
+use starling_sim::Flock;
+
+use super::published::Broadcast;
+
+/// The encoder's state between broadcasts: reused buffers and the last
+/// three frames, so nothing is allocated per broadcast once warm.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    /// Reused quantisation buffers.
+    builder: FrameBuilder,
+    /// The last three frames (oldest first).
+    frames: [Frame; 3],
+    /// Frames in `frames` that belong to the current delta chain (0 ..= 3).
+    chain: usize,
+    seq: u64,
+    last_keyframe_seq: u64,
+    /// The tick of the last broadcast, so one tick is never sent twice.
+    last_tick: Option<u64>,
+    scratch: Vec<u8>,
+}
+
+impl Encoder {
+    /// Whether the flock's tick already went out.
+    pub fn sent(&self, tick: u64) -> bool {
+        self.last_tick == Some(tick)
+    }
+
+    /// Starts a new delta chain: the next broadcast carries only a keyframe
+    /// (after a jump, such as a seek, that no delta can describe).
+    pub fn restart_chain(&mut self) {
+        self.chain = 0;
+    }
+
+    /// Encodes the flock's current state. `keyframe_every` broadcasts at
+    /// most go by without a keyframe-only one, so every viewer resynchronises.
+    pub fn encode(&mut self, flock: &Flock, keyframe_every: u64) -> Option<Arc<Broadcast>> {
+        let p = *flock.params();
+        let quant = QuantBox::around_world(p.world_m, p.dims);
+        self.frames.rotate_left(1);
+        let (ids, boids) = (flock.ids(), flock.boids());
+        let built = self
+            .builder
+            .build(&mut self.frames[2], flock.tick(), quant, ids.len(), |i| {
+                (ids[i], boids[i].p.to_array(), boids[i].v.to_array())
+            });
+        if let Err(e) = built {
+            // The sim guarantees unique ids and its population limit is
+            // below the protocol's; this would be a bug, not bad input.
+            tracing::error!(error = %e, "snapshot not built");
+            return None;
+        }
+        self.seq += 1;
+        encode_keyframe(&self.frames[2], &mut self.scratch).ok()?;
+        let keyframe = Bytes::copy_from_slice(&self.scratch);
+        let force_key = self.seq - self.last_keyframe_seq >= keyframe_every.max(1);
+        self.chain = (self.chain + 1).min(3);
+        let (mut delta_from_prev, mut delta_linear) = (None, None);
+        if !force_key && self.chain >= 2 {
+            if encode_delta(None, &self.frames[1], &self.frames[2], &mut self.scratch).is_ok() {
+                delta_from_prev = Some(Bytes::copy_from_slice(&self.scratch));
+            }
+            if self.chain >= 3
+                && delta_from_prev.is_some()
+                && encode_delta(
+                    Some(&self.frames[0]),
+                    &self.frames[1],
+                    &self.frames[2],
+                    &mut self.scratch,
+                )
+                .is_ok()
+            {
+                delta_linear = Some(Bytes::copy_from_slice(&self.scratch));
+            }
+        }
+        if delta_from_prev.is_none() {
+            // A keyframe-only broadcast starts a new delta chain.
+            self.chain = 1;
+            self.last_keyframe_seq = self.seq;
+        }
+        self.last_tick = Some(flock.tick());
+        Some(Arc::new(Broadcast {
+            seq: self.seq,
+            tick: flock.tick(),
+            keyframe,
+            delta_from_prev,
+            delta_linear,
+        }))
+    }
+}

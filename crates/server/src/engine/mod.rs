@@ -1,0 +1,15 @@
+//! The live simulation and what it produces: the tick loop (`tick.rs`)
+//! owns the flock and applies ops at tick boundaries; `broadcast.rs`
+//! encodes each snapshot once for every viewer; `swarm.rs` measures swarm
+//! metrics on a worker thread; `published.rs` is what everyone else reads;
+//! `history.rs` keeps the last minute for trajectory export; and
+//! `recording.rs` records a session and plays it back.
+
+pub mod broadcast;
+pub mod history;
+pub mod published;
+pub mod recording;
+pub mod swarm;
+pub mod tick;
+
+pub use tick::{COMMAND_QUEUE, LoopConfig, Request, SimLoop};

@@ -1,0 +1,91 @@
+//! Roles by bearer token. With no tokens configured (allowed only on a
+//! loopback bind) everyone is an operator; otherwise a request without a
+//! known token is an anonymous viewer. Each configured token is an
+//! [`Account`]: rate limits, agent caps and ownership are kept per token,
+//! the same over REST and the WebSocket.
+
+use starling_protocol::Role;
+
+use crate::command::{Account, Actor};
+
+/// The configured tokens, each with the role it grants.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    granted: Vec<(String, Role)>,
+}
+
+impl Tokens {
+    /// Tokens for each role (any number each).
+    pub fn new(viewer: &[String], pilot: &[String], operator: &[String]) -> Self {
+        let mut granted = Vec::new();
+        for (tokens, role) in [
+            (viewer, Role::Viewer),
+            (pilot, Role::Pilot),
+            (operator, Role::Operator),
+        ] {
+            granted.extend(tokens.iter().map(|t| (t.clone(), role)));
+        }
+        Self { granted }
+    }
+
+    /// Whether any token is configured.
+    pub fn any(&self) -> bool {
+        !self.granted.is_empty()
+    }
+
+    /// Who a presented token (or none) is. Every configured token is
+    /// compared in constant time, so timing reveals neither which matched
+    /// nor how much of one did.
+    pub fn actor(&self, presented: Option<&str>) -> Actor {
+        if !self.any() {
+            return Actor::OPERATOR;
+        }
+        let anonymous = Actor {
+            role: Role::Viewer,
+            account: None,
+        };
+        let Some(t) = presented else {
+            return anonymous;
+        };
+        let mut found = anonymous;
+        for (k, (token, role)) in self.granted.iter().enumerate() {
+            if ct_eq(token.as_bytes(), t.as_bytes()) {
+                found = Actor {
+                    role: *role,
+                    account: Some(Account(k as u16)),
+                };
+            }
+        }
+        found
+    }
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token in an `Authorization: Bearer …` header value.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
+    header?.strip_prefix("Bearer ").map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_and_accounts_follow_tokens() {
+        assert_eq!(Tokens::default().actor(None), Actor::OPERATOR);
+        let s = |v: &[&str]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let t = Tokens::new(&[], &s(&["p1", "p2"]), &s(&["o"]));
+        assert_eq!(t.actor(None).role, Role::Viewer);
+        assert_eq!(t.actor(Some("x")).role, Role::Viewer);
+        assert_eq!(t.actor(Some("x")).account, None);
+        let (p1, p2) = (t.actor(Some("p1")), t.actor(Some("p2")));
+        assert_eq!((p1.role, p2.role), (Role::Pilot, Role::Pilot));
+        assert_ne!(p1.account, p2.account);
+        assert_eq!(t.actor(Some("o")).role, Role::Operator);
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+    }
+}

@@ -1,0 +1,91 @@
+//! The HTTP surface: [`app`] is the whole router (tests call it directly).
+//! `rest/` is `/api/v1`, one file per resource; `ws.rs` is one viewer's
+//! WebSocket; `auth.rs` turns tokens into actors; `error.rs` is the one
+//! error type; `shared.rs` is what every handler shares, with
+//! [`Shared::submit`], the one door into the tick loop.
+
+pub mod auth;
+pub mod error;
+pub mod rest;
+pub mod shared;
+pub mod ws;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use tower_http::services::ServeDir;
+use tower_http::trace::TraceLayer;
+
+use shared::{MAX_BODY_BYTES, Shared};
+
+/// The whole HTTP surface.
+pub fn app(shared: Shared, web_dir: &Path) -> Router {
+    let (api, doc) = rest::routes();
+    let doc = Arc::new(doc);
+    let mut router = Router::new()
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .route("/ws", get(ws::upgrade))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(prometheus))
+        .nest("/api/v1", api);
+    router = if web_dir.join("index.html").is_file() {
+        router.fallback_service(ServeDir::new(web_dir))
+    } else {
+        let page = missing_viewer_page(web_dir);
+        router.fallback(move || {
+            let page = page.clone();
+            async move { (StatusCode::OK, Html(page)) }
+        })
+    };
+    router
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(shared)
+}
+
+fn missing_viewer_page(dir: &Path) -> String {
+    format!(
+        "<!doctype html><meta charset=utf-8><title>Starling</title>\
+         <h1>Starling is running</h1>\
+         <p>The web viewer is not built: no <code>index.html</code> in <code>{}</code>.</p>\
+         <p>Build it with <code>cargo xtask run</code> (which also starts the server), \
+         or point <code>--web-dir</code> at a built viewer.</p>\
+         <p>The REST API is under <a href=\"/api/v1/state\"><code>/api/v1</code></a>; \
+         metrics at <a href=\"/metrics\"><code>/metrics</code></a>.</p>",
+        dir.display()
+    )
+}
+
+async fn readyz(State(s): State<Shared>) -> Response {
+    let st = s.state();
+    if st.at.elapsed() < Duration::from_secs(2) {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the tick loop is not publishing",
+        )
+            .into_response()
+    }
+}
+
+async fn prometheus(State(s): State<Shared>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.0.telemetry.render(),
+    )
+        .into_response()
+}

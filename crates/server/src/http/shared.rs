@@ -1,0 +1,190 @@
+//! State every handler and connection shares: the way into the tick loop,
+//! the latest published state, tokens, limits and metrics. [`Shared::submit`]
+//! is the one door for ops from REST and the WebSocket alike: role first,
+//! then the token's one rate bucket, then the queue (ownership and caps are
+//! checked where the op applies, by the tick loop's ledger).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use starling_protocol::Role;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::auth::Tokens;
+use super::error::ApiError;
+use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
+use crate::engine::Request;
+use crate::engine::history::History;
+use crate::engine::published::Published;
+use crate::telemetry::Telemetry;
+
+/// Caps on what viewers and pilots may do.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most snapshots per second a viewer gets.
+    pub snapshot_hz: u32,
+    /// Most open WebSocket connections.
+    pub max_viewers: usize,
+    /// A viewer whose socket accepts nothing for this long is dropped.
+    pub stall_timeout: Duration,
+    /// Agents pilots may have alive at once (the tick loop's ledger
+    /// enforces them).
+    pub pilot_caps: AgentCaps,
+    /// Commands per second a pilot token may send, over REST and the
+    /// WebSocket together (burst: twice that, at least one).
+    pub pilot_rate_per_s: f32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            snapshot_hz: 30,
+            max_viewers: 1_000,
+            stall_timeout: Duration::from_secs(10),
+            pilot_caps: AgentCaps { each: 8, total: 64 },
+            pilot_rate_per_s: 20.0,
+        }
+    }
+}
+
+/// Largest request body REST accepts, bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A token bucket.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f32,
+    at: Instant,
+}
+
+/// Shared by every handler (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Shared(pub Arc<Inner>);
+
+/// What [`Shared`] holds.
+#[derive(Debug)]
+pub struct Inner {
+    /// Into the tick loop.
+    pub requests: mpsc::Sender<Request>,
+    /// The latest published state.
+    pub published: watch::Receiver<Arc<Published>>,
+    /// Prometheus metrics.
+    pub telemetry: Arc<Telemetry>,
+    /// Configured tokens.
+    pub tokens: Tokens,
+    /// Caps.
+    pub limits: Limits,
+    /// Flips to true when the server starts shutting down.
+    pub shutdown: watch::Receiver<bool>,
+    /// Server name and version for hellos.
+    pub server_name: String,
+    /// Pilot tokens' rate buckets (one per configured token, so bounded).
+    buckets: Mutex<HashMap<Account, Bucket>>,
+    /// Open WebSocket connections (for the cap).
+    pub viewers: std::sync::atomic::AtomicUsize,
+    /// Recent boid states for trajectory export.
+    pub history: History,
+}
+
+impl Shared {
+    /// Builds the shared state.
+    pub fn new(
+        requests: mpsc::Sender<Request>,
+        published: watch::Receiver<Arc<Published>>,
+        telemetry: Arc<Telemetry>,
+        tokens: Tokens,
+        limits: Limits,
+        shutdown: watch::Receiver<bool>,
+        history: History,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            requests,
+            published,
+            telemetry,
+            tokens,
+            limits,
+            shutdown,
+            server_name: format!("starling {}", env!("CARGO_PKG_VERSION")),
+            buckets: Mutex::default(),
+            viewers: Default::default(),
+            history,
+        }))
+    }
+
+    /// The latest published state.
+    pub fn state(&self) -> Arc<Published> {
+        self.0.published.borrow().clone()
+    }
+
+    /// Queues an op from `actor` for the next tick boundary and waits for
+    /// its outcome, counted in the metrics under the op's name. A role too
+    /// low or a pilot over its rate is refused before anything is queued.
+    pub async fn submit(&self, actor: Actor, op: Op) -> Result<Applied, ApiError> {
+        let name = op.name();
+        let t = &self.0.telemetry;
+        if let Err(e) = check_role(actor, &op, &self.state().agents) {
+            t.command(name, "rejected");
+            return Err(e.into());
+        }
+        if let Err(e) = self.check_rate(actor) {
+            t.command(name, "rate_limited");
+            return Err(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        if let Err(e) = self.0.requests.try_send(Request {
+            op,
+            actor,
+            reply: tx,
+        }) {
+            t.command(name, "busy");
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    ApiError::busy("the command queue is full; retry shortly")
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    ApiError::busy("the simulation is shutting down")
+                }
+            });
+        }
+        match rx.await {
+            Ok(Ok(applied)) => {
+                t.command(name, "ok");
+                Ok(applied)
+            }
+            Ok(Err(e)) => {
+                t.command(name, "rejected");
+                Err(e.into())
+            }
+            Err(_) => {
+                t.command(name, "busy");
+                Err(ApiError::busy("the simulation is shutting down"))
+            }
+        }
+    }
+
+    /// Takes one command from a pilot token's bucket (operators are not
+    /// limited; viewers send nothing that gets this far).
+    fn check_rate(&self, actor: Actor) -> Result<(), ApiError> {
+        let (Role::Pilot, Some(account)) = (actor.role, actor.account) else {
+            return Ok(());
+        };
+        let rate = self.0.limits.pilot_rate_per_s;
+        let burst = (2.0 * rate).max(1.0);
+        let mut buckets = self.0.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let b = buckets.entry(account).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f32() * rate).min(burst);
+        b.at = now;
+        if b.tokens < 1.0 {
+            return Err(ApiError::rate_limited(format!(
+                "a pilot token may send {rate} commands per second, over REST and WebSocket together"
+            )));
+        }
+        b.tokens -= 1.0;
+        Ok(())
+    }
+}

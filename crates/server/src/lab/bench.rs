@@ -1,0 +1,204 @@
+//! `starling bench`: the engine measured (scenarios A and B of SPEC §5 and
+//! the swarm metrics' cost), the protocol on a live flock (`wire`), and
+//! many viewers of a live server (`fanout`, benchmark C). One JSON line per
+//! run; medians and percentiles, never a single timing.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use starling_sim::kernel::KernelPath;
+use starling_sim::{Flock, FlockConfig, scenarios};
+
+use super::peak_rss;
+
+/// A benchmark scenario.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Scenario {
+    /// A: near-neighbour kernel (r = 2, density 1/m³, wrap, no FOV, k = 0).
+    Kernel,
+    /// B: full flock with default parameters.
+    Full,
+    /// The cost of the swarm metrics (clusters, collisions, ...) against
+    /// the step, on a formed default-density flock.
+    Swarm,
+    /// C: N WebSocket viewers of a live server on loopback: frames/s per
+    /// viewer, bytes per boid, server CPU. Runs `starling serve` as a child.
+    Fanout,
+    /// The wire protocol on a formed default-density flock: bytes per boid
+    /// (keyframe, deltas), quantisation error, encode time. `--ticks` is the
+    /// number of deltas; threads do not apply.
+    Wire,
+}
+
+/// What to run: every scenario at every size and thread count.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Scenarios to run.
+    pub scenarios: Vec<Scenario>,
+    /// Flock sizes.
+    pub populations: Vec<usize>,
+    /// Thread counts (A, B, swarm).
+    pub threads: Vec<usize>,
+    /// Timed ticks per run (after warm-up).
+    pub ticks: u64,
+    /// Untimed ticks first.
+    pub warmup: u64,
+    /// Snapshot rate for `wire` and `fanout`, frames per second.
+    pub fps: u32,
+    /// Viewers for `fanout`.
+    pub viewers: u64,
+    /// Measured seconds for `fanout`.
+    pub seconds: f64,
+    /// The neighbour kernel (None: the fastest this CPU has).
+    pub kernel: Option<KernelPath>,
+}
+
+/// Runs the plan, printing one JSON line per run.
+pub fn run(plan: &Plan) -> Result<()> {
+    let Plan {
+        ref scenarios,
+        ref populations,
+        ref threads,
+        ticks,
+        warmup,
+        fps,
+        viewers,
+        seconds,
+        kernel,
+    } = *plan;
+    KernelPath::force(kernel).context("--kernel")?;
+    for &s in scenarios {
+        for &n in populations {
+            if matches!(s, Scenario::Wire) {
+                bench_wire(n, ticks, warmup, fps)?;
+                continue;
+            }
+            if matches!(s, Scenario::Swarm) {
+                for &t in threads {
+                    bench_swarm(n, t, ticks, warmup)?;
+                }
+                continue;
+            }
+            if matches!(s, Scenario::Fanout) {
+                anyhow::ensure!(
+                    seconds.is_finite() && (1.0..=600.0).contains(&seconds),
+                    "--seconds {seconds}: allowed 1 ..= 600"
+                );
+                let rt = tokio::runtime::Runtime::new()?;
+                let stats =
+                    rt.block_on(super::fanout::run(n, viewers as usize, seconds, fps as u16))?;
+                let mut line = serde_json::to_value(&stats)?;
+                line["scenario"] = "C-fanout".into();
+                println!("{line}");
+                continue;
+            }
+            for &t in threads {
+                bench(s, n, t, ticks, warmup)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
+    let (name, config): (&str, FlockConfig) = match s {
+        Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
+        Scenario::Full | Scenario::Wire | Scenario::Fanout | Scenario::Swarm => {
+            ("B-full", scenarios::full_b(n))
+        }
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("building thread pool")?;
+    let peak_is_this_run = peak_rss::reset();
+    let mut flock = Flock::new(config).context("benchmark config")?;
+    let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
+    let mut candidates = 0.0f64;
+    pool.install(|| {
+        for _ in 0..warmup {
+            flock.step();
+        }
+        for _ in 0..ticks {
+            let t0 = Instant::now();
+            flock.step();
+            times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            candidates += f64::from(flock.metrics().mean_candidates);
+        }
+    });
+    let total_s: f64 = times_ms.iter().sum::<f64>() / 1e3;
+    times_ms.sort_by(f64::total_cmp);
+    let pct = |q: f64| times_ms[((times_ms.len() - 1) as f64 * q).round() as usize];
+    let line = serde_json::json!({
+        "scenario": name,
+        "population": n,
+        "threads": threads,
+        "ticks": ticks,
+        "boid_updates_per_s": (n as f64 * ticks as f64 / total_s).round(),
+        "candidates_per_boid": (candidates / ticks as f64 * 10.0).round() / 10.0,
+        "tick_ms_p50": (pct(0.5) * 1000.0).round() / 1000.0,
+        "tick_ms_p99": (pct(0.99) * 1000.0).round() / 1000.0,
+        "order": flock.metrics().order,
+        // The whole process's peak resident memory, MiB: this run's when
+        // the peak could be reset, else the process's since it started.
+        "peak_rss_mib": peak_rss::peak_mib().map(|m| m.round()),
+        "peak_rss_is_this_run": peak_is_this_run,
+        "kernel": KernelPath::current().name(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
+    let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
+    for _ in 0..warmup {
+        flock.step();
+    }
+    let stats = super::wire::measure(&mut flock, fps, deltas as usize)?;
+    let mut line = serde_json::to_value(&stats)?;
+    line["scenario"] = "wire".into();
+    println!("{line}");
+    Ok(())
+}
+
+fn bench_swarm(n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
+    let cfg = starling_sim::SwarmConfig::default();
+    let mut meter = starling_sim::SwarmMeter::default();
+    let (mut step_ms, mut swarm_ms) = (Vec::new(), Vec::new());
+    let mut last = None;
+    pool.install(|| {
+        for _ in 0..warmup {
+            flock.step();
+        }
+        for _ in 0..ticks {
+            let t0 = Instant::now();
+            flock.step();
+            step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            last = Some(meter.measure(&flock, &cfg));
+            swarm_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    });
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (step, swarm) = (median(&mut step_ms), median(&mut swarm_ms));
+    let line = serde_json::json!({
+        "scenario": "swarm-metrics",
+        "population": n,
+        "threads": threads,
+        "ticks": ticks,
+        "step_ms_p50": (step * 1000.0).round() / 1000.0,
+        "swarm_ms_p50": (swarm * 1000.0).round() / 1000.0,
+        "swarm_over_step": (swarm / step * 1000.0).round() / 1000.0,
+        "kernel": KernelPath::current().name(),
+        "metrics": serde_json::to_value(last)?,
+    });
+    println!("{line}");
+    Ok(())
+}
