@@ -1,6 +1,7 @@
 //! End-to-end tests of `starling serve`: one test binary, so the harness
 //! in `common.rs` is shared without per-file dead code.
 
+mod access;
 mod bench;
 mod common;
 mod lifecycle;

@@ -569,6 +569,23 @@ async fn the_openapi_document_lists_every_route_and_each_one_answers() {
         assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
     }
     assert!(doc["components"]["schemas"]["Params"].is_object());
+    // Ranges and defaults come from the sim's parameter table.
+    let params = &doc["components"]["schemas"]["Params"]["properties"];
+    assert_eq!(params["w_sep"]["minimum"], 0.0, "{}", params["w_sep"]);
+    assert_eq!(params["w_sep"]["maximum"], 100.0);
+    assert_eq!(params["w_sep"]["default"], 1.5);
+    assert_eq!(params["fov_deg"]["exclusiveMinimum"], 0.0);
+    assert_eq!(params["fov_deg"]["maximum"], 360.0);
+    assert_eq!(params["k_nearest"]["maximum"], 32);
+    assert_eq!(params["tick_hz"]["minimum"], 1);
+    assert_eq!(params["boundary"]["default"], "soft");
+    let patch = &doc["components"]["schemas"]["ParamsPatch"]["properties"];
+    assert_eq!(
+        patch["latency_ticks"]["maximum"], 120,
+        "{}",
+        patch["latency_ticks"]
+    );
+    assert!(patch["w_sep"].get("default").is_none());
     // Every documented operation exists on the real router (a 404 from an
     // unknown id carries our error body; the router's own 404/405 does not).
     let client = reqwest::Client::new();
