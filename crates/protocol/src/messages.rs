@@ -212,7 +212,8 @@ pub struct Metrics {
     pub velocity_correlation: Option<f32>,
 }
 
-/// The kinds of command, for permissions and metrics.
+/// The kinds of command: `Hello` lists those the connection's role may
+/// send (the server decides which kind a command is, and checks it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CommandKind {
     /// Add, move or remove predators.
@@ -322,30 +323,6 @@ pub enum Command {
         /// The tick.
         tick: u64,
     },
-}
-
-impl Command {
-    /// Which permission the command needs.
-    pub fn kind(&self) -> CommandKind {
-        match self {
-            Command::AddPredator { .. } => CommandKind::Predator,
-            Command::AddGoal { .. } => CommandKind::Goal,
-            Command::AddObstacle { .. } => CommandKind::Obstacle,
-            // Moving or removing an agent needs the agent's kind, which
-            // only the server knows; the server checks it.
-            Command::MoveAgent { .. } | Command::RemoveAgent { .. } => CommandKind::Predator,
-            Command::SpawnBoids { .. }
-            | Command::KillBoids { .. }
-            | Command::FreezeBoids { .. }
-            | Command::ThawBoids => CommandKind::Boids,
-            Command::PatchParams { .. } | Command::Preset { .. } => CommandKind::Params,
-            Command::Pause
-            | Command::Resume
-            | Command::Step { .. }
-            | Command::Reset { .. }
-            | Command::Seek { .. } => CommandKind::Control,
-        }
-    }
 }
 
 /// A region of interest (reserved: servers of this version refuse it).
