@@ -28,9 +28,8 @@
 
 use glam::Vec3;
 
-use crate::flock::Boid;
+use crate::boids::{Boid, SortedBoids, Sums};
 use crate::grid::{Block, Grid};
-use crate::kernel::{SortedBoids, Sums};
 use crate::params::{MAX_K_NEAREST, Params};
 use crate::perception::{Perception, heading};
 use crate::rng::{self, Stream};
@@ -257,32 +256,16 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
                 if per.k_nearest > 0 {
                     near.insert(d2, them, d, v);
                 } else {
-                    add(&mut sums, per, d2, d, v);
+                    sums.add(per, d2, d, v);
                 }
             }
         });
     }
     for t in 0..near.len {
-        add(&mut sums, per, near.d2[t], near.d[t], near.v[t]);
+        sums.add(per, near.d2[t], near.d[t], near.v[t]);
     }
     sums.candidates = candidates;
     sums
-}
-
-#[inline]
-fn add(s: &mut Sums, per: &Perception, d2: f32, d: Vec3, v: Vec3) {
-    if d2 <= per.sep2 {
-        s.sep -= d * (1.0 / d2);
-        s.counts[0] += 1;
-    }
-    if d2 <= per.ali2 {
-        s.ali += v;
-        s.counts[1] += 1;
-    }
-    if d2 <= per.coh2 {
-        s.coh += d;
-        s.counts[2] += 1;
-    }
 }
 
 #[cfg(test)]

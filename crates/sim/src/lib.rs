@@ -45,6 +45,7 @@
 //! - [`scenarios`]: benchmark worlds A and B.
 
 pub mod agents;
+pub mod boids;
 #[cfg(feature = "serde")]
 pub mod checkpoint;
 mod clock;
@@ -66,10 +67,11 @@ mod update;
 mod wander;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
+pub use boids::Boid;
 #[cfg(feature = "serde")]
 pub use checkpoint::Checkpoint;
 pub use error::{ParamError, SimError};
-pub use flock::{Boid, BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
+pub use flock::{BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;
 pub use metrics::TickMetrics;
 pub use params::{Boundary, Params, ParamsPatch, Preset};
