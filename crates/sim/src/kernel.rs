@@ -786,14 +786,24 @@ fn column(c: &[[f32; LANES]; 3], l: usize) -> [f32; 3] {
     [c[0][l], c[1][l], c[2][l]]
 }
 
-/// The k nearest visible candidates so far, sorted by `(d², id)`.
-struct TopK {
+/// The k nearest visible candidates so far, sorted by `(d², id)`: one
+/// boid's buffer on the topological path, and the failure path's
+/// (`faults.rs`) for what a boid perceives.
+pub(crate) struct TopK {
+    /// How many to keep (`k_nearest`, at most [`MAX_K_NEAREST`]).
     k: usize,
+    /// Entries held, at most `k`; those past it are stale.
     len: usize,
+    /// Squared distances, ascending (ties by `id`).
     d2: [f32; MAX_K_NEAREST as usize],
+    /// Stable ids, which order equal distances whatever the visiting order.
     id: [u32; MAX_K_NEAREST as usize],
+    /// Sorted indices, to read each neighbour's velocity when summing.
     j: [u32; MAX_K_NEAREST as usize],
+    /// Offsets from the boid, summed as they were measured.
     d: [Vec3; MAX_K_NEAREST as usize],
+    /// Nearest squared distance within range, field of view ignored (the
+    /// metric), `INFINITY` when none.
     nn_d2: f32,
 }
 
@@ -807,8 +817,9 @@ impl TopK {
         self.nn_d2 = f32::INFINITY;
     }
 
+    /// An empty buffer keeping the `k` nearest.
     #[inline(always)]
-    fn new(k: usize) -> Self {
+    pub(crate) fn new(k: usize) -> Self {
         const N: usize = MAX_K_NEAREST as usize;
         Self {
             k,
@@ -821,8 +832,10 @@ impl TopK {
         }
     }
 
+    /// Offers sorted boid `j` (id `id`) at offset `d`, `d2 = |d|²`: kept
+    /// if it is among the `k` nearest by `(d², id)` so far.
     #[inline(always)]
-    fn insert(&mut self, d2: f32, id: u32, j: u32, d: Vec3) {
+    pub(crate) fn insert(&mut self, d2: f32, id: u32, j: u32, d: Vec3) {
         let key = (d2, id);
         if self.len == self.k && (self.d2[self.len - 1], self.id[self.len - 1]) <= key {
             return;
@@ -846,6 +859,13 @@ impl TopK {
         self.len = (self.len + 1).min(self.k);
     }
 
+    /// The k-th nearest's squared distance, once `k` are held (never with
+    /// `k = 0`): no candidate further than it can enter.
+    #[inline(always)]
+    pub(crate) fn kth_d2(&self) -> Option<f32> {
+        (self.len == self.k && self.len > 0).then(|| self.d2[self.len - 1])
+    }
+
     /// Squared distance a candidate must beat to enter the buffer.
     #[inline(always)]
     fn worst(&self, per: &Perception) -> f32 {
@@ -856,8 +876,9 @@ impl TopK {
         }
     }
 
-    /// Sums over the chosen neighbours, nearest first.
-    fn sums(&self, b: &SortedBoids, per: &Perception) -> Sums {
+    /// Sums over the chosen neighbours, nearest first; `b` holds the
+    /// sorted boids that `insert` was given the indices of.
+    pub(crate) fn sums(&self, b: &SortedBoids, per: &Perception) -> Sums {
         let mut s = Sums {
             nn_d2: self.nn_d2,
             ..Sums::default()
@@ -889,7 +910,7 @@ fn top_k(
     // which LLVM would not inline into the AVX2 build.
     for (block, runs) in [Block::Near, Block::Ring].into_iter().zip(runs) {
         if block == Block::Ring {
-            let proven = top.len == top.k && top.d2[top.len - 1] <= covered2;
+            let proven = top.kth_d2().is_some_and(|kth| kth <= covered2);
             if proven || covered2 >= per.max2 {
                 break;
             }
