@@ -12,10 +12,10 @@
 //!   over those delayed positions, and each boid queries it from where it
 //!   really is.
 //!
-//! With any of them on, [`crate::Flock::step`] gathers with [`gather`], a
+//! With any of them on, [`crate::Flock::step`] gathers with `gather`, a
 //! plain scalar loop over the same grid blocks, the same [`Perception`]
-//! predicate and the same top-k buffer ([`TopK`]) as the kernel's per-boid
-//! search, instead of the SIMD kernel: failure experiments
+//! predicate and the same top-k buffer (`kernel::TopK`) as the kernel's
+//! per-boid search, instead of the SIMD kernel: failure experiments
 //! trade speed (several times slower) for a simple model. A boid's own
 //! state stays true, and so does the per-tick nearest-neighbour metric,
 //! taken over the boids in the blocks visited (under latency, those seen

@@ -36,7 +36,7 @@ impl Group {
     /// The cells a group may span beyond its first on `nb`'s path: within
     /// two adjacent cells for the lane path (its windows), up to [`LANES`]
     /// cells for the topological one (its cells are smaller), as far as the
-    /// grid allows ([`Grid::max_span`]).
+    /// grid allows ([`Grid::max_span`](crate::grid::Grid::max_span)).
     #[inline(always)]
     pub(super) fn span(nb: &Neighbourhood<'_>) -> i32 {
         if nb.perception.k_nearest > 0 {
