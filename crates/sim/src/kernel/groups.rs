@@ -180,7 +180,7 @@ impl Groups {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::tests::world;
+    use super::super::tests::{points, world};
     use super::*;
     use crate::params::Params;
     use crate::perception::Perception;
@@ -193,10 +193,7 @@ mod tests {
         /// offset the walk starts from (chunk edges cut groups, never move them).
         #[test]
         fn groups_tile_each_row_the_same_from_any_offset(
-            pts in proptest::collection::vec(
-                ([-0.2f32..1.2, -0.2f32..1.2, -0.2f32..1.2], [-5.0f32..5.0, -5.0f32..5.0, -5.0f32..5.0]),
-                1..300,
-            ),
+            pts in points(300),
             wrap in any::<bool>(),
             cut in 0usize..300,
             k_nearest in prop_oneof![Just(0u32), Just(7)],

@@ -418,6 +418,18 @@ mod tests {
         (grid, sorted)
     }
 
+    /// Fewer than `max` boids for [`world`]: positions as fractions of the
+    /// world along each axis (some outside it), velocities up to 5 m/s per axis.
+    pub(super) fn points(max: usize) -> impl Strategy<Value = Vec<([f32; 3], [f32; 3])>> {
+        proptest::collection::vec(
+            (
+                [-0.2f32..1.2, -0.2f32..1.2, -0.2f32..1.2],
+                [-5.0f32..5.0, -5.0f32..5.0, -5.0f32..5.0],
+            ),
+            1..max,
+        )
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -425,10 +437,7 @@ mod tests {
         /// (also at the end of the arrays, where the tail cannot read past).
         #[test]
         fn avx2_matches_the_portable_reference_bit_for_bit(
-            pts in proptest::collection::vec(
-                ([-0.2f32..1.2, -0.2f32..1.2, -0.2f32..1.2], [-5.0f32..5.0, -5.0f32..5.0, -5.0f32..5.0]),
-                1..400,
-            ),
+            pts in points(400),
             fov_deg in prop_oneof![Just(360.0f32), 30.0f32..359.0],
             // Up to 16 the AVX paths keep the buffers in registers; above, lane by lane.
             k_nearest in prop_oneof![Just(0u32), 1u32..12, 15u32..=32],
