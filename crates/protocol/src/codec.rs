@@ -4,7 +4,7 @@
 //! Every WebSocket binary message starts with a kind byte:
 //! [`KIND_SERVER_CONTROL`] or [`KIND_CLIENT_CONTROL`] followed by a
 //! bincode body, or a snapshot ([`KIND_KEYFRAME`], [`KIND_DELTA`], laid
-//! out in `frame.rs`). The bincode configuration is fixed-width little-
+//! out in `frame/`). The bincode configuration is fixed-width little-
 //! endian integers (`u32` enum tags, `u64` lengths), so PROTOCOL.md can
 //! describe every byte.
 

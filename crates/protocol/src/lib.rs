@@ -7,11 +7,13 @@
 //!   errors, agents, metrics, close), plain serde types.
 //! - `codec.rs`: the envelope (a kind byte) and the bincode codec for
 //!   control messages: the only file that names bincode.
-//! - `frame.rs`: snapshots. A keyframe is a small header, the ids as runs,
+//! - `frame/`: snapshots. A keyframe is a small header, the ids as runs,
 //!   then struct-of-arrays blocks of quantised positions (`u16` x, y, z)
 //!   and octahedral headings (2 bytes), ready to upload as vertex data. A
 //!   delta predicts each boid from the two frames before it and sends
 //!   `i8` residuals, with exceptions for boids that moved unexpectedly.
+//!   `mod.rs` holds the shared [`Frame`], [`FrameBuilder`] and header
+//!   constants; `keyframe.rs` and `delta.rs` encode, `reader.rs` decodes.
 //! - `quant.rs`: the quantisation of positions and headings.
 //! - `limits.rs`: every bound the decoders enforce; `error.rs`: typed errors.
 //!

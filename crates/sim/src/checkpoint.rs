@@ -11,8 +11,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::agents::Agents;
+use crate::boids::Boid;
 use crate::error::{ParamError, SimError};
-use crate::flock::{Boid, Flock, MAX_POPULATION};
+use crate::flock::{Flock, MAX_POPULATION};
 use crate::params::Params;
 
 /// Everything a run needs to continue bit for bit (without perception

@@ -12,9 +12,10 @@
 //!   over those delayed positions, and each boid queries it from where it
 //!   really is.
 //!
-//! With any of them on, [`crate::Flock::step`] gathers with [`gather`], a
-//! plain scalar loop over the same grid blocks and the same [`Perception`]
-//! predicate as the kernel, instead of the SIMD kernel: failure experiments
+//! With any of them on, [`crate::Flock::step`] gathers with `gather`, a
+//! plain scalar loop over the same grid blocks, the same [`Perception`]
+//! predicate and the same top-k buffer (`kernel::TopK`) as the kernel's
+//! per-boid search, instead of the SIMD kernel: failure experiments
 //! trade speed (several times slower) for a simple model. A boid's own
 //! state stays true, and so does the per-tick nearest-neighbour metric,
 //! taken over the boids in the blocks visited (under latency, those seen
@@ -28,10 +29,10 @@
 
 use glam::Vec3;
 
-use crate::flock::Boid;
+use crate::boids::{Boid, SortedBoids, Sums};
 use crate::grid::{Block, Grid};
-use crate::kernel::{SortedBoids, Sums};
-use crate::params::{MAX_K_NEAREST, Params};
+use crate::kernel::TopK;
+use crate::params::Params;
 use crate::perception::{Perception, heading};
 use crate::rng::{self, Stream};
 
@@ -144,35 +145,6 @@ fn observe(p: &Params, seed: u64, tick: u64, me: u32, them: u32) -> Option<Vec3>
     Some(e * p.noise_m)
 }
 
-/// The k nearest seen neighbours: offset and velocity, by `(d², id)`.
-struct Nearest {
-    k: usize,
-    len: usize,
-    d2: [f32; MAX_K_NEAREST as usize],
-    id: [u32; MAX_K_NEAREST as usize],
-    d: [Vec3; MAX_K_NEAREST as usize],
-    v: [Vec3; MAX_K_NEAREST as usize],
-}
-
-impl Nearest {
-    fn insert(&mut self, d2: f32, id: u32, d: Vec3, v: Vec3) {
-        let key = (d2, id);
-        if self.len == self.k && (self.d2[self.len - 1], self.id[self.len - 1]) <= key {
-            return;
-        }
-        let mut t = self.len.min(self.k - 1);
-        while t > 0 && (self.d2[t - 1], self.id[t - 1]) > key {
-            self.d2[t] = self.d2[t - 1];
-            self.id[t] = self.id[t - 1];
-            self.d[t] = self.d[t - 1];
-            self.v[t] = self.v[t - 1];
-            t -= 1;
-        }
-        (self.d2[t], self.id[t], self.d[t], self.v[t]) = (d2, id, d, v);
-        self.len = (self.len + 1).min(self.k);
-    }
-}
-
 /// What sorted boid `i` perceives: the grid and `seen` hold what others
 /// see (delayed positions), `truth` the real states in the same order.
 pub(crate) struct Faulty<'a> {
@@ -193,14 +165,8 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
     let (h, has_heading) = heading(f.truth.vel(i));
     let cell = f.grid.cell_coords(me_p);
     let mut sums = Sums::default();
-    let mut near = Nearest {
-        k: per.k_nearest,
-        len: 0,
-        d2: [0.0; MAX_K_NEAREST as usize],
-        id: [0; MAX_K_NEAREST as usize],
-        d: [Vec3::ZERO; MAX_K_NEAREST as usize],
-        v: [Vec3::ZERO; MAX_K_NEAREST as usize],
-    };
+    // The k nearest seen, by `(d², id)`, with their offsets as seen.
+    let mut near = TopK::new(per.k_nearest);
     // The coarse test: a candidate further than this (seen, before the
     // error) cannot be perceived within range, bar errors beyond 4σ.
     let slack = 4.0 * f.params.noise_m;
@@ -213,9 +179,7 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
     let mut candidates = 0u32;
     for block in [Block::Near, Block::Ring] {
         if block == Block::Ring {
-            let proven = per.k_nearest > 0
-                && near.len == near.k
-                && near.d2[near.len - 1] <= covered * covered;
+            let proven = near.kth_d2().is_some_and(|kth| kth <= covered * covered);
             if proven || f.grid.covered_radius_m().powi(2) >= per.max2 {
                 break;
             }
@@ -238,9 +202,9 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
                     continue;
                 }
                 // Nor can it beat the k-th nearest so far.
-                if per.k_nearest > 0 && near.len == near.k {
+                if let Some(kth) = near.kth_d2() {
                     let gap = (seen2.sqrt() - slack).max(0.0);
-                    if gap * gap > near.d2[near.len - 1] {
+                    if gap * gap > kth {
                         continue;
                     }
                 }
@@ -253,36 +217,23 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
                 if !(d2 > 0.0 && d2 <= per.max2 && per.in_view(d.dot(h), d2, has_heading)) {
                     continue;
                 }
-                let v = f.seen.vel(j);
                 if per.k_nearest > 0 {
-                    near.insert(d2, them, d, v);
+                    near.insert(d2, them, j as u32, d);
                 } else {
-                    add(&mut sums, per, d2, d, v);
+                    sums.add(per, d2, d, f.seen.vel(j));
                 }
             }
         });
     }
-    for t in 0..near.len {
-        add(&mut sums, per, near.d2[t], near.d[t], near.v[t]);
+    if per.k_nearest > 0 {
+        // Nearest first, velocities as seen; the nearest distance stays true.
+        sums = Sums {
+            nn_d2: sums.nn_d2,
+            ..near.sums(f.seen, per)
+        };
     }
     sums.candidates = candidates;
     sums
-}
-
-#[inline]
-fn add(s: &mut Sums, per: &Perception, d2: f32, d: Vec3, v: Vec3) {
-    if d2 <= per.sep2 {
-        s.sep -= d * (1.0 / d2);
-        s.counts[0] += 1;
-    }
-    if d2 <= per.ali2 {
-        s.ali += v;
-        s.counts[1] += 1;
-    }
-    if d2 <= per.coh2 {
-        s.coh += d;
-        s.counts[2] += 1;
-    }
 }
 
 #[cfg(test)]

@@ -17,11 +17,12 @@ use std::ops::Range;
 use glam::Vec3;
 
 use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
+use crate::boids::{Boid, SortedBoids, Sums};
 use crate::error::{ParamError, SimError};
 use crate::exec::map_chunks2;
 use crate::faults::{self, DelayLine, Faulty, MAX_DELAYED_STATES};
 use crate::grid::Grid;
-use crate::kernel::{Neighbourhood, SortedBoids, Sums};
+use crate::kernel::Neighbourhood;
 use crate::metrics::{MetricsAcc, TickMetrics};
 use crate::params::{Params, ParamsPatch};
 use crate::perception::Perception;
@@ -35,20 +36,6 @@ pub const MAX_POPULATION: usize = 2_000_000;
 /// Boids per parallel work item. PERF: large enough to amortise scheduling,
 /// small enough that two threads stay balanced at 10k boids.
 const CHUNK: usize = 1024;
-
-/// One boid's kinematic state.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[repr(C)]
-pub struct Boid {
-    /// Position, metres.
-    pub p: Vec3,
-    /// Velocity, m/s.
-    pub v: Vec3,
-}
-
-// PERF: the state array is streamed every tick; keep it at six floats.
-const _: () = assert!(size_of::<Boid>() == 24);
 
 /// How to create a flock.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -24,7 +24,8 @@
 //! ## Guarantees
 //! - **Deterministic**: a run is a pure function of its seed, parameters and
 //!   commands. Results are bit-identical with 1, 2 or 8 threads, with the
-//!   `parallel` feature on or off, and between the SSE2 and AVX2 kernels
+//!   `parallel` feature on or off, and between the portable, AVX2 and
+//!   AVX-512 builds of the neighbour kernel ([`kernel::KernelPath`])
 //!   (random numbers are counter-based, see [`rng`]).
 //! - **Double-buffered**: every boid reads the previous tick's state.
 //! - **Allocation-free ticks** once buffers have grown to the population.
@@ -33,18 +34,28 @@
 //!
 //! ## Layout
 //! - [`params`]: [`Params`], ranges, presets, [`ParamsPatch`].
-//! - [`flock`]: [`Flock`], the state and the tick.
-//! - [`grid`]: counting-sort grid and cell runs.
-//! - [`kernel`]: the neighbour pass (lane kernel, top-k path).
+//! - [`flock`]: [`Flock`], the state, commands and the tick.
+//! - [`boids`]: [`Boid`], the cell-ordered copy a tick reads, the neighbour sums.
+//! - [`grid`]: counting-sort grid, cell runs and their x-windows.
+//! - [`kernel`]: the neighbour pass (groups, lane path, top-k path, AVX builds).
 //! - [`perception`]: radii, view cone, k — the predicate shared with the oracle.
-//! - [`rules`]: steering rules and integration.
+//! - [`rules`]: steering rules and integration, the scalar reference.
+//! - `update`: the same update eight boids side by side, for ticks without agents.
+//! - `wander`: which try of each wander keyframe succeeded, kept between ticks.
 //! - [`agents`]: obstacles, goals, predators.
-//! - [`metrics`]: per-tick order, speed and spacing.
+//! - [`faults`]: perception failures and the scalar gather used while any is on.
+//! - [`metrics`]: per-tick order, speed, spacing and candidates.
+//! - [`swarm`]: swarm metrics (collisions, clusters, clearance, correlation).
+//! - `checkpoint`: the whole run as plain data, behind the `serde` feature.
+//! - [`error`]: typed errors that name the field, the value and the range.
 //! - [`rng`]: counter-based random numbers.
+//! - `exec`: serial and parallel chunks through one closure.
+//! - `clock`: wall-clock timing for `step_ms`, where the target has a clock.
 //! - [`oracle`]: brute-force reference for tests.
 //! - [`scenarios`]: benchmark worlds A and B.
 
 pub mod agents;
+pub mod boids;
 #[cfg(feature = "serde")]
 pub mod checkpoint;
 mod clock;
@@ -66,10 +77,11 @@ mod update;
 mod wander;
 
 pub use agents::{AgentKind, Agents, Goal, GoalKind, Obstacle, Predator, PredatorMode, Shape};
+pub use boids::Boid;
 #[cfg(feature = "serde")]
 pub use checkpoint::Checkpoint;
 pub use error::{ParamError, SimError};
-pub use flock::{Boid, BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
+pub use flock::{BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;
 pub use metrics::TickMetrics;
 pub use params::{Boundary, Params, ParamsPatch, Preset};

@@ -4,7 +4,7 @@
 
 use glam::Vec3;
 
-use crate::flock::Boid;
+use crate::boids::Boid;
 use crate::params::{Boundary, Params};
 use crate::perception::{Perception, heading};
 

@@ -7,7 +7,7 @@
 use glam::Vec3;
 
 use crate::agents::Agents;
-use crate::kernel::Sums;
+use crate::boids::Sums;
 use crate::params::{Boundary, Params};
 use crate::rng::{self, Stream};
 

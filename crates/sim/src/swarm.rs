@@ -11,8 +11,9 @@
 use glam::Vec3;
 
 use crate::agents::Agents;
+use crate::boids::Boid;
 use crate::error::ParamError;
-use crate::flock::{Boid, Flock};
+use crate::flock::Flock;
 use crate::grid::{Block, Grid};
 use crate::params::{Boundary, MAX_RADIUS_M, Params};
 

@@ -17,8 +17,7 @@
 
 use glam::Vec3;
 
-use crate::Boid;
-use crate::kernel::{SortedBoids, Sums};
+use crate::boids::{Boid, SortedBoids, Sums};
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
 use crate::wander::{self, Keys};

@@ -1,21 +1,26 @@
-//! The lane kernel in explicit AVX2 intrinsics.
+//! Both neighbour paths in explicit AVX2 intrinsics: the lane path
+//! (`lane_groups`, the twin of `lanes.rs`) and the topological path
+//! (`top_groups`, the twin of `topk.rs`).
 //!
-//! Compiled twice (see `kernel.rs`): as `avx2`, and as `avx512` with
-//! AVX-512F/VL also enabled. The instructions are the same AVX2 ones; the
-//! wider build may use 32 vector registers instead of 16, which removes
-//! most spills from this register-hungry loop (about 20 % faster). The
+//! Compiled twice (see `mod.rs`): as `avx2`, and as `avx512` with
+//! AVX-512F/VL also enabled. That build may use 32 vector registers
+//! instead of 16, which removes most spills from this register-hungry loop
+//! (about 20 % faster), and where `isa_fns!(masked)` holds it takes the
+//! AVX-512VL variants (`lanes8_masked`, `topv_insert_masked`), whose
+//! comparisons write mask registers that gate the adds and blends. The
 //! functions therefore sit in one `isa_fns!` block, which gives each the
 //! `target_feature` of the build it is in.
 //!
-//! Same arithmetic as the portable `lanes8` in `kernel.rs`, one `__m256` per
-//! quantity instead of eight-element arrays, so the 13 accumulators stay in
-//! registers. PERF: written by hand because LLVM vectorises the portable
-//! loop into masked stores to the stack (`vmaskmovps`), microcoded on AMD
-//! and about ten times slower than this.
+//! Same arithmetic as the portable `group_run` in `lanes.rs` (here
+//! `lanes8`, one `__m256` per quantity instead of eight-element arrays, so
+//! the 13 accumulators stay in registers). PERF: written by hand because
+//! LLVM vectorises the portable loop into masked stores to the stack
+//! (`vmaskmovps`), microcoded on AMD and about ten times slower than this.
 //!
 //! Every lane does the IEEE operations of the portable path in the same
-//! order (products and sums left to right, no FMA), so the two agree bit
-//! for bit; `kernel::tests` compares them on random worlds.
+//! order (products and sums left to right, no FMA; a masked-off lane keeps
+//! its value where the portable path adds `+0.0`), so they agree bit for
+//! bit; `kernel::tests` compares them on random worlds.
 
 #![expect(
     unsafe_code,
@@ -36,11 +41,12 @@ use std::arch::x86_64::{
     _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_epi32, _mm256_sub_ps,
 };
 
-use super::{
-    Block, CellRun, Group, GroupLanes, Groups, LANES, LaneAcc, MAX_RUNS, Neighbourhood, RunList,
-    SortedBoids, Sums, TopLanes,
-};
-use crate::grid::RUN_SLOTS;
+use super::groups::{Group, GroupLanes, Groups};
+use super::lanes::LaneAcc;
+use super::topk::TopLanes;
+use super::{LANES, Neighbourhood};
+use crate::boids::{SortedBoids, Sums};
+use crate::grid::{Block, CellRun, MAX_RUNS, RUN_SLOTS, RunList};
 
 /// Eight-lane accumulators, one register each.
 struct Acc {
@@ -165,7 +171,7 @@ isa_fns! {
         out
     }
 
-    /// The AVX2 twin of `kernel::gather_portable`.
+    /// The AVX2 twin of `kernel::gather_portable` (in `mod.rs`).
     fn gather_chunk(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         if nb.perception.k_nearest == 0 {
             lane_groups(nb, offset, out);
@@ -174,7 +180,7 @@ isa_fns! {
         }
     }
 
-    /// The AVX2 twin of `kernel::top_groups`. With `k <= TOPV_K` the
+    /// The AVX2 twin of `topk::top_groups`. With `k <= TOPV_K` the
     /// eight lanes' buffers live transposed in registers ([`TopV`]) and a
     /// candidate enters all of them at once through a sorting network;
     /// larger `k` offers candidates lane by lane (`TopLanes::offer`).
@@ -501,7 +507,7 @@ isa_fns! {
         }
     }
 
-    /// The AVX2 twin of `kernel::top_group_run`; `nn` holds each lane's
+    /// The AVX2 twin of `topk::top_group_run`; `nn` holds each lane's
     /// nearest distance so far.
     fn top_group_run(nb: &Neighbourhood<'_>, g: &GroupLanes, run: &CellRun, tops: &mut TopLanes, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
@@ -536,7 +542,7 @@ isa_fns! {
         }
     }
 
-    /// The AVX2 twin of `kernel::lane_groups`.
+    /// The AVX2 twin of `lanes::lane_groups`.
     fn lane_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]) {
         let per = &nb.perception;
         let mut runs = RunList::default();
@@ -740,7 +746,7 @@ isa_fns! {
     }
 
     /// Candidate `j`'s offset from each lane's boid (`base` from [`image_base`]).
-    fn offset_to(b: &crate::kernel::SortedBoids, j: usize, base: [__m256; 3]) -> [__m256; 3] {
+    fn offset_to(b: &SortedBoids, j: usize, base: [__m256; 3]) -> [__m256; 3] {
         [
             _mm256_sub_ps(_mm256_set1_ps(b.px[j]), base[0]),
             _mm256_sub_ps(_mm256_set1_ps(b.py[j]), base[1]),
