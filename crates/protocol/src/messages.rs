@@ -1,5 +1,5 @@
 //! Control messages in both directions: small serde types, encoded by
-//! `codec.rs`. Snapshots are not here: see `frame.rs`.
+//! `codec.rs`. Snapshots are not here: see `frame/`.
 //!
 //! Coordinates are metres in the world frame, `[x, y, z]`; times are
 //! seconds unless the name says otherwise.
@@ -438,7 +438,7 @@ pub struct Close {
     pub detail: String,
 }
 
-/// Control messages the server sends (snapshots are `frame.rs`).
+/// Control messages the server sends (snapshots are in `frame/`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ServerMsg {
     /// First message on every connection.
