@@ -8,12 +8,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use starling_server::app::serve_until_signal;
 use starling_server::config::Config;
-use starling_server::lab::bench::{Plan, Scenario};
+use starling_server::lab::bench::Plan;
 use starling_server::lab::headless::{Length, run_file};
-use starling_sim::kernel::KernelPath;
 
 #[derive(Parser)]
 #[command(
@@ -31,7 +30,8 @@ struct Cli {
 }
 
 /// `serve` settings: each flag can also come from a `STARLING_*` variable,
-/// and overrides the TOML file given with `--config`.
+/// and overrides the TOML file given with `--config`. Token flags may be
+/// repeated, or list several tokens separated by commas.
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML file with any of the settings below (and a `[params]` table).
@@ -61,31 +61,14 @@ struct ServeArgs {
     /// Checkpoint file: resumed at start if present, written on shutdown.
     #[arg(long, env = "STARLING_STATE_FILE")]
     state_file: Option<PathBuf>,
-    /// Token for the viewer role (repeat the flag, or separate with commas).
-    #[arg(
-        long,
-        env = "STARLING_VIEWER_TOKEN",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    /// Tokens for the viewer role.
+    #[arg(long, env = "STARLING_VIEWER_TOKEN", hide_env_values = true)]
     viewer_token: Vec<String>,
-    /// Token for the pilot role, one per pilot: each has its own rate,
-    /// agent cap and agents (repeat the flag, or separate with commas).
-    #[arg(
-        long,
-        env = "STARLING_PILOT_TOKEN",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    /// Tokens for the pilot role, one per pilot (each its own rate and cap).
+    #[arg(long, env = "STARLING_PILOT_TOKEN", hide_env_values = true)]
     pilot_token: Vec<String>,
-    /// Token for the operator role, required on a non-loopback address
-    /// (repeat the flag, or separate with commas).
-    #[arg(
-        long,
-        env = "STARLING_OPERATOR_TOKEN",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    /// Tokens for the operator role (one is required on a public address).
+    #[arg(long, env = "STARLING_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Vec<String>,
     /// Record every applied command and state digests to this file (JSON
     /// Lines), for `starling replay`.
@@ -145,61 +128,8 @@ enum Cmd {
         #[arg(long, env = "STARLING_HEALTH_ADDR", default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
     },
-    /// Measure the engine: prints one JSON line per (scenario, boids, threads).
-    Bench {
-        /// Scenarios to run.
-        #[arg(long, value_enum, num_args = 1.., default_values = ["kernel", "full"])]
-        scenario: Vec<Scenario>,
-        /// Flock sizes.
-        #[arg(long, num_args = 1.., default_values_t = [10_000usize, 100_000])]
-        boids: Vec<usize>,
-        /// Thread counts.
-        #[arg(long, num_args = 1.., default_values_t = [1usize, 2])]
-        threads: Vec<usize>,
-        /// Timed ticks per run (after warm-up).
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-        ticks: u64,
-        /// Untimed ticks first; scenario B needs them for the flock to form.
-        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=100_000))]
-        warmup: u64,
-        /// Snapshot rate for the `wire` and `fanout` scenarios, frames per second.
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=120))]
-        fps: u32,
-        /// Viewers for the `fanout` scenario.
-        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=5000))]
-        viewers: u64,
-        /// Measured seconds for the `fanout` scenario (after 2 s of warm-up).
-        #[arg(long, default_value_t = 10.0)]
-        seconds: f64,
-        /// The neighbour kernel to run (scenarios A, B and swarm): the
-        /// fastest this CPU has, or one to compare against it. Results are
-        /// the same bits on every path; only speed differs.
-        #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
-        kernel: KernelArg,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum KernelArg {
-    /// The fastest path this CPU supports.
-    Auto,
-    /// Plain Rust lanes (the reference).
-    Portable,
-    /// AVX2 intrinsics.
-    Avx2,
-    /// The AVX2 code built with AVX-512F/VL's 32 registers.
-    Avx512,
-}
-
-impl KernelArg {
-    fn path(self) -> Option<KernelPath> {
-        match self {
-            Self::Auto => None,
-            Self::Portable => Some(KernelPath::Portable),
-            Self::Avx2 => Some(KernelPath::Avx2),
-            Self::Avx512 => Some(KernelPath::Avx512),
-        }
-    }
+    /// Measure the engine: prints one JSON line per (scenario, population, threads).
+    Bench(Plan),
 }
 
 fn main() -> Result<()> {
@@ -234,27 +164,7 @@ fn main() -> Result<()> {
             let done = run_file(&scenario, length, out, seeds.as_deref(), record.as_deref())?;
             println!("{done}");
         }
-        Cmd::Bench {
-            scenario,
-            boids,
-            threads,
-            ticks,
-            warmup,
-            fps,
-            viewers,
-            seconds,
-            kernel,
-        } => starling_server::lab::bench::run(&Plan {
-            scenarios: scenario,
-            populations: boids,
-            threads,
-            ticks,
-            warmup,
-            fps,
-            viewers,
-            seconds,
-            kernel: kernel.path(),
-        })?,
+        Cmd::Bench(plan) => starling_server::lab::bench::run(&plan)?,
     }
     Ok(())
 }
@@ -303,7 +213,11 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         (&args.operator_token, &mut config.operator_token),
     ] {
         if !given.is_empty() {
-            from_file.clone_from(given);
+            *from_file = given
+                .iter()
+                .flat_map(|t| t.split(','))
+                .map(str::to_owned)
+                .collect();
         }
     }
     config.log_json |= args.log_json;

@@ -281,6 +281,16 @@ macro_rules! spec {
     };
 }
 
+/// Whole numbers in `min ..= max`.
+const fn count(min: u32, max: u32) -> Bounds {
+    Bounds::Count { min, max }
+}
+
+/// A bound another parameter sets, named `what` in errors.
+const fn upper(what: &'static str, of: fn(&Params) -> f32) -> Option<UpperBound> {
+    Some(UpperBound { what, of })
+}
+
 /// Half the smallest active world extent: the widest soft-boundary margin.
 fn half_smallest_extent(p: &Params) -> f32 {
     p.world_m[..p.active_axes()]
@@ -306,21 +316,12 @@ pub const SPECS: [ParamSpec; 24] = {
         spec!(ali_radius_m, Bounds::Float(RADIUS_M)),
         spec!(coh_radius_m, Bounds::Float(RADIUS_M)),
         spec!(fov_deg, Bounds::Float(FOV_DEG)),
-        spec!(
-            k_nearest,
-            Bounds::Count {
-                min: 0,
-                max: MAX_K_NEAREST
-            }
-        ),
+        spec!(k_nearest, count(0, MAX_K_NEAREST)),
         spec!(max_speed_mps, Bounds::Float(MAX_SPEED_MPS)),
         spec!(
             min_speed_mps,
             Bounds::Float(MIN_SPEED_MPS),
-            Some(UpperBound {
-                what: "max_speed_mps",
-                of: |p| p.max_speed_mps,
-            })
+            upper("max_speed_mps", |p| p.max_speed_mps)
         ),
         spec!(max_force_mps2, Bounds::Float(MAX_FORCE_MPS2)),
         spec!(panic_factor, Bounds::Float(PANIC_FACTOR)),
@@ -328,28 +329,13 @@ pub const SPECS: [ParamSpec; 24] = {
         spec!(
             edge_margin_m,
             Bounds::Float(EDGE_MARGIN_M),
-            Some(UpperBound {
-                what: "half the smallest world extent",
-                of: half_smallest_extent,
-            })
+            upper("half the smallest world extent", half_smallest_extent)
         ),
         spec!(lookahead_s, Bounds::Float(LOOKAHEAD_S)),
-        spec!(
-            tick_hz,
-            Bounds::Count {
-                min: 1,
-                max: MAX_TICK_HZ
-            }
-        ),
+        spec!(tick_hz, count(1, MAX_TICK_HZ)),
         spec!(noise_m, Bounds::Float(NOISE_M)),
         spec!(dropout, Bounds::Float(DROPOUT)),
-        spec!(
-            latency_ticks,
-            Bounds::Count {
-                min: 0,
-                max: MAX_LATENCY_TICKS
-            }
-        ),
+        spec!(latency_ticks, count(0, MAX_LATENCY_TICKS)),
         ParamSpec {
             name: "boundary",
             bounds: Bounds::Choice(&Boundary::NAMES),

@@ -11,6 +11,31 @@ use starling_sim::{Flock, FlockConfig, scenarios};
 
 use super::peak_rss;
 
+/// Which neighbour kernel to run.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KernelArg {
+    /// The fastest path this CPU supports.
+    Auto,
+    /// Plain Rust lanes (the reference).
+    Portable,
+    /// AVX2 intrinsics.
+    Avx2,
+    /// The AVX2 code built with AVX-512F/VL's 32 registers.
+    Avx512,
+}
+
+impl KernelArg {
+    /// The path to force (None: the fastest this CPU has).
+    pub fn path(self) -> Option<KernelPath> {
+        match self {
+            Self::Auto => None,
+            Self::Portable => Some(KernelPath::Portable),
+            Self::Avx2 => Some(KernelPath::Avx2),
+            Self::Avx512 => Some(KernelPath::Avx512),
+        }
+    }
+}
+
 /// A benchmark scenario.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Scenario {
@@ -30,51 +55,52 @@ pub enum Scenario {
     Wire,
 }
 
-/// What to run: every scenario at every size and thread count.
-#[derive(Debug, Clone)]
+/// What to run: every scenario at every population and thread count.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Plan {
     /// Scenarios to run.
-    pub scenarios: Vec<Scenario>,
-    /// Flock sizes.
-    pub populations: Vec<usize>,
-    /// Thread counts (A, B, swarm).
+    #[arg(long, value_enum, num_args = 1.., default_values = ["kernel", "full"])]
+    pub scenario: Vec<Scenario>,
+    /// Flock sizes (`--boids` is the old name).
+    #[arg(long, alias = "boids", num_args = 1.., default_values_t = [10_000usize, 100_000])]
+    pub population: Vec<usize>,
+    /// Thread counts.
+    #[arg(long, num_args = 1.., default_values_t = [1usize, 2])]
     pub threads: Vec<usize>,
     /// Timed ticks per run (after warm-up).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub ticks: u64,
-    /// Untimed ticks first.
+    /// Untimed ticks first; scenario B needs them for the flock to form.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pub warmup: u64,
-    /// Snapshot rate for `wire` and `fanout`, frames per second.
+    /// Snapshot rate for the `wire` and `fanout` scenarios, frames per second.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=120))]
     pub fps: u32,
-    /// Viewers for `fanout`.
+    /// Viewers for the `fanout` scenario.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub viewers: u64,
-    /// Measured seconds for `fanout`.
+    /// Measured seconds for the `fanout` scenario (after 2 s of warm-up).
+    #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// The neighbour kernel (None: the fastest this CPU has).
-    pub kernel: Option<KernelPath>,
+    /// The neighbour kernel to run (scenarios A, B and swarm): the
+    /// fastest this CPU has, or one to compare against it. Results are
+    /// the same bits on every path; only speed differs.
+    #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
+    pub kernel: KernelArg,
 }
 
 /// Runs the plan, printing one JSON line per run.
 pub fn run(plan: &Plan) -> Result<()> {
-    let Plan {
-        ref scenarios,
-        ref populations,
-        ref threads,
-        ticks,
-        warmup,
-        fps,
-        viewers,
-        seconds,
-        kernel,
-    } = *plan;
-    KernelPath::force(kernel).context("--kernel")?;
-    for &s in scenarios {
-        for &n in populations {
+    let (ticks, warmup, fps, seconds) = (plan.ticks, plan.warmup, plan.fps, plan.seconds);
+    KernelPath::force(plan.kernel.path()).context("--kernel")?;
+    for &s in &plan.scenario {
+        for &n in &plan.population {
             if matches!(s, Scenario::Wire) {
                 bench_wire(n, ticks, warmup, fps)?;
                 continue;
             }
             if matches!(s, Scenario::Swarm) {
-                for &t in threads {
+                for &t in &plan.threads {
                     bench_swarm(n, t, ticks, warmup)?;
                 }
                 continue;
@@ -85,14 +111,18 @@ pub fn run(plan: &Plan) -> Result<()> {
                     "--seconds {seconds}: allowed 1 ..= 600"
                 );
                 let rt = tokio::runtime::Runtime::new()?;
-                let stats =
-                    rt.block_on(super::fanout::run(n, viewers as usize, seconds, fps as u16))?;
+                let stats = rt.block_on(super::fanout::run(
+                    n,
+                    plan.viewers as usize,
+                    seconds,
+                    fps as u16,
+                ))?;
                 let mut line = serde_json::to_value(&stats)?;
                 line["scenario"] = "C-fanout".into();
                 println!("{line}");
                 continue;
             }
-            for &t in threads {
+            for &t in &plan.threads {
                 bench(s, n, t, ticks, warmup)?;
             }
         }
@@ -107,25 +137,18 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
             ("B-full", scenarios::full_b(n))
         }
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .context("building thread pool")?;
     let peak_is_this_run = peak_rss::reset();
     let mut flock = Flock::new(config).context("benchmark config")?;
     let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
     let mut candidates = 0.0f64;
-    pool.install(|| {
-        for _ in 0..warmup {
-            flock.step();
-        }
+    warmed_up(threads, &mut flock, warmup, |flock| {
         for _ in 0..ticks {
             let t0 = Instant::now();
             flock.step();
             times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             candidates += f64::from(flock.metrics().mean_candidates);
         }
-    });
+    })?;
     let total_s: f64 = times_ms.iter().sum::<f64>() / 1e3;
     times_ms.sort_by(f64::total_cmp);
     let pct = |q: f64| times_ms[((times_ms.len() - 1) as f64 * q).round() as usize];
@@ -162,27 +185,21 @@ fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
 }
 
 fn bench_swarm(n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
     let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
     let cfg = starling_sim::SwarmConfig::default();
     let mut meter = starling_sim::SwarmMeter::default();
     let (mut step_ms, mut swarm_ms) = (Vec::new(), Vec::new());
     let mut last = None;
-    pool.install(|| {
-        for _ in 0..warmup {
-            flock.step();
-        }
+    warmed_up(threads, &mut flock, warmup, |flock| {
         for _ in 0..ticks {
             let t0 = Instant::now();
             flock.step();
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             let t0 = Instant::now();
-            last = Some(meter.measure(&flock, &cfg));
+            last = Some(meter.measure(flock, &cfg));
             swarm_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
-    });
+    })?;
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -200,5 +217,25 @@ fn bench_swarm(n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> 
         "metrics": serde_json::to_value(last)?,
     });
     println!("{line}");
+    Ok(())
+}
+
+/// Runs `measure` on a pool of `threads` threads after `warmup` untimed ticks.
+fn warmed_up(
+    threads: usize,
+    flock: &mut Flock,
+    warmup: u64,
+    measure: impl FnOnce(&mut Flock) + Send,
+) -> Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("building thread pool")?;
+    pool.install(|| {
+        for _ in 0..warmup {
+            flock.step();
+        }
+        measure(flock);
+    });
     Ok(())
 }

@@ -26,7 +26,7 @@ fn a_million_boid_flock_stays_under_200_mib() {
     let line = bench_line(&[
         "--scenario",
         "full",
-        "--boids",
+        "--population",
         "1000000",
         "--threads",
         "2",
@@ -57,7 +57,7 @@ fn every_kernel_path_gives_the_same_flock_and_is_named() {
         bench_line(&[
             "--scenario",
             "kernel",
-            "--boids",
+            "--population",
             "3000",
             "--threads",
             "2",

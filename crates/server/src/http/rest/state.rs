@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 use super::ErrorBody;
 use crate::command::serde_field;
 use crate::engine::history::HISTORY_MAX_S;
+use crate::engine::published::Published;
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
 
@@ -27,23 +28,32 @@ pub(super) fn routes() -> OpenApiRouter<Shared> {
 /// `GET /state`.
 #[derive(Debug, Serialize, ToSchema)]
 struct StateBody {
+    /// Ticks completed.
     tick: u64,
+    /// Boids alive.
     population: usize,
     /// Frozen boids (failure injection).
     frozen: usize,
     /// Present when serving a replay: the recording's first and last tick.
     replay: Option<ReplayRange>,
+    /// Whether ticking is paused.
     paused: bool,
+    /// Ticks per second.
     tick_hz: u32,
+    /// Time the last step took, milliseconds.
     step_ms: f32,
+    /// Ticks that could not start on time since the server started.
     missed_ticks: u64,
+    /// Open viewer connections.
     viewers: usize,
 }
 
 /// The ticks a served recording covers.
 #[derive(Debug, Serialize, ToSchema)]
 struct ReplayRange {
+    /// The recording's first tick.
     start_tick: u64,
+    /// Its last tick.
     end_tick: u64,
 }
 
@@ -112,9 +122,14 @@ struct MetricsBody {
 /// The flock's metrics: per tick, and the sampled swarm metrics.
 #[utoipa::path(get, path = "/metrics", tag = "state", responses((status = 200, body = MetricsBody)))]
 async fn metrics(State(s): State<Shared>) -> Json<MetricsBody> {
-    let st = s.state();
-    Json(MetricsBody {
-        tick: st.metrics,
-        swarm: st.swarm,
-    })
+    Json(MetricsBody::from(&*s.state()))
+}
+
+impl From<&Published> for MetricsBody {
+    fn from(st: &Published) -> Self {
+        Self {
+            tick: st.metrics,
+            swarm: st.swarm,
+        }
+    }
 }
