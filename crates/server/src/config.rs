@@ -227,11 +227,12 @@ impl Config {
                 ));
             }
             for t in tokens {
-                if t.len() < 8 || t.len() > 256 || t.chars().any(char::is_whitespace) {
+                if t.len() < 8 || t.len() > 256 || t.chars().any(|c| c.is_whitespace() || c == ',')
+                {
                     return Err(err(
                         field,
                         "(hidden)",
-                        "8 ..= 256 characters without spaces",
+                        "8 ..= 256 characters without spaces or commas (commas separate tokens)",
                     ));
                 }
                 if !seen.insert(t) {
