@@ -14,7 +14,7 @@ fn default_flock_fits_the_wire_budget_at_30_hz() {
     let s = starling_server::lab::wire::measure(&mut flock, 30, 60).unwrap();
     // 8 bytes per boid plus one 48-byte header and one 8-byte id run.
     assert!(
-        s.keyframe_bytes_per_boid <= 8.0 + 56.0 / s.n_boids as f64,
+        s.keyframe_bytes_per_boid <= 8.0 + 56.0 / s.population as f64,
         "{s:?}"
     );
     // Measured 4.44 (3.6% of updates are exceptions, sent in full).

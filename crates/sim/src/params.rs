@@ -38,18 +38,14 @@ pub enum Boundary {
 }
 
 impl Boundary {
-    /// Every accepted spelling, for error messages.
-    pub const ALLOWED: &'static str = "soft | wrap | bounce";
-    /// Every spelling, in the order menus list them.
+    /// Every boundary, in the order menus list them.
+    pub const ALL: [Boundary; 3] = [Self::Soft, Self::Wrap, Self::Bounce];
+    /// Their names, in the same order.
     pub const NAMES: [&'static str; 3] = ["soft", "wrap", "bounce"];
 
     /// The lowercase name used on the wire and in files.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Soft => "soft",
-            Self::Wrap => "wrap",
-            Self::Bounce => "bounce",
-        }
+        Self::NAMES[self as usize]
     }
 }
 
@@ -62,16 +58,10 @@ impl fmt::Display for Boundary {
 impl FromStr for Boundary {
     type Err = ParamError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "soft" => Ok(Self::Soft),
-            "wrap" => Ok(Self::Wrap),
-            "bounce" => Ok(Self::Bounce),
-            other => Err(ParamError::new(
-                "boundary",
-                format!("{other:?}"),
-                Self::ALLOWED,
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| ParamError::new("boundary", format!("{s:?}"), Self::NAMES.join(" | ")))
     }
 }
 
@@ -244,7 +234,12 @@ impl ParamSpec {
                 }
             }
             // Words are typed enums: a value outside them cannot be built.
-            _ => Ok(()),
+            (Bounds::Choice(_), Value::Text(_)) => Ok(()),
+            (Bounds::Float(_) | Bounds::Count { .. }, Value::Text(_))
+            | (Bounds::Choice(_), Value::Number(_)) => {
+                debug_assert!(false, "{}: bounds and value of different kinds", self.name);
+                Ok(())
+            }
         }
     }
 
@@ -481,7 +476,8 @@ impl Params {
             spec.check_bounds(self)?;
         }
         if !DIMS.contains(&self.dims) {
-            return Err(ParamError::new("dims", self.dims, "2 | 3"));
+            let allowed = DIMS.map(|d| d.to_string()).join(" | ");
+            return Err(ParamError::new("dims", self.dims, allowed));
         }
         const WORLD_FIELDS: [&str; 3] = ["world_m[0]", "world_m[1]", "world_m[2]"];
         for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m) {
@@ -816,6 +812,18 @@ mod tests {
             ..Params::default()
         };
         p.validate().unwrap();
+    }
+
+    #[test]
+    fn every_spec_reads_a_value_its_bounds_can_check() {
+        let p = Params::default();
+        for spec in &SPECS {
+            let numeric = matches!(spec.value(&p), Value::Number(_));
+            assert_eq!(numeric, spec.bounds.numeric().is_some(), "{}", spec.name);
+        }
+        for b in Boundary::ALL {
+            assert_eq!(b.as_str().parse::<Boundary>().unwrap(), b);
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use starling_protocol::{CommandKind, Role};
 use starling_sim::{Agents, Flock};
 
-use super::{Applied, Op, OpError};
+use super::{Applied, OnAgents, Op, OpError};
 
 /// The least role that may send a kind of command: the one permission table.
 pub fn needed_role(kind: CommandKind) -> Role {
@@ -112,13 +112,14 @@ impl Ledger {
         if actor.role != Role::Pilot {
             return Ok(());
         }
-        if let Some(id) = op.target_agent()
+        let effect = op.on_agents();
+        if let Some(id) = effect.target()
             && agents.kind_of(id).is_some()
             && self.owners.get(&id).copied() != actor.account
         {
             return Err(OpError::NotOwner { id });
         }
-        if op.creates_agent() {
+        if effect == OnAgents::Creates {
             // Expired agents stop counting.
             self.owners.retain(|&id, _| agents.kind_of(id).is_some());
             let mine = self
@@ -142,19 +143,19 @@ impl Ledger {
         Ok(())
     }
 
-    /// Records what an admitted op did.
-    pub fn settle(&mut self, actor: Actor, op: &Op, applied: &Applied) {
-        match op {
-            Op::Reset { .. } => self.owners.clear(),
-            Op::RemoveAgent { id } => {
-                self.owners.remove(id);
+    /// Records what an admitted op did (`effect` is its [`Op::on_agents`]).
+    pub fn settle(&mut self, actor: Actor, effect: OnAgents, applied: &Applied) {
+        match effect {
+            OnAgents::RemovesAll => self.owners.clear(),
+            OnAgents::Removes(id) => {
+                self.owners.remove(&id);
             }
-            _ => {}
-        }
-        if actor.role == Role::Pilot
-            && let (Some(id), Some(account)) = (applied.id, actor.account)
-        {
-            self.owners.insert(id, account);
+            OnAgents::Creates => {
+                if let (Role::Pilot, Some(id), Some(account)) = (actor.role, applied.id, actor.account) {
+                    self.owners.insert(id, account);
+                }
+            }
+            OnAgents::Touches(_) | OnAgents::Nothing => {}
         }
     }
 }

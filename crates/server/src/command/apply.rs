@@ -49,7 +49,7 @@ pub enum OpError {
     },
     /// A pilot asked to move or remove an agent it did not create.
     #[error(
-        "agent {id} belongs to another pilot: a pilot may move or remove only the agents it created"
+        "agent {id} was not created by this pilot token: a pilot may move or remove only its own agents"
     )]
     NotOwner {
         /// The agent.

@@ -19,7 +19,7 @@ pub use access::{Account, Actor, AgentCaps, Ledger, allowed, check_role, needed_
 pub use apply::{Applied, MAX_STEP_TICKS, OpError, apply};
 pub use spec::{
     BoxSpec, DEFAULT_ARRIVE_RADIUS_M, DEFAULT_PREDATOR_MODE, DEFAULT_SPREAD_M, GoalSpec,
-    ObstacleSpec, PredatorSpec, SphereSpec,
+    ObstacleSpec, PredatorSpec, SphereSpec, exactly_one,
 };
 pub use wire::{agent_list, metrics_msg, op_from_command, param_infos, patch_from, serde_field};
 
@@ -212,21 +212,55 @@ impl Op {
         }
     }
 
-    /// The agent this op touches, if it acts on an existing one (the
-    /// ownership rule applies to it).
-    pub fn target_agent(&self) -> Option<u32> {
+    /// What this op does to agents, for the ownership rule and the caps.
+    /// Exhaustive on purpose: a new op must say whether it creates an
+    /// agent or acts on an existing one.
+    pub fn on_agents(&self) -> OnAgents {
         match self {
-            Op::MoveAgent { id, .. } | Op::RemoveAgent { id } => Some(*id),
-            _ => None,
+            Op::AddPredator { .. } | Op::AddGoal { .. } | Op::AddObstacle { .. } => {
+                OnAgents::Creates
+            }
+            Op::MoveAgent { id, .. } => OnAgents::Touches(*id),
+            Op::RemoveAgent { id } => OnAgents::Removes(*id),
+            Op::Reset { .. } => OnAgents::RemovesAll,
+            Op::SpawnBoids { .. }
+            | Op::RemoveBoids { .. }
+            | Op::KillBoids(_)
+            | Op::FreezeBoids(_)
+            | Op::Thaw { .. }
+            | Op::SetPopulation { .. }
+            | Op::PatchParams(_)
+            | Op::Preset(_)
+            | Op::Pause
+            | Op::Resume
+            | Op::Step { .. }
+            | Op::Seek { .. } => OnAgents::Nothing,
         }
     }
+}
 
-    /// Whether this op creates an agent (it counts against a pilot's caps).
-    pub fn creates_agent(&self) -> bool {
-        matches!(
-            self,
-            Op::AddPredator { .. } | Op::AddGoal { .. } | Op::AddObstacle { .. }
-        )
+/// What an op does to agents (see [`Op::on_agents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAgents {
+    /// Adds one (it counts against a pilot's caps and becomes its own).
+    Creates,
+    /// Changes this existing one (only its pilot, or an operator).
+    Touches(u32),
+    /// Removes this existing one (only its pilot, or an operator).
+    Removes(u32),
+    /// Removes every agent (a reset).
+    RemovesAll,
+    /// Leaves agents alone.
+    Nothing,
+}
+
+impl OnAgents {
+    /// The existing agent the op acts on, if any.
+    pub fn target(self) -> Option<u32> {
+        match self {
+            Self::Touches(id) | Self::Removes(id) => Some(id),
+            Self::Creates | Self::RemovesAll | Self::Nothing => None,
+        }
     }
 }
 

@@ -84,10 +84,12 @@ pub struct BoxSpec {
     pub max: [f32; 3],
 }
 
-fn exactly_one(field: &str, detail: &str) -> OpError {
+/// The refusal of a request that must give exactly one of several fields
+/// (`field`, the first of them, is named).
+pub fn exactly_one(field: &str, of: &str) -> OpError {
     OpError::BadInput {
         field: Some(field.to_owned()),
-        detail: detail.to_owned(),
+        detail: format!("give exactly one of {of}"),
     }
 }
 
@@ -117,7 +119,7 @@ impl GoalSpec {
             _ => {
                 return Err(exactly_one(
                     "position",
-                    "give exactly one of `position` (a point goal) and `waypoints` (a path)",
+                    "`position` (a point goal) and `waypoints` (a path)",
                 ));
             }
         };
@@ -144,7 +146,7 @@ impl ObstacleSpec {
             _ => {
                 return Err(exactly_one(
                     "sphere",
-                    "give exactly one of `sphere` {center, radius_m} and `box` {min, max}",
+                    "`sphere` {center, radius_m} and `box` {min, max}",
                 ));
             }
         };

@@ -274,6 +274,17 @@ mod tests {
     }
 
     #[test]
+    fn the_table_covers_every_parameter() {
+        let v = serde_json::to_value(Params::default()).unwrap();
+        let mut fields: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        // The two that shape the world are checked apart from the table.
+        let mut named: Vec<&str> = SPECS.iter().map(|s| s.name).chain(["world_m", "dims"]).collect();
+        fields.sort_unstable();
+        named.sort_unstable();
+        assert_eq!(fields, named);
+    }
+
+    #[test]
     fn a_wire_patch_is_refused_naming_the_field() {
         let e = patch_from(&[("w_bogus".into(), ParamValue::Number(1.0))]).unwrap_err();
         assert!(matches!(e, OpError::BadInput { field: Some(f), .. } if f == "w_bogus"));

@@ -326,8 +326,9 @@ impl State {
         }
         self.ledger.admit(actor, &op, &self.flock)?;
         let before = *self.flock.params();
-        // Kept for the ledger and the recording, which see the op once it applied.
-        let kept = op.clone();
+        let effect = op.on_agents();
+        // The recording sees the op only once it applied.
+        let recorded = self.recorder.is_some().then(|| op.clone());
         let tick = self.flock.tick();
         let tel = self.telemetry.clone();
         let result = crate::command::apply(&mut self.flock, &mut self.paused, op, |f| {
@@ -335,9 +336,9 @@ impl State {
         });
         self.bump_if_params_changed(before);
         if let Ok(applied) = &result {
-            self.ledger.settle(actor, &kept, applied);
-            if let Some(rec) = self.recorder.as_mut() {
-                rec.op(tick, &kept);
+            self.ledger.settle(actor, effect, applied);
+            if let (Some(rec), Some(op)) = (self.recorder.as_mut(), recorded) {
+                rec.op(tick, &op);
             }
         }
         result

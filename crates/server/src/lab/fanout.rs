@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 #[derive(Debug, Serialize)]
 pub struct FanoutStats {
     /// Boids in the flock.
-    pub n_boids: usize,
+    pub population: usize,
     /// Viewers connected.
     pub viewers: usize,
     /// Viewers still connected at the end.
@@ -131,9 +131,9 @@ async fn viewer(
     Ok(())
 }
 
-/// Runs `viewers` viewers of an `n_boids` flock for `seconds` (after a
+/// Runs `viewers` viewers of a flock of `population` boids for `seconds` (after a
 /// two-second warm-up) against a `starling serve` child process.
-pub async fn run(n_boids: usize, viewers: usize, seconds: f64, fps: u16) -> Result<FanoutStats> {
+pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> Result<FanoutStats> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
         .args([
@@ -145,7 +145,7 @@ pub async fn run(n_boids: usize, viewers: usize, seconds: f64, fps: u16) -> Resu
         ])
         .args([
             "--population",
-            &n_boids.to_string(),
+            &population.to_string(),
             "--snapshot-hz",
             &fps.to_string(),
         ])
@@ -201,7 +201,7 @@ pub async fn run(n_boids: usize, viewers: usize, seconds: f64, fps: u16) -> Resu
     let d = |name: &str| metric(&after, name) - metric(&before, name);
     let ticks = d("starling_tick_duration_seconds_count").max(1.0);
     Ok(FanoutStats {
-        n_boids,
+        population,
         viewers,
         viewers_alive: snap.iter().filter(|c| c.alive).count(),
         seconds: wall,
@@ -209,7 +209,7 @@ pub async fn run(n_boids: usize, viewers: usize, seconds: f64, fps: u16) -> Resu
         fps_p10: rates[rates.len() / 10],
         fps_median: rates[rates.len() / 2],
         frames_skipped: d("starling_frames_skipped_total") as u64,
-        bytes_per_boid: bytes as f64 / (frames.max(1) as f64 * n_boids as f64),
+        bytes_per_boid: bytes as f64 / (frames.max(1) as f64 * population as f64),
         keyframe_fraction: keys as f64 / frames.max(1) as f64,
         server_cpu: (cpu1 - cpu0) / wall,
         missed_ticks: d("starling_missed_ticks_total") as u64,

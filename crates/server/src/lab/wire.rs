@@ -15,7 +15,7 @@ use starling_sim::Flock;
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WireStats {
     /// Boids per frame.
-    pub n_boids: usize,
+    pub population: usize,
     /// Snapshots per second of simulated time.
     pub fps: u32,
     /// Delta frames measured (after one keyframe).
@@ -63,7 +63,7 @@ pub fn measure(flock: &mut Flock, fps: u32, deltas: usize) -> anyhow::Result<Wir
     let mut decoded = Frame::default();
     let (mut bytes, mut key_bytes) = (Vec::new(), Vec::new());
     let mut stats = WireStats {
-        n_boids: flock.len(),
+        population: flock.len(),
         fps,
         deltas,
         keyframe_bytes_per_boid: 0.0,

@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use super::extract::{Body, Caller};
 use super::{AppliedBody, ErrorBody, applied};
-use crate::command::{Amount, DEFAULT_SPREAD_M, Op, OpError, Selection};
+use crate::command::{Amount, DEFAULT_SPREAD_M, Op, Selection, exactly_one};
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
 
@@ -84,13 +84,6 @@ struct ThawBody {
     ids: Option<Vec<u32>>,
 }
 
-fn exactly_one(of: &str) -> OpError {
-    OpError::BadInput {
-        field: Some("count".into()),
-        detail: format!("give exactly one of {of}"),
-    }
-}
-
 /// Spawns `count` boids in a ball around `center` (operator).
 #[utoipa::path(post, path = "/boids/spawn", tag = "boids", request_body = SpawnBody,
     responses((status = 201, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
@@ -144,7 +137,7 @@ async fn kill_boids(
     let amount = match (b.count, b.fraction) {
         (Some(n), None) => Amount::Count(n),
         (None, Some(f)) => Amount::Fraction(f),
-        _ => return Err(exactly_one("`count` and `fraction`").into()),
+        _ => return Err(exactly_one("count", "`count` and `fraction`").into()),
     };
     Ok(applied(
         StatusCode::OK,
@@ -166,7 +159,7 @@ async fn freeze_boids(
         (Some(n), None, None) => Selection::Count(n),
         (None, Some(f), None) => Selection::Fraction(f),
         (None, None, Some(ids)) => Selection::Ids(ids),
-        _ => return Err(exactly_one("`count`, `fraction` and `ids`").into()),
+        _ => return Err(exactly_one("count", "`count`, `fraction` and `ids`").into()),
     };
     Ok(applied(
         StatusCode::OK,

@@ -74,7 +74,7 @@ fn applied(status: StatusCode, a: Applied) -> (StatusCode, Json<AppliedBody>) {
 /// Every error response.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
-    /// Class: `invalid`, `forbidden`, `not_found`, `limit_reached`, `rate_limited`, `busy`, `conflict`, `too_large`.
+    /// Class: `invalid`, `forbidden`, `not_found`, `limit_reached`, `rate_limited`, `busy`, `conflict`, `unsupported`, `too_large`.
     pub error: String,
     /// The field at fault, when one is (`id` when a pilot touches another's agent).
     pub field: Option<String>,

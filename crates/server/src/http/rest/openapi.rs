@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use starling_sim::Params;
-use starling_sim::params::{Bounds, DIMS, SPECS, Value as ParamValue, ranges};
+use starling_sim::params::{Bounds, DIMS, FloatRange, SPECS, Value as ParamValue, ranges};
 
 /// The served document.
 pub(super) fn document(doc: &utoipa::openapi::OpenApi) -> Value {
@@ -31,15 +31,7 @@ fn annotate(schema: &mut Value, defaults: bool) {
             continue;
         };
         match spec.bounds {
-            Bounds::Float(r) => {
-                let key = if r.min_exclusive {
-                    "exclusiveMinimum"
-                } else {
-                    "minimum"
-                };
-                prop.insert(key.into(), json!(r.min));
-                prop.insert("maximum".into(), json!(r.max));
-            }
+            Bounds::Float(r) => float_range(prop, r),
             Bounds::Count { min, max } => {
                 prop.insert("minimum".into(), json!(min));
                 prop.insert("maximum".into(), json!(max));
@@ -56,8 +48,9 @@ fn annotate(schema: &mut Value, defaults: bool) {
     }
     if let Some(world) = props.get_mut("world_m").and_then(Value::as_object_mut) {
         let items = world.entry("items").or_insert_with(|| json!({}));
-        items["exclusiveMinimum"] = json!(ranges::WORLD_M.min);
-        items["maximum"] = json!(ranges::WORLD_M.max);
+        if let Some(items) = items.as_object_mut() {
+            float_range(items, ranges::WORLD_M);
+        }
         if defaults {
             world.insert("default".into(), json!(base.world_m));
         }
@@ -69,4 +62,15 @@ fn annotate(schema: &mut Value, defaults: bool) {
             dims.insert("default".into(), json!(base.dims));
         }
     }
+}
+
+/// `minimum` (or `exclusiveMinimum`) and `maximum` of a float range.
+fn float_range(prop: &mut serde_json::Map<String, Value>, r: FloatRange) {
+    let key = if r.min_exclusive {
+        "exclusiveMinimum"
+    } else {
+        "minimum"
+    };
+    prop.insert(key.into(), json!(r.min));
+    prop.insert("maximum".into(), json!(r.max));
 }
