@@ -151,7 +151,9 @@ impl Ledger {
                 self.owners.remove(&id);
             }
             OnAgents::Creates => {
-                if let (Role::Pilot, Some(id), Some(account)) = (actor.role, applied.id, actor.account) {
+                if let (Role::Pilot, Some(id), Some(account)) =
+                    (actor.role, applied.id, actor.account)
+                {
                     self.owners.insert(id, account);
                 }
             }

@@ -278,7 +278,11 @@ mod tests {
         let v = serde_json::to_value(Params::default()).unwrap();
         let mut fields: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         // The two that shape the world are checked apart from the table.
-        let mut named: Vec<&str> = SPECS.iter().map(|s| s.name).chain(["world_m", "dims"]).collect();
+        let mut named: Vec<&str> = SPECS
+            .iter()
+            .map(|s| s.name)
+            .chain(["world_m", "dims"])
+            .collect();
         fields.sort_unstable();
         named.sort_unstable();
         assert_eq!(fields, named);

@@ -81,7 +81,7 @@ async fn on_agent(
 ) -> Result<Json<AppliedBody>, ApiError> {
     let st = s.state();
     check_role(actor, &op, &st.agents)?;
-    let id = op.target_agent().unwrap_or(u32::MAX);
+    let id = op.on_agents().target().unwrap_or(u32::MAX);
     if st.agents.kind_of(id) != Some(kind) {
         return Err(ApiError::not_found(format!(
             "no {} with id {id}",
