@@ -81,8 +81,9 @@ pub struct Inner {
     pub server_name: String,
     /// Pilot tokens' rate buckets (one per configured token, so bounded).
     buckets: Mutex<HashMap<Account, Bucket>>,
-    /// Open WebSocket connections (for the cap).
-    pub viewers: std::sync::atomic::AtomicUsize,
+    /// One permit per viewer connection, taken before the upgrade is
+    /// answered, so the cap holds exactly under a burst of connections.
+    pub viewer_slots: Arc<tokio::sync::Semaphore>,
     /// Recent boid states for trajectory export.
     pub history: History,
 }
@@ -107,9 +108,14 @@ impl Shared {
             shutdown,
             server_name: format!("starling {}", env!("CARGO_PKG_VERSION")),
             buckets: Mutex::default(),
-            viewers: Default::default(),
+            viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
             history,
         }))
+    }
+
+    /// Viewer connections open or being opened.
+    pub fn viewers(&self) -> usize {
+        self.0.limits.max_viewers - self.0.viewer_slots.available_permits()
     }
 
     /// The latest published state.

@@ -3,6 +3,7 @@
 //! for an event, bounded by a timeout; nothing sleeps to hope.
 
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -12,6 +13,7 @@ use starling_protocol::{
 };
 use starling_server::app::{RunError, run};
 use starling_server::config::Config;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -322,4 +324,41 @@ pub(crate) async fn rest(
 
 pub(crate) async fn get(url: &str) -> serde_json::Value {
     rest(reqwest::Method::GET, url, None, None).await.1
+}
+
+/// Starts the real binary with these flags (and a loopback bind).
+pub(crate) async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .trim_end_matches('/')
+        .to_owned();
+    (child, url)
+}
+
+/// Resident memory of a process, bytes.
+pub(crate) fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kb * 1024
 }

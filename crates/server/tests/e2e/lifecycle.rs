@@ -2,7 +2,6 @@
 //! others and is dropped; SIGTERM writes a checkpoint the next start
 //! resumes from.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use super::common::*;
@@ -10,7 +9,6 @@ use futures_util::SinkExt;
 use reqwest::Method;
 use serde_json::json;
 use starling_protocol::Command;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
@@ -83,31 +81,6 @@ async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
 async fn spawn_binary(state_file: &std::path::Path) -> (tokio::process::Child, String) {
     let file = state_file.to_str().unwrap();
     spawn_with(&["--population", "500", "--state-file", file]).await
-}
-
-/// Starts the real binary with these flags (and a loopback bind).
-async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .trim_end_matches('/')
-        .to_owned();
-    (child, url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,18 +241,6 @@ async fn a_recorded_session_replays_bit_for_bit() {
     );
     server.stop().await.unwrap();
     let _ = std::fs::remove_file(&file);
-}
-
-/// Resident memory of a process, bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kb * 1024
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 mod access;
 mod bench;
 mod common;
+mod hardening;
 mod lifecycle;
 mod run;
 mod serve;

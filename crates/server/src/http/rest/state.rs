@@ -73,7 +73,7 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
         tick_hz: st.params.tick_hz,
         step_ms: st.metrics.step_ms,
         missed_ticks: st.missed_ticks,
-        viewers: s.0.viewers.load(std::sync::atomic::Ordering::Relaxed),
+        viewers: s.viewers(),
     })
 }
 

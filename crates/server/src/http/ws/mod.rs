@@ -1,13 +1,20 @@
-//! `/ws`: one viewer connection. The writer half waits on the published
-//! state (latest wins, so a slow viewer skips frames and never queues
-//! them), rate-limits snapshots to what the viewer asked for, and picks a
-//! delta or a keyframe by what this viewer last received. The reader half
-//! decodes commands into ops and submits them through the same door as
-//! REST ([`Shared::submit`]: one role table, one rate and cap account per
-//! token); each gets an `Ack` or an `Error` with its request id.
+//! `/ws`: one viewer connection. The writer half (here) waits on the
+//! published state (latest wins, so a slow viewer skips frames and never
+//! queues them), rate-limits snapshots to what the viewer asked for, and
+//! picks a delta or a keyframe by what this viewer last received. The
+//! reader half (`reader.rs`) decodes commands into ops and submits them
+//! through the same door as REST ([`Shared::submit`]: one role table, one
+//! rate and cap account per token); each gets an `Ack` or an `Error` with
+//! its request id, through a bounded `outbox.rs`. Whatever ends a
+//! connection on the server's side sends `Close` with a reason first.
+
+mod outbox;
+mod reader;
+
+pub use outbox::{CONTROL_QUEUE, CONTROL_QUEUE_BYTES};
+pub use reader::MAX_COMMANDS_IN_FLIGHT;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -19,23 +26,23 @@ use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use starling_protocol::{
-    Ack, ClientMsg, Close, CloseReason, Command, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR,
-    PROTOCOL_MINOR, ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
-    limits::MAX_MESSAGE_BYTES,
+    ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+    ServerMsg, WorldInfo, declared_major, decode_client, encode_server, limits::MAX_MESSAGE_BYTES,
 };
 use tokio::sync::mpsc;
 
 use super::auth::bearer;
 use super::error::ApiError;
 use super::shared::Shared;
-use crate::command::{Actor, Applied, allowed, metrics_msg, op_from_command, param_infos};
+use crate::command::{Actor, allowed, metrics_msg, param_infos};
 use crate::engine::published::{Broadcast, Published};
+use outbox::Ending;
 
-/// Control messages waiting for one viewer's writer, at most. A viewer that
-/// lets this many replies pile up is not reading and is closed.
-const CONTROL_QUEUE: usize = 256;
-/// Time a new connection has to send `Subscribe`.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a new connection has to send `Subscribe` (it holds a viewer slot
+/// meanwhile).
+pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time the server gives a `Close` to go out before it drops the socket.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Metrics go to viewers at most this often.
 const METRICS_INTERVAL: Duration = Duration::from_millis(250);
 /// Largest client message accepted, bytes (commands are small).
@@ -58,21 +65,20 @@ pub async fn upgrade(
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let actor = s.0.tokens.actor(q.token.as_deref().or(bearer(header)));
-    if s.0.viewers.load(Ordering::Relaxed) >= s.0.limits.max_viewers {
+    let Ok(slot) = s.0.viewer_slots.clone().try_acquire_owned() else {
         return ApiError::busy(format!(
             "the server holds its maximum of {} viewers",
             s.0.limits.max_viewers
         ))
         .into_response();
-    }
+    };
     ws.max_message_size(MAX_CLIENT_MESSAGE_BYTES)
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
-            s.0.viewers.fetch_add(1, Ordering::Relaxed);
             s.0.telemetry.viewers.inc();
             serve(s.clone(), socket, actor).await;
-            s.0.viewers.fetch_sub(1, Ordering::Relaxed);
             s.0.telemetry.viewers.dec();
+            drop(slot);
         })
 }
 
@@ -111,7 +117,7 @@ impl Writer {
             reason,
             detail: detail.to_owned(),
         }));
-        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = tokio::time::timeout(CLOSE_GRACE, async {
             let _ = self.sink.send(Message::Binary(msg)).await;
             let _ = self.sink.close().await;
         })
@@ -181,22 +187,25 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
             }
         },
         _ => {
-            w.close(CloseReason::ProtocolError, "no Subscribe within 10 s")
-                .await;
+            let detail = format!("no Subscribe within {} s", SUBSCRIBE_TIMEOUT.as_secs());
+            w.close(CloseReason::ProtocolError, &detail).await;
             return;
         }
     };
 
-    let (ctl_tx, mut ctl_rx) = mpsc::channel::<Bytes>(CONTROL_QUEUE);
+    let (outbox, mut inbox, mut ended) = outbox::outbox();
     let (rate_tx, mut rate_rx) = mpsc::channel::<u16>(4);
     let (resync_tx, mut resync_rx) = mpsc::channel::<()>(1);
-    let reader = tokio::spawn(read_loop(
+    let to_writer = reader::ToWriter {
+        rate: rate_tx,
+        resync: resync_tx,
+    };
+    let reader = tokio::spawn(reader::read_loop(
         s.clone(),
         stream,
         actor,
-        ctl_tx,
-        rate_tx,
-        resync_tx,
+        outbox,
+        to_writer,
     ));
 
     let mut published = s.0.published.clone();
@@ -208,16 +217,24 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     let mut params_version = st.params_version;
     let mut agents_version = None;
     let mut last_metrics = Instant::now() - METRICS_INTERVAL;
-    let mut reader_done = false;
-    let reason = loop {
+    let refused = |reason, detail: &str| Ending::Refused(reason, detail.to_owned());
+    let ending = loop {
         tokio::select! {
+            // An ending, once set, is seen before anything else is sent.
+            biased;
+            _ = ended.changed() => {
+                if let Some(e) = ended.borrow().clone() {
+                    break e;
+                }
+            }
+            _ = shutdown.changed() => break refused(CloseReason::Shutdown, "the server is shutting down"),
             changed = published.changed() => {
                 if changed.is_err() {
-                    break (CloseReason::Shutdown, "the simulation stopped");
+                    break refused(CloseReason::Shutdown, "the simulation stopped");
                 }
                 let st = published.borrow_and_update().clone();
                 if let Err(r) = send_updates(&mut w, &st, &mut params_version, &mut agents_version, &mut last_metrics).await {
-                    break (r, "send failed");
+                    break refused(r, "send failed");
                 }
                 // Rate limit in simulation ticks, not wall time, so timing
                 // jitter never costs a frame: at the full rate every
@@ -238,35 +255,33 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
                     }
                     let bytes = pick(b, held);
                     if let Err(r) = w.send(bytes).await {
-                        break (r, "viewer not keeping up");
+                        break refused(r, "viewer not keeping up");
                     }
                     s.0.telemetry.frames_sent.inc();
                     held = [Some(b.seq), held[0]];
                     last_frame_tick = Some(b.tick);
                 }
             }
-            msg = ctl_rx.recv(), if !reader_done => match msg {
-                Some(bytes) => {
-                    if let Err(r) = w.send(bytes).await {
-                        break (r, "send failed");
-                    }
+            Some(bytes) = inbox.recv() => {
+                if let Err(r) = w.send(bytes).await {
+                    break refused(r, "send failed");
                 }
-                None => reader_done = true,
-            },
+            }
             Some(r) = rate_rx.recv() => fps = clamp_fps(r, s.0.limits.snapshot_hz),
             Some(()) = resync_rx.recv() => held = [None, None],
-            _ = shutdown.changed() => break (CloseReason::Shutdown, "the server is shutting down"),
-        }
-        if reader_done && reader.is_finished() {
-            break (CloseReason::ProtocolError, "");
         }
     };
     reader.abort();
-    if reason.0 == CloseReason::TooSlow {
-        s.0.telemetry.viewers_dropped.inc();
-    }
-    if !reason.1.is_empty() {
-        w.close(reason.0, reason.1).await;
+    match ending {
+        Ending::ClientLeft => {
+            let _ = tokio::time::timeout(CLOSE_GRACE, w.sink.close()).await;
+        }
+        Ending::Refused(reason, detail) => {
+            if reason == CloseReason::TooSlow {
+                s.0.telemetry.viewers_dropped.inc();
+            }
+            w.close(reason, &detail).await;
+        }
     }
 }
 
@@ -321,89 +336,6 @@ fn error_msg(request_id: Option<u32>, code: ErrorCode, field: Option<&str>, deta
         field: field.map(str::to_owned),
         detail: detail.to_owned(),
     }))
-}
-
-async fn read_loop(
-    s: Shared,
-    mut stream: futures_util::stream::SplitStream<WebSocket>,
-    actor: Actor,
-    ctl: mpsc::Sender<Bytes>,
-    rate: mpsc::Sender<u16>,
-    resync: mpsc::Sender<()>,
-) {
-    while let Some(Ok(msg)) = stream.next().await {
-        let bytes = match msg {
-            Message::Binary(b) => b,
-            Message::Close(_) => break,
-            Message::Text(_) => {
-                let e = error_msg(
-                    None,
-                    ErrorCode::BadRequest,
-                    None,
-                    "text frames are not part of the protocol; send binary",
-                );
-                if ctl.try_send(e).is_err() {
-                    break;
-                }
-                continue;
-            }
-            _ => continue,
-        };
-        let reply = match decode_client(&bytes) {
-            Err(e) => Some(error_msg(None, ErrorCode::BadRequest, None, &e.to_string())),
-            Ok(ClientMsg::Subscribe { .. }) => Some(error_msg(
-                None,
-                ErrorCode::BadRequest,
-                None,
-                "already subscribed; use SetRate to change the rate",
-            )),
-            Ok(ClientMsg::SetRate { max_fps }) => {
-                let _ = rate.try_send(max_fps);
-                None
-            }
-            Ok(ClientMsg::Resync) => {
-                let _ = resync.try_send(());
-                None
-            }
-            Ok(ClientMsg::Ping { nonce }) => Some(encode(&ServerMsg::Pong {
-                nonce,
-                tick: s.state().tick,
-            })),
-            Ok(ClientMsg::Command {
-                request_id,
-                command,
-            }) => {
-                // Each command is answered by its own task, so a slow op
-                // never blocks reading; the answer queue is bounded.
-                let (s, ctl2) = (s.clone(), ctl.clone());
-                tokio::spawn(async move {
-                    let out = match command_reply(&s, actor, command).await {
-                        Ok(a) => encode(&ServerMsg::Ack(Ack {
-                            request_id,
-                            tick: a.tick,
-                            id: a.id,
-                        })),
-                        Err(e) => {
-                            error_msg(Some(request_id), e.code(), e.field.as_deref(), &e.detail)
-                        }
-                    };
-                    let _ = ctl2.send(out).await;
-                });
-                None
-            }
-        };
-        if let Some(r) = reply
-            && ctl.try_send(r).is_err()
-        {
-            break; // not reading its replies
-        }
-    }
-}
-
-/// A command's outcome: its op, through the same door as REST.
-async fn command_reply(s: &Shared, actor: Actor, command: Command) -> Result<Applied, ApiError> {
-    let op = op_from_command(command)?;
-    s.submit(actor, op).await
 }
 
 fn hello(s: &Shared, st: &Arc<Published>, actor: Actor) -> Hello {

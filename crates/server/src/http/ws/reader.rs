@@ -1,0 +1,141 @@
+//! The reading half of a viewer's connection: decodes what the client
+//! sends, answers through the [`Outbox`], and submits commands through the
+//! same door as REST. Work one client can start is bounded: at most
+//! [`MAX_COMMANDS_IN_FLIGHT`] commands at once, none while its replies are
+//! backing up, and the connection ends as soon as they overflow.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::StreamExt;
+use futures_util::stream::SplitStream;
+use starling_protocol::{
+    Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, decode_client,
+};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::outbox::{Ending, Outbox};
+use super::{encode, error_msg};
+use crate::command::{Actor, Applied, op_from_command};
+use crate::http::error::ApiError;
+use crate::http::shared::Shared;
+
+/// Commands one connection may have waiting for the tick loop at once.
+pub const MAX_COMMANDS_IN_FLIGHT: usize = 16;
+
+/// What the reader hands the writer besides replies.
+#[derive(Debug)]
+pub(super) struct ToWriter {
+    /// A new snapshot rate.
+    pub(super) rate: mpsc::Sender<u16>,
+    /// A request for a keyframe.
+    pub(super) resync: mpsc::Sender<()>,
+}
+
+/// Reads until the client leaves or breaks the protocol, then ends the
+/// connection through the outbox.
+pub(super) async fn read_loop(
+    s: Shared,
+    mut stream: SplitStream<WebSocket>,
+    actor: Actor,
+    outbox: Outbox,
+    to_writer: ToWriter,
+) {
+    let in_flight = Arc::new(Semaphore::new(MAX_COMMANDS_IN_FLIGHT));
+    let ending = loop {
+        let bytes = match stream.next().await {
+            None | Some(Ok(Message::Close(_))) => break Ending::ClientLeft,
+            Some(Err(e)) => {
+                break Ending::Refused(
+                    CloseReason::ProtocolError,
+                    format!("unreadable message: {e}"),
+                );
+            }
+            Some(Ok(Message::Binary(b))) => b,
+            Some(Ok(Message::Text(_))) => {
+                outbox.push_or_end(error_msg(
+                    None,
+                    ErrorCode::BadRequest,
+                    None,
+                    "text frames are not part of the protocol; send binary",
+                ));
+                continue;
+            }
+            Some(Ok(_)) => continue,
+        };
+        let reply = match decode_client(&bytes) {
+            Err(e) => Some(error_msg(None, ErrorCode::BadRequest, None, &e.to_string())),
+            Ok(ClientMsg::Subscribe { .. }) => Some(error_msg(
+                None,
+                ErrorCode::BadRequest,
+                None,
+                "already subscribed; use SetRate to change the rate",
+            )),
+            Ok(ClientMsg::SetRate { max_fps }) => {
+                let _ = to_writer.rate.try_send(max_fps);
+                None
+            }
+            Ok(ClientMsg::Resync) => {
+                let _ = to_writer.resync.try_send(());
+                None
+            }
+            Ok(ClientMsg::Ping { nonce }) => Some(encode(&ServerMsg::Pong {
+                nonce,
+                tick: s.state().tick,
+            })),
+            Ok(ClientMsg::Command {
+                request_id,
+                command,
+            }) => start_command(&s, actor, &outbox, &in_flight, request_id, command),
+        };
+        if let Some(r) = reply {
+            outbox.push_or_end(r);
+        }
+        if outbox.ended() {
+            return;
+        }
+    };
+    outbox.end(ending);
+}
+
+/// Starts a command on a task of its own (so a slow op never blocks
+/// reading), or refuses it at once: while replies back up, or with
+/// [`MAX_COMMANDS_IN_FLIGHT`] already waiting.
+fn start_command(
+    s: &Shared,
+    actor: Actor,
+    outbox: &Outbox,
+    in_flight: &Arc<Semaphore>,
+    request_id: u32,
+    command: Command,
+) -> Option<axum::body::Bytes> {
+    let busy = |detail: String| Some(error_msg(Some(request_id), ErrorCode::Busy, None, &detail));
+    if outbox.backed_up() {
+        return busy("replies are backing up: read them before sending more commands".into());
+    }
+    let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+        return busy(format!(
+            "at most {MAX_COMMANDS_IN_FLIGHT} commands in flight per connection; wait for their replies"
+        ));
+    };
+    let (s, outbox) = (s.clone(), outbox.clone());
+    tokio::spawn(async move {
+        let out = match command_reply(&s, actor, command).await {
+            Ok(a) => encode(&ServerMsg::Ack(Ack {
+                request_id,
+                tick: a.tick,
+                id: a.id,
+            })),
+            Err(e) => error_msg(Some(request_id), e.code(), e.field.as_deref(), &e.detail),
+        };
+        drop(permit);
+        outbox.push_or_end(out);
+    });
+    None
+}
+
+/// A command's outcome: its op, through the same door as REST.
+async fn command_reply(s: &Shared, actor: Actor, command: Command) -> Result<Applied, ApiError> {
+    let op = op_from_command(command)?;
+    s.submit(actor, op).await
+}

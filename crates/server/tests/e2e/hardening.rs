@@ -1,0 +1,172 @@
+//! A hostile or careless client against the real server: every
+//! connection's memory and work are bounded, the viewer cap holds under a
+//! burst, and every server-side disconnect says why with a `Close` first.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use starling_protocol::{
+    ClientMsg, CloseReason, Command, ServerFrame, ServerMsg, decode_server, encode_client,
+};
+use starling_server::config::Config;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::common::*;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects a raw socket and subscribes; reads nothing.
+async fn raw_subscriber(addr: &str) -> Socket {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        .await
+        .unwrap();
+    ws.send(Message::Binary(subscribe_bytes(30).into()))
+        .await
+        .unwrap();
+    ws
+}
+
+/// Reads everything the server sent until it closed; returns the
+/// protocol `Close` it sent, if any.
+async fn drain_until_closed(ws: &mut Socket) -> Option<starling_protocol::Close> {
+    let mut close = None;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(deadline, ws.next()).await {
+        if let Message::Binary(b) = msg
+            && let Ok(ServerFrame::Control(ServerMsg::Close(c))) = decode_server(&b)
+        {
+            close = Some(c);
+        }
+    }
+    close
+}
+
+fn command_bytes(request_id: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_client(
+        &ClientMsg::Command {
+            request_id,
+            command: Command::Pause,
+        },
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_command_flood_is_closed_without_growing_the_server_or_slowing_viewers() {
+    // A long stall timeout: the flooder is closed for its replies, not
+    // for its frames, and its Close waits for it to read.
+    let dir = std::env::temp_dir().join(format!("starling-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("starling.toml");
+    std::fs::write(&config, "stall_timeout_s = 120.0\n").unwrap();
+    let (mut child, url) = spawn_with(&[
+        "--population",
+        "5000",
+        "--operator-token",
+        "operator-token",
+        "--config",
+        config.to_str().unwrap(),
+    ])
+    .await;
+    let pid = child.id().unwrap();
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut v = Viewer::connect(addr.parse().unwrap(), None, 30).await;
+    for _ in 0..60 {
+        v.next_frame().await;
+    }
+    let before = rss_bytes(pid);
+    // Baseline: 60 frames.
+    let t0 = Instant::now();
+    for _ in 0..60 {
+        v.next_frame().await;
+    }
+    let baseline_fps = 60.0 / t0.elapsed().as_secs_f64();
+    // An anonymous client (a viewer here) floods commands and never reads.
+    let mut flood = raw_subscriber(&addr).await;
+    let flooder = tokio::spawn(async move {
+        let mut sent = 0u32;
+        while sent < 50_000 {
+            let msg = Message::Binary(command_bytes(sent).into());
+            match tokio::time::timeout(Duration::from_secs(2), flood.send(msg)).await {
+                Ok(Ok(())) => sent += 1,
+                _ => break, // the server stopped reading or closed
+            }
+        }
+        let close = drain_until_closed(&mut flood).await;
+        (sent, close)
+    });
+    // The healthy viewer meanwhile.
+    let t0 = Instant::now();
+    let first = v.next_frame().await.tick;
+    let mut ticks = vec![first];
+    while !flooder.is_finished() || ticks.len() < 60 {
+        ticks.push(v.next_frame().await.tick);
+        assert!(ticks.len() < 3_000, "the flood never ended");
+    }
+    let flood_fps = (ticks.len() - 1) as f64 / t0.elapsed().as_secs_f64();
+    let after = rss_bytes(pid);
+    let (sent, close) = flooder.await.unwrap();
+    let growth = after.saturating_sub(before);
+    eprintln!(
+        "flood: {sent} commands sent; server RSS {before} -> {after} bytes; healthy viewer {baseline_fps:.1} fps before, {flood_fps:.1} fps during"
+    );
+    assert!(growth < 50 << 20, "server RSS grew {growth} bytes");
+    let close = close.expect("the flooder was told why it was closed");
+    assert_eq!(close.reason, CloseReason::TooSlow, "{}", close.detail);
+    // The healthy viewer missed no broadcast: consecutive frames are one
+    // snapshot stride (2 ticks) apart.
+    let gaps: Vec<u64> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
+    let on_time = gaps.iter().filter(|&&g| g == 2).count();
+    assert!(
+        on_time * 10 >= gaps.len() * 9,
+        "healthy viewer's gaps (ticks): {gaps:?}"
+    );
+    let st = get(&format!("{url}/api/v1/state")).await;
+    assert_eq!(st["viewers"], 1, "{st}");
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_gets_a_close_saying_why() {
+    let server = TestServer::start(test_config()).await;
+    let mut ws = raw_subscriber(&server.addr.to_string()).await;
+    ws.send(Message::Binary(vec![0x02; 100 * 1024].into()))
+        .await
+        .unwrap();
+    let close = drain_until_closed(&mut ws).await.expect("a Close");
+    assert_eq!(close.reason, CloseReason::ProtocolError);
+    assert!(close.detail.contains("too long"), "{}", close.detail);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_viewer_cap_holds_under_a_burst_and_silent_sockets_are_closed() {
+    let server = TestServer::start(Config {
+        max_viewers: 10,
+        ..test_config()
+    })
+    .await;
+    let url = format!("ws://{}/ws", server.addr);
+    let tries = (0..40).map(|_| tokio_tungstenite::connect_async(url.clone()));
+    let results = futures_util::future::join_all(tries).await;
+    let mut open: Vec<Socket> = results
+        .into_iter()
+        .filter_map(|r| r.ok())
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(open.len(), 10, "connections accepted against a cap of 10");
+    // None of them subscribes: each is told so and closed, freeing its slot.
+    for ws in &mut open {
+        let close = drain_until_closed(ws).await.expect("a Close");
+        assert_eq!(close.reason, CloseReason::ProtocolError);
+        assert!(close.detail.contains("Subscribe"), "{}", close.detail);
+    }
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    v.next_frame().await;
+    server.stop().await.unwrap();
+}
