@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use crate::config::{Config, ConfigError};
 use crate::engine::history::History;
 use crate::engine::{LoopConfig, SimLoop};
-use crate::http::shared::Shared;
+use crate::http::shared::{Policy, Shared};
 use crate::telemetry::Telemetry;
 
 /// Why the server could not start or stop cleanly.
@@ -119,8 +119,11 @@ pub async fn run(
         sim.requests.clone(),
         sim.published.clone(),
         telemetry,
-        config.tokens(),
-        limits,
+        Policy {
+            tokens: config.tokens(),
+            allowed: config.allowed(),
+            limits,
+        },
         stop_rx,
         history,
     );

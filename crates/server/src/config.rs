@@ -11,6 +11,7 @@ use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
 
 use crate::command::AgentCaps;
 use crate::http::auth::Tokens;
+use crate::http::guard::Allowed;
 use crate::http::shared::Limits;
 
 /// Everything `starling serve` needs.
@@ -52,6 +53,14 @@ pub struct Config {
     /// required on a non-loopback bind.
     #[serde(deserialize_with = "one_or_many")]
     pub operator_token: Vec<String>,
+    /// Names the server is reached by besides IP addresses and `localhost`
+    /// (`Host` must be one of them), e.g. `flock.example.org`.
+    #[serde(deserialize_with = "one_or_many")]
+    pub public_host: Vec<String>,
+    /// Origins (`https://dash.example.org`) whose pages may change things
+    /// and open the WebSocket, besides the server's own.
+    #[serde(deserialize_with = "one_or_many")]
+    pub allow_origin: Vec<String>,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
@@ -85,6 +94,8 @@ impl Default for Config {
             viewer_token: Vec::new(),
             pilot_token: Vec::new(),
             operator_token: Vec::new(),
+            public_host: Vec::new(),
+            allow_origin: Vec::new(),
             max_viewers: l.max_viewers,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
@@ -109,6 +120,8 @@ pub struct ConfigError {
 
 /// Most tokens one role may have (each is compared on every request).
 pub const MAX_TOKENS_PER_ROLE: usize = 64;
+/// Most public host names, and most allowed origins.
+pub const MAX_ALLOWED_NAMES: usize = 64;
 
 /// A TOML value that is one string or a list of them.
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -122,6 +135,26 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         OneOrMany::One(t) => vec![t],
         OneOrMany::Many(v) => v,
     })
+}
+
+/// A host name as `Host` carries it, without port: letters, digits, `-`, `.`.
+fn is_host(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 253
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+}
+
+/// `http://host[:port]` or `https://host[:port]`.
+fn is_origin(v: &str) -> bool {
+    let Some(authority) = v
+        .strip_prefix("http://")
+        .or_else(|| v.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "1"));
+    is_host(host) && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 fn err(field: &str, value: impl ToString, allowed: &str) -> ConfigError {
@@ -244,6 +277,30 @@ impl Config {
                 }
             }
         }
+        for (field, list, ok) in [
+            (
+                "public_host",
+                &self.public_host,
+                is_host as fn(&str) -> bool,
+            ),
+            ("allow_origin", &self.allow_origin, is_origin),
+        ] {
+            if list.len() > MAX_ALLOWED_NAMES {
+                return Err(err(
+                    field,
+                    format!("{} entries", list.len()),
+                    &format!("at most {MAX_ALLOWED_NAMES}"),
+                ));
+            }
+            if let Some(bad) = list.iter().find(|v| !ok(v)) {
+                let allowed = if field == "public_host" {
+                    "a host name without scheme, port or path (flock.example.org)"
+                } else {
+                    "an origin: http:// or https://, a host and an optional port, no path"
+                };
+                return Err(err(field, format!("{bad:?}"), allowed));
+            }
+        }
         if !self.bind.ip().is_loopback() && self.operator_token.is_empty() {
             return Err(err(
                 "bind",
@@ -257,6 +314,15 @@ impl Config {
     /// The configured tokens.
     pub fn tokens(&self) -> Tokens {
         Tokens::new(&self.viewer_token, &self.pilot_token, &self.operator_token)
+    }
+
+    /// The hosts and origins browsers may reach the server from.
+    pub fn allowed(&self) -> Allowed {
+        let lower = |v: &[String]| v.iter().map(|s| s.to_ascii_lowercase()).collect();
+        Allowed {
+            public_hosts: lower(&self.public_host),
+            origins: lower(&self.allow_origin),
+        }
     }
 
     /// The caps the connections enforce.
@@ -296,6 +362,20 @@ mod tests {
             ..guarded
         };
         assert_eq!(twice.validate().unwrap_err().field, "operator_token");
+        let names = |host: &str, origin: &str| Config {
+            public_host: vec![host.into()],
+            allow_origin: vec![origin.into()],
+            ..Config::default()
+        };
+        names("flock.example.org", "https://dash.example.org:8443")
+            .validate()
+            .unwrap();
+        let e = names("https://flock.example.org", "https://a.example").validate();
+        assert_eq!(e.unwrap_err().field, "public_host");
+        let e = names("flock.example.org", "dash.example.org").validate();
+        assert_eq!(e.unwrap_err().field, "allow_origin");
+        let e = names("flock.example.org", "https://dash.example.org/app").validate();
+        assert_eq!(e.unwrap_err().field, "allow_origin");
     }
 
     #[test]

@@ -30,8 +30,8 @@ struct Cli {
 }
 
 /// `serve` settings: each flag can also come from a `STARLING_*` variable,
-/// and overrides the TOML file given with `--config`. Token flags may be
-/// repeated, or list several tokens separated by commas.
+/// and overrides the TOML file given with `--config`. Token, host and
+/// origin flags may be repeated, or list several separated by commas.
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML file with any of the settings below (and a `[params]` table).
@@ -70,6 +70,14 @@ struct ServeArgs {
     /// Tokens for the operator role (one is required on a public address).
     #[arg(long, env = "STARLING_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Vec<String>,
+    /// Names the server is reached by besides IP addresses and localhost
+    /// (the Host header must be one), e.g. flock.example.org.
+    #[arg(long, env = "STARLING_PUBLIC_HOST")]
+    public_host: Vec<String>,
+    /// Origins whose pages may change things and open the WebSocket
+    /// besides the server's own, e.g. https://dash.example.org.
+    #[arg(long, env = "STARLING_ALLOW_ORIGIN")]
+    allow_origin: Vec<String>,
     /// Record every applied command and state digests to this file (JSON
     /// Lines), for `starling replay`.
     #[arg(long, env = "STARLING_RECORD")]
@@ -211,6 +219,8 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         (&args.viewer_token, &mut config.viewer_token),
         (&args.pilot_token, &mut config.pilot_token),
         (&args.operator_token, &mut config.operator_token),
+        (&args.public_host, &mut config.public_host),
+        (&args.allow_origin, &mut config.allow_origin),
     ] {
         if !given.is_empty() {
             *from_file = given

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod guard;
 pub mod rest;
 pub mod shared;
 pub mod ws;
@@ -51,6 +52,10 @@ pub fn app(shared: Shared, web_dir: &Path) -> Router {
         })
     };
     router
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            guard::check,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(shared)

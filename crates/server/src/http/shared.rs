@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::auth::Tokens;
 use super::error::ApiError;
+use super::guard::Allowed;
 use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
 use crate::engine::Request;
 use crate::engine::history::History;
@@ -58,6 +59,18 @@ struct Bucket {
     at: Instant,
 }
 
+/// Who may connect from where, and how much each may do: the parts of the
+/// configuration the handlers enforce.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Configured tokens.
+    pub tokens: Tokens,
+    /// The hosts and origins browsers may reach the server from.
+    pub allowed: Allowed,
+    /// Caps.
+    pub limits: Limits,
+}
+
 /// Shared by every handler (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct Shared(pub Arc<Inner>);
@@ -73,6 +86,8 @@ pub struct Inner {
     pub telemetry: Arc<Telemetry>,
     /// Configured tokens.
     pub tokens: Tokens,
+    /// The hosts and origins browsers may reach the server from.
+    pub allowed: Allowed,
     /// Caps.
     pub limits: Limits,
     /// Flips to true when the server starts shutting down.
@@ -94,16 +109,21 @@ impl Shared {
         requests: mpsc::Sender<Request>,
         published: watch::Receiver<Arc<Published>>,
         telemetry: Arc<Telemetry>,
-        tokens: Tokens,
-        limits: Limits,
+        policy: Policy,
         shutdown: watch::Receiver<bool>,
         history: History,
     ) -> Self {
+        let Policy {
+            tokens,
+            allowed,
+            limits,
+        } = policy;
         Self(Arc::new(Inner {
             requests,
             published,
             telemetry,
             tokens,
+            allowed,
             limits,
             shutdown,
             server_name: format!("starling {}", env!("CARGO_PKG_VERSION")),

@@ -170,3 +170,92 @@ async fn the_viewer_cap_holds_under_a_burst_and_silent_sockets_are_closed() {
     v.next_frame().await;
     server.stop().await.unwrap();
 }
+
+/// A raw HTTP call with chosen `Host` and `Origin` headers.
+async fn call(
+    method: reqwest::Method,
+    url: &str,
+    host: Option<&str>,
+    origin: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut req = reqwest::Client::new().request(method, url);
+    if let Some(h) = host {
+        req = req.header(reqwest::header::HOST, h);
+    }
+    if let Some(o) = origin {
+        req = req.header(reqwest::header::ORIGIN, o);
+    }
+    let resp = tokio::time::timeout(WAIT, req.send())
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_sites_pages_cannot_drive_an_open_loopback_server() {
+    // No tokens on loopback: everyone is an operator, so only the browser
+    // checks stand between a visited page and the flock.
+    let server = TestServer::start(Config {
+        public_host: vec!["flock.example.org".into()],
+        allow_origin: vec!["https://dash.example.org".into()],
+        ..test_config()
+    })
+    .await;
+    let reset = server.url("/api/v1/control/reset");
+    let own = format!("http://{}", server.addr);
+    use reqwest::Method;
+    for (origin, want) in [
+        (Some("http://evil.example"), 403),
+        (Some("null"), 403),
+        (Some(own.as_str()), 200),
+        (Some("https://dash.example.org"), 200),
+        (None, 200),
+    ] {
+        let (s, b) = call(Method::POST, &reset, None, origin).await;
+        assert_eq!(s, want, "Origin {origin:?}: {b}");
+        if want == 403 {
+            assert_eq!(b["field"], "Origin", "{b}");
+        }
+    }
+    // Reading is not changing: a page may GET (the browser keeps the
+    // answer from it without CORS headers).
+    let (s, _) = call(
+        Method::GET,
+        &server.url("/api/v1/state"),
+        None,
+        Some("http://evil.example"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    // DNS rebinding: a name that is not this server's is refused.
+    let port = server.addr.port();
+    for (host, want) in [
+        (format!("evil.example:{port}"), 403),
+        (format!("localhost:{port}"), 200),
+        (format!("flock.example.org:{port}"), 200),
+    ] {
+        let (s, b) = call(Method::GET, &server.url("/api/v1/state"), Some(&host), None).await;
+        assert_eq!(s, want, "Host {host}: {b}");
+    }
+    // The WebSocket upgrade is checked the same way.
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{}/ws", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let refused = tokio_tungstenite::connect_async(req).await;
+    assert!(refused.is_err(), "a cross-site page opened the socket");
+    let mut req = format!("ws://{}/ws", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert("origin", own.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert!(
+        matches!(ws.next().await, Some(Ok(Message::Binary(_)))),
+        "no hello"
+    );
+    server.stop().await.unwrap();
+}

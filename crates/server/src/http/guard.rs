@@ -1,0 +1,137 @@
+//! Browser safety, as Jupyter and webpack's dev server do it. Every request
+//! must name this server in `Host`: an IP address, `localhost`, or a
+//! configured public name (so a DNS-rebinding page cannot reach a loopback
+//! server through its own domain). A request that changes something (any
+//! method but GET and HEAD) and the WebSocket upgrade must come from this
+//! server's own pages, or from an allowed origin, when a browser says where
+//! it came from (`Origin`): another site's page can neither drive the flock
+//! nor open a socket with a visitor's access. Clients that send no `Origin`
+//! (curl, scripts) are not browsers acting for someone else and pass.
+
+use std::net::IpAddr;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::shared::Shared;
+
+/// Which hosts and origins the server answers.
+#[derive(Debug, Clone, Default)]
+pub struct Allowed {
+    /// Names (without port) the server is reached by besides IP addresses
+    /// and `localhost`, lower case.
+    pub public_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) whose pages may change things,
+    /// besides the server's own, lower case.
+    pub origins: Vec<String>,
+}
+
+/// The host part of a `Host` value or an origin's authority (no port).
+fn hostname(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        // [v6]:port
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+}
+
+impl Allowed {
+    /// Whether a `Host` header value names this server.
+    fn host_ok(&self, host: &str) -> bool {
+        let name = hostname(host).to_ascii_lowercase();
+        name.parse::<IpAddr>().is_ok()
+            || name == "localhost"
+            || self.public_hosts.contains(&name)
+    }
+
+    /// Whether a request from a page of `origin` may change things on the
+    /// server reached as `host`.
+    fn origin_ok(&self, origin: &str, host: &str) -> bool {
+        let origin = origin.to_ascii_lowercase();
+        let authority = origin.split_once("://").map(|(_, a)| a);
+        authority == Some(host.to_ascii_lowercase().as_str())
+            || self.origins.contains(&origin)
+    }
+}
+
+fn refuse(field: &str, detail: String) -> Response {
+    ApiError {
+        status: StatusCode::FORBIDDEN,
+        error: "forbidden",
+        field: Some(field.to_owned()),
+        detail,
+    }
+    .into_response()
+}
+
+/// The middleware: checks `Host` on every request and `Origin` on changes
+/// and upgrades.
+pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let allowed = &s.0.allowed;
+    let headers = req.headers();
+    let host = header_str(headers, header::HOST).unwrap_or("");
+    if !allowed.host_ok(host) {
+        return refuse(
+            "Host",
+            format!(
+                "Host {host:?} is not this server: allowed an IP address, localhost, or a name given with --public-host"
+            ),
+        );
+    }
+    let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let upgrade = headers.contains_key(header::UPGRADE);
+    if (changes || upgrade)
+        && let Some(origin) = header_str(headers, header::ORIGIN)
+        && !allowed.origin_ok(origin, host)
+    {
+        return refuse(
+            "Origin",
+            format!(
+                "a page from {origin:?} may not change this server or open its socket: allowed this server's own pages and origins given with --allow-origin"
+            ),
+        );
+    }
+    next.run(req).await
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins() {
+        let a = Allowed {
+            public_hosts: vec!["flock.example.org".into()],
+            origins: vec!["https://dash.example.org".into()],
+        };
+        for host in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "localhost:8080",
+            "10.0.0.5",
+            "Flock.Example.org:443",
+        ] {
+            assert!(a.host_ok(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "",
+        ] {
+            assert!(!a.host_ok(host), "{host}");
+        }
+        assert!(a.origin_ok("http://127.0.0.1:8080", "127.0.0.1:8080"));
+        assert!(a.origin_ok("https://dash.example.org", "flock.example.org"));
+        assert!(!a.origin_ok("http://evil.example", "127.0.0.1:8080"));
+        assert!(!a.origin_ok("null", "127.0.0.1:8080"));
+        assert!(!a.origin_ok("http://127.0.0.1:9999", "127.0.0.1:8080"));
+    }
+}
