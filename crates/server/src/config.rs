@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use starling_protocol::Role;
 use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
 
 use crate::command::AgentCaps;
@@ -72,6 +73,9 @@ pub struct Config {
     /// Commands per second a pilot token may send, REST and WebSocket
     /// together. Default 20, range 0.1 ..= 1000.
     pub pilot_rate_per_s: f32,
+    /// The least role that may export trajectories (`viewer`, `pilot` or
+    /// `operator`). Default `operator`: an export is heavy.
+    pub trajectories_role: String,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
 }
@@ -101,6 +105,7 @@ impl Default for Config {
             pilot_agents_each: l.pilot_caps.each,
             pilot_agents_total: l.pilot_caps.total,
             pilot_rate_per_s: l.pilot_rate_per_s,
+            trajectories_role: l.trajectories_role.name().to_owned(),
             log_json: false,
         }
     }
@@ -135,6 +140,12 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         OneOrMany::One(t) => vec![t],
         OneOrMany::Many(v) => v,
     })
+}
+
+fn role_named(name: &str) -> Option<Role> {
+    [Role::Viewer, Role::Pilot, Role::Operator]
+        .into_iter()
+        .find(|r| r.name() == name)
 }
 
 /// A host name as `Host` carries it, without port: letters, digits, `-`, `.`.
@@ -246,6 +257,13 @@ impl Config {
                 "1 ..= 1024",
             ));
         }
+        if role_named(&self.trajectories_role).is_none() {
+            return Err(err(
+                "trajectories_role",
+                format!("{:?}", self.trajectories_role),
+                "viewer | pilot | operator",
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for (field, tokens) in [
             ("viewer_token", &self.viewer_token),
@@ -336,6 +354,7 @@ impl Config {
                 total: self.pilot_agents_total,
             },
             pilot_rate_per_s: self.pilot_rate_per_s,
+            trajectories_role: role_named(&self.trajectories_role).unwrap_or(Role::Operator),
         }
     }
 }

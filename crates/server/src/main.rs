@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
+    /// The least role that may export trajectories: viewer, pilot or
+    /// operator (default operator).
+    #[arg(long, env = "STARLING_TRAJECTORIES_ROLE")]
+    trajectories_role: Option<String>,
     /// Log JSON lines instead of text (filter with RUST_LOG).
     #[arg(long, env = "STARLING_LOG_JSON")]
     log_json: bool,
@@ -207,6 +211,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
+    if let Some(role) = &args.trajectories_role {
+        config.trajectories_role.clone_from(role);
+    }
     if let Some(v) = args.tick_hz {
         config.params.tick_hz = v;
     }

@@ -2,6 +2,9 @@
 //! every boid's state sampled every `HISTORY_EVERY_TICKS` ticks, for at most
 //! `HISTORY_MAX_S` seconds and `HISTORY_MAX_ROWS` rows in all (the oldest
 //! samples go first), so memory is bounded whatever the population.
+//! Samples are shared, never copied: an export takes the window it wants
+//! under the lock (a few pointers) and writes CSV from it afterwards, so the
+//! tick thread never waits for an export.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -18,7 +21,7 @@ pub const HISTORY_MAX_ROWS: usize = 1_000_000;
 
 /// One sample: the tick and every boid's `(id, position, velocity)` in id order.
 #[derive(Debug)]
-struct Sample {
+pub struct Sample {
     tick: u64,
     rows: Vec<(u32, [f32; 3], [f32; 3])>,
 }
@@ -29,7 +32,7 @@ pub struct History(Arc<Mutex<Inner>>);
 
 #[derive(Debug, Default)]
 struct Inner {
-    samples: VecDeque<Sample>,
+    samples: VecDeque<Arc<Sample>>,
     rows: usize,
     tick_hz: u32,
 }
@@ -55,10 +58,10 @@ impl History {
             h.rows = 0;
         }
         h.rows += rows.len();
-        h.samples.push_back(Sample {
+        h.samples.push_back(Arc::new(Sample {
             tick: f.tick(),
             rows,
-        });
+        }));
         let oldest_allowed = f
             .tick()
             .saturating_sub(u64::from(HISTORY_MAX_S) * u64::from(h.tick_hz));
@@ -72,18 +75,44 @@ impl History {
         }
     }
 
-    /// The last `seconds` as CSV: `tick,time_s,id,x,y,z,vx,vy,vz`.
-    pub fn csv(&self, seconds: u32) -> String {
+    /// The samples of the last `seconds` (shared with the history).
+    pub fn window(&self, seconds: u32) -> Window {
         let h = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(last) = h.samples.back() else {
-            return "tick,time_s,id,x,y,z,vx,vy,vz\n".to_owned();
-        };
-        let hz = f64::from(h.tick_hz.max(1));
-        let from = last
-            .tick
-            .saturating_sub(u64::from(seconds) * u64::from(h.tick_hz));
-        let mut out = String::from("tick,time_s,id,x,y,z,vx,vy,vz\n");
-        for s in h.samples.iter().filter(|s| s.tick >= from) {
+        let from = h.samples.back().map_or(0, |last| {
+            last.tick
+                .saturating_sub(u64::from(seconds) * u64::from(h.tick_hz))
+        });
+        Window {
+            samples: h
+                .samples
+                .iter()
+                .filter(|s| s.tick >= from)
+                .cloned()
+                .collect(),
+            tick_hz: h.tick_hz.max(1),
+        }
+    }
+}
+
+/// Some seconds of history, ready to be written out.
+#[derive(Debug)]
+pub struct Window {
+    samples: Vec<Arc<Sample>>,
+    tick_hz: u32,
+}
+
+/// The CSV header of an export.
+pub const CSV_HEADER: &str = "tick,time_s,id,x,y,z,vx,vy,vz\n";
+
+impl Window {
+    /// Writes the window as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`) in
+    /// chunks of about `chunk_bytes`, handing each to `emit`; stops early
+    /// when `emit` returns false (the reader went away).
+    pub fn write_csv(&self, chunk_bytes: usize, mut emit: impl FnMut(String) -> bool) {
+        let hz = f64::from(self.tick_hz);
+        let mut out = String::with_capacity(chunk_bytes + 256);
+        out.push_str(CSV_HEADER);
+        for s in &self.samples {
             for (id, p, v) in &s.rows {
                 // Writing into a String cannot fail.
                 let _ = writeln!(
@@ -99,8 +128,18 @@ impl History {
                     v[1],
                     v[2]
                 );
+                if out.len() >= chunk_bytes
+                    && !emit(std::mem::replace(
+                        &mut out,
+                        String::with_capacity(chunk_bytes + 256),
+                    ))
+                {
+                    return;
+                }
             }
         }
-        out
+        if !out.is_empty() {
+            emit(out);
+        }
     }
 }

@@ -42,9 +42,7 @@ impl Allowed {
     /// Whether a `Host` header value names this server.
     fn host_ok(&self, host: &str) -> bool {
         let name = hostname(host).to_ascii_lowercase();
-        name.parse::<IpAddr>().is_ok()
-            || name == "localhost"
-            || self.public_hosts.contains(&name)
+        name.parse::<IpAddr>().is_ok() || name == "localhost" || self.public_hosts.contains(&name)
     }
 
     /// Whether a request from a page of `origin` may change things on the
@@ -52,8 +50,7 @@ impl Allowed {
     fn origin_ok(&self, origin: &str, host: &str) -> bool {
         let origin = origin.to_ascii_lowercase();
         let authority = origin.split_once("://").map(|(_, a)| a);
-        authority == Some(host.to_ascii_lowercase().as_str())
-            || self.origins.contains(&origin)
+        authority == Some(host.to_ascii_lowercase().as_str()) || self.origins.contains(&origin)
     }
 }
 

@@ -4,9 +4,8 @@
 //! then the token's one rate bucket, then the queue (ownership and caps are
 //! checked where the op applies, by the tick loop's ledger).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use starling_protocol::Role;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -14,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::auth::Tokens;
 use super::error::ApiError;
 use super::guard::Allowed;
+use super::rate::RateBuckets;
 use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
 use crate::engine::Request;
 use crate::engine::history::History;
@@ -35,6 +35,8 @@ pub struct Limits {
     /// Commands per second a pilot token may send, over REST and the
     /// WebSocket together (burst: twice that, at least one).
     pub pilot_rate_per_s: f32,
+    /// The least role that may export trajectories.
+    pub trajectories_role: Role,
 }
 
 impl Default for Limits {
@@ -45,19 +47,18 @@ impl Default for Limits {
             stall_timeout: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
+            trajectories_role: Role::Operator,
         }
     }
 }
 
 /// Largest request body REST accepts, bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// A token bucket.
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f32,
-    at: Instant,
-}
+/// Trajectory exports a token may start per minute (burst: half that).
+pub const EXPORTS_PER_MINUTE: f32 = 6.0;
+/// Trajectory exports running at once, server-wide (each keeps a core busy
+/// while its client reads as fast as it can).
+pub const EXPORTS_AT_ONCE: usize = 1;
 
 /// Who may connect from where, and how much each may do: the parts of the
 /// configuration the handlers enforce.
@@ -94,8 +95,13 @@ pub struct Inner {
     pub shutdown: watch::Receiver<bool>,
     /// Server name and version for hellos.
     pub server_name: String,
-    /// Pilot tokens' rate buckets (one per configured token, so bounded).
-    buckets: Mutex<HashMap<Account, Bucket>>,
+    /// Pilot tokens' command rate (one bucket per token, REST and
+    /// WebSocket together).
+    commands: RateBuckets<Account>,
+    /// Trajectory exports' rate, per token (anonymous callers share one).
+    pub exports: RateBuckets<Option<Account>>,
+    /// Exports running now, at most [`EXPORTS_AT_ONCE`].
+    pub export_slots: Arc<tokio::sync::Semaphore>,
     /// One permit per viewer connection, taken before the upgrade is
     /// answered, so the cap holds exactly under a burst of connections.
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
@@ -127,7 +133,9 @@ impl Shared {
             limits,
             shutdown,
             server_name: format!("starling {}", env!("CARGO_PKG_VERSION")),
-            buckets: Mutex::default(),
+            commands: RateBuckets::new(limits.pilot_rate_per_s, 2.0 * limits.pilot_rate_per_s),
+            exports: RateBuckets::new(EXPORTS_PER_MINUTE / 60.0, EXPORTS_PER_MINUTE / 2.0),
+            export_slots: Arc::new(tokio::sync::Semaphore::new(EXPORTS_AT_ONCE)),
             viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
             history,
         }))
@@ -195,22 +203,12 @@ impl Shared {
         let (Role::Pilot, Some(account)) = (actor.role, actor.account) else {
             return Ok(());
         };
-        let rate = self.0.limits.pilot_rate_per_s;
-        let burst = (2.0 * rate).max(1.0);
-        let mut buckets = self.0.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let b = buckets.entry(account).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f32() * rate).min(burst);
-        b.at = now;
-        if b.tokens < 1.0 {
-            return Err(ApiError::rate_limited(format!(
-                "a pilot token may send {rate} commands per second, over REST and WebSocket together"
-            )));
+        if self.0.commands.take(account) {
+            return Ok(());
         }
-        b.tokens -= 1.0;
-        Ok(())
+        Err(ApiError::rate_limited(format!(
+            "a pilot token may send {} commands per second, over REST and WebSocket together",
+            self.0.commands.rate_per_s()
+        )))
     }
 }

@@ -259,3 +259,116 @@ async fn other_sites_pages_cannot_drive_an_open_loopback_server() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limited() {
+    let server = TestServer::start(Config {
+        population: 20_000,
+        operator_token: vec!["operator-token".into()],
+        ..test_config()
+    })
+    .await;
+    // Wait (for ticks, via frames) until some seconds of samples exist.
+    let mut v = Viewer::connect(server.addr, None, 5).await;
+    while v.next_frame().await.tick < 330 {}
+    let url = server.url("/api/v1/trajectories.csv?seconds=60");
+    // Anonymous viewers may not run them (by default only operators may).
+    let (s, b) = rest(reqwest::Method::GET, &url, None, None).await;
+    assert_eq!((s, b["error"].as_str()), (403, Some("forbidden")), "{b}");
+    // One at a time: while a client holds an export unread, another is refused.
+    let held = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth("operator-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    let (s, b) = rest(reqwest::Method::GET, &url, Some("operator-token"), None).await;
+    assert_eq!((s, b["error"].as_str()), (503, Some("busy")), "{b}");
+    // Read to the end: 20 000 boids in each sample.
+    let text = held.text().await.unwrap();
+    let rows = text.lines().count() - 1;
+    assert!(rows >= 10 * 20_000 && rows % 20_000 == 0, "{rows} rows");
+    // A token starts a few at once, then waits its turn (6 a minute).
+    let short = server.url("/api/v1/trajectories.csv?seconds=1");
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(
+            rest(reqwest::Method::GET, &short, Some("operator-token"), None)
+                .await
+                .0,
+        );
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_clients_downloading_trajectories_do_not_slow_the_tick() {
+    let dir = std::env::temp_dir().join(format!("starling-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("starling.toml");
+    // Four operators, each with its own export rate.
+    let tokens: Vec<String> = (0..4).map(|k| format!("operator-{k}-token")).collect();
+    std::fs::write(&config, format!("operator_token = {tokens:?}\n")).unwrap();
+    let (mut child, url) =
+        spawn_with(&["--population", "5000", "--config", config.to_str().unwrap()]).await;
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut v = Viewer::connect(addr.parse().unwrap(), None, 30).await;
+    while v.next_frame().await.tick < 600 {}
+    let export = format!("{url}/api/v1/trajectories.csv?seconds=60");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = tokens
+        .into_iter()
+        .map(|token| {
+            let (export, stop) = (export.clone(), stop.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut refused, mut bytes) = (0, 0, 0);
+                let client = reqwest::Client::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = client
+                        .get(&export)
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .unwrap();
+                    if r.status() == 200 {
+                        bytes += r.bytes().await.unwrap().len();
+                        ok += 1;
+                    } else {
+                        refused += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                (ok, refused, bytes)
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let first = v.next_frame().await.tick;
+    let mut ticks = vec![first];
+    for _ in 0..300 {
+        ticks.push(v.next_frame().await.tick);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut done = Vec::new();
+    for c in clients {
+        done.push(c.await.unwrap());
+    }
+    let span = ticks[ticks.len() - 1] - first;
+    eprintln!(
+        "exports (ok, refused, bytes) per client: {done:?}; viewer {:.1} fps, tick {:.1} Hz",
+        300.0 / secs,
+        span as f64 / secs
+    );
+    let gaps: Vec<u64> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
+    let on_time = gaps.iter().filter(|&&g| g == 2).count();
+    assert!(
+        on_time * 10 >= gaps.len() * 9,
+        "the viewer's gaps (ticks): {gaps:?}"
+    );
+    assert!(done.iter().map(|d| d.0).sum::<u32>() > 0, "no export ran");
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,19 +4,26 @@ use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
-use axum::http::header::{CONTENT_TYPE, HeaderName};
+use axum::http::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 use starling_sim::{SwarmMetrics, TickMetrics};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+
 use super::ErrorBody;
-use crate::command::serde_field;
+use super::extract::Caller;
+use crate::command::{OpError, serde_field};
 use crate::engine::history::HISTORY_MAX_S;
 use crate::engine::published::Published;
 use crate::http::error::ApiError;
-use crate::http::shared::Shared;
+use crate::http::shared::{EXPORTS_AT_ONCE, EXPORTS_PER_MINUTE, Shared};
 
 pub(super) fn routes() -> OpenApiRouter<Shared> {
     OpenApiRouter::new()
@@ -85,14 +92,25 @@ struct TrajectoryQuery {
     seconds: Option<u32>,
 }
 
+/// Bytes of CSV an export hands its client at a time.
+const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks an export writes ahead of its client, at most: an export's
+/// memory is bounded, and a client that reads slowly slows its export only.
+const EXPORT_AHEAD_CHUNKS: usize = 4;
+
 /// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
-/// sampled at 2 Hz, in id order per sample; at most 60 s and 1M rows are kept.
+/// sampled at 2 Hz, in id order per sample; at most 60 s and 1M rows are
+/// kept. Needs the role `trajectories_role` sets (default operator); one
+/// export runs at a time, each token may start 6 a minute. Written on a
+/// blocking thread from shared samples, streamed as the client reads.
 #[utoipa::path(get, path = "/trajectories.csv", tag = "state", params(TrajectoryQuery),
-    responses((status = 200, content_type = "text/csv", body = String), (status = "4XX", body = ErrorBody)))]
+    responses((status = 200, content_type = "text/csv", body = String), (status = "4XX", body = ErrorBody),
+        (status = 503, description = "another export is running", body = ErrorBody)))]
 async fn trajectories(
     State(s): State<Shared>,
+    Caller(actor): Caller,
     query: Result<axum::extract::Query<TrajectoryQuery>, QueryRejection>,
-) -> Result<([(HeaderName, &'static str); 1], String), ApiError> {
+) -> Result<Response, ApiError> {
     let axum::extract::Query(q) = query.map_err(|e| {
         let text = e.body_text();
         let field = serde_field(&text).unwrap_or("seconds").to_owned();
@@ -106,7 +124,37 @@ async fn trajectories(
             format!("seconds = {seconds}: allowed 1 ..= {HISTORY_MAX_S}"),
         ));
     }
-    Ok(([(CONTENT_TYPE, "text/csv")], s.0.history.csv(seconds)))
+    let need = s.0.limits.trajectories_role;
+    if actor.role < need {
+        return Err(OpError::Forbidden {
+            what: "exporting trajectories",
+            need,
+            have: actor.role,
+        }
+        .into());
+    }
+    if !s.0.exports.take(actor.account) {
+        return Err(ApiError::rate_limited(format!(
+            "a token may start {EXPORTS_PER_MINUTE} trajectory exports a minute"
+        )));
+    }
+    let Ok(slot) = s.0.export_slots.clone().try_acquire_owned() else {
+        return Err(ApiError::busy(format!(
+            "{EXPORTS_AT_ONCE} trajectory export runs at a time; retry shortly"
+        )));
+    };
+    let window = s.0.history.window(seconds);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(EXPORT_AHEAD_CHUNKS);
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        window.write_csv(EXPORT_CHUNK_BYTES, |chunk| {
+            tx.blocking_send(Ok(Bytes::from(chunk))).is_ok()
+        });
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    Ok(([(CONTENT_TYPE, "text/csv")], Body::from_stream(chunks)).into_response())
 }
 
 /// `GET /metrics`.
