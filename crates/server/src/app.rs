@@ -4,13 +4,15 @@
 //! [`serve_until_signal`] is `starling serve` (logging, runtime, signals).
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use starling_sim::{Checkpoint, Flock, FlockConfig};
 use tokio::net::TcpListener;
 
 use crate::config::{Config, ConfigError};
+use crate::engine::checkpoint::write_atomically;
 use crate::engine::history::History;
 use crate::engine::{LoopConfig, SimLoop};
 use crate::http::shared::{Policy, Shared};
@@ -68,19 +70,6 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
     })
 }
 
-/// Writes the checkpoint atomically (temporary file, then rename).
-fn write_checkpoint(path: &Path, flock: &Flock) -> Result<(), RunError> {
-    let fail = |detail: String| RunError::Checkpoint {
-        path: path.to_owned(),
-        detail,
-    };
-    let json = serde_json::to_vec(&flock.checkpoint()).map_err(|e| fail(e.to_string()))?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, json).map_err(|e| fail(e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| fail(e.to_string()))?;
-    Ok(())
-}
-
 /// Serves `config` on `listener` until `shutdown` resolves; then closes
 /// viewers with a Close frame, stops the tick loop and writes the
 /// checkpoint (when a state file is set).
@@ -108,6 +97,10 @@ pub async fn run(
             keyframe_interval_s: config.keyframe_interval_s,
             swarm: config.swarm,
             caps: limits.pilot_caps,
+            checkpoint: config
+                .state_file
+                .clone()
+                .map(|p| (p, Duration::from_secs_f32(config.checkpoint_every_s))),
             record: config.record.clone(),
             replay,
         },
@@ -139,7 +132,10 @@ pub async fn run(
     if let Some(flock) = sim.stop()
         && let Some(path) = &config.state_file
     {
-        write_checkpoint(path, &flock)?;
+        write_atomically(path, &flock.checkpoint()).map_err(|e| RunError::Checkpoint {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
         tracing::info!(path = %path.display(), tick = flock.tick(), "checkpoint written");
     }
     Ok(())

@@ -35,8 +35,12 @@ pub struct Config {
     pub keyframe_interval_s: f32,
     /// Directory of the built web viewer. Default `web-client/dist`.
     pub web_dir: PathBuf,
-    /// Checkpoint file: resumed from at start when present, written on shutdown.
+    /// Checkpoint file: resumed from at start when present, written every
+    /// `checkpoint_every_s` and on shutdown.
     pub state_file: Option<PathBuf>,
+    /// Seconds between checkpoints while running (with `state_file`): a
+    /// crash loses at most this much. Default 30, range 1 ..= 86400.
+    pub checkpoint_every_s: f32,
     /// Record every applied command (and state digests) here, for `starling replay`.
     pub record: Option<PathBuf>,
     /// Serve this recording (`starling replay FILE --serve`) instead of a
@@ -93,6 +97,7 @@ impl Default for Config {
             keyframe_interval_s: 10.0,
             web_dir: PathBuf::from("web-client/dist"),
             state_file: None,
+            checkpoint_every_s: 30.0,
             record: None,
             replay: None,
             viewer_token: Vec::new(),
@@ -228,6 +233,13 @@ impl Config {
                 "keyframe_interval_s",
                 self.keyframe_interval_s,
                 "1 ..= 3600",
+            ));
+        }
+        if !in_range(self.checkpoint_every_s, 1.0, 86_400.0) {
+            return Err(err(
+                "checkpoint_every_s",
+                self.checkpoint_every_s,
+                "1 ..= 86400",
             ));
         }
         if !in_range(self.stall_timeout_s, 1.0, 600.0) {

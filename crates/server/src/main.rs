@@ -58,9 +58,13 @@ struct ServeArgs {
     /// Directory of the built web viewer (default web-client/dist).
     #[arg(long, env = "STARLING_WEB_DIR")]
     web_dir: Option<PathBuf>,
-    /// Checkpoint file: resumed at start if present, written on shutdown.
+    /// Checkpoint file: resumed at start if present, written every
+    /// --checkpoint-every seconds and on shutdown.
     #[arg(long, env = "STARLING_STATE_FILE")]
     state_file: Option<PathBuf>,
+    /// Seconds between checkpoints while running (default 30).
+    #[arg(long, env = "STARLING_CHECKPOINT_EVERY")]
+    checkpoint_every: Option<f32>,
     /// Tokens for the viewer role.
     #[arg(long, env = "STARLING_VIEWER_TOKEN", hide_env_values = true)]
     viewer_token: Vec<String>,
@@ -211,6 +215,7 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
+    config.checkpoint_every_s = args.checkpoint_every.unwrap_or(config.checkpoint_every_s);
     if let Some(role) = &args.trajectories_role {
         config.trajectories_role.clone_from(role);
     }

@@ -75,19 +75,19 @@ impl Flock {
                 limit: MAX_POPULATION,
             });
         }
-        let mut seen = vec![false; cp.next_boid_id as usize];
-        for &id in &cp.ids {
-            match seen.get_mut(id as usize) {
-                Some(s) if !*s => *s = true,
-                _ => {
-                    return Err(ParamError::new(
-                        "ids",
-                        id,
-                        format!("unique ids below next_boid_id ({})", cp.next_boid_id),
-                    )
-                    .into());
-                }
-            }
+        // Sorted, not marked in a table as long as next_boid_id: that
+        // number comes from the file.
+        let mut sorted = cp.ids.clone();
+        sorted.sort_unstable();
+        let repeated = sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        let too_big = sorted.last().copied().filter(|&id| id >= cp.next_boid_id);
+        if let Some(id) = repeated.or(too_big) {
+            return Err(ParamError::new(
+                "ids",
+                id,
+                format!("unique ids below next_boid_id ({})", cp.next_boid_id),
+            )
+            .into());
         }
         if let Some(b) = cp
             .boids
@@ -101,7 +101,7 @@ impl Flock {
             )
             .into());
         }
-        cp.agents.validate_ids()?;
+        cp.agents.validate()?;
         let mut flock = Flock::from_parts(
             cp.params,
             cp.seed,
@@ -205,7 +205,7 @@ mod tests {
                 .to_string()
                 .contains("`boids`")
         );
-        let mut cp = good;
+        let mut cp = good.clone();
         cp.params.w_sep = f32::NAN;
         assert!(
             Flock::restore(cp)
@@ -213,5 +213,47 @@ mod tests {
                 .to_string()
                 .contains("w_sep")
         );
+        // Agents are checked as the commands that add them check them.
+        let mut cp = good.clone();
+        cp.agents.obstacles[0].shape = Shape::Sphere {
+            center: Vec3::splat(40.0),
+            radius_m: -1e30,
+        };
+        let err = Flock::restore(cp).unwrap_err().to_string();
+        assert!(
+            err.starts_with("agents.obstacles[0]: invalid `radius_m`"),
+            "{err}"
+        );
+        let mut cp = good.clone();
+        cp.agents.predators[0].max_speed_mps = f32::INFINITY;
+        let err = Flock::restore(cp).unwrap_err().to_string();
+        assert!(
+            err.starts_with("agents.predators[0]: invalid `max_speed_mps`"),
+            "{err}"
+        );
+        // A next id from the file is a number, not a size to allocate.
+        let mut cp = good;
+        cp.next_boid_id = u32::MAX;
+        Flock::restore(cp).unwrap();
+    }
+
+    /// Boid ids are never reused within a run: once they run out, spawns
+    /// are refused instead of wrapping around to ids still in use.
+    #[test]
+    fn boid_ids_run_out_without_wrapping() {
+        let mut cp = busy().checkpoint();
+        cp.next_boid_id = crate::flock::MAX_BOID_IDS - 5;
+        let mut f = Flock::restore(cp).unwrap();
+        let n = f.len();
+        let err = f.spawn_boids(Vec3::splat(50.0), 5.0, 6).unwrap_err();
+        assert!(matches!(err, SimError::Capacity { .. }), "{err}");
+        assert!(err.to_string().contains("boid ids"), "{err}");
+        assert_eq!(f.len(), n, "a refused spawn changes nothing");
+        let ids = f.spawn_boids(Vec3::splat(50.0), 5.0, 5).unwrap();
+        assert_eq!(ids.end, crate::flock::MAX_BOID_IDS);
+        assert!(f.set_population(f.len() + 1).is_err());
+        // A reset starts the ids again.
+        f.reset(None);
+        f.spawn_boids(Vec3::splat(50.0), 5.0, 6).unwrap();
     }
 }

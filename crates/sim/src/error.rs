@@ -61,4 +61,14 @@ pub enum SimError {
     /// The command is valid in general but not for this agent.
     #[error("{0}")]
     Unsupported(String),
+    /// An agent in a checkpoint is not one the commands would have made.
+    #[error("agents.{what}[{index}]: {source}")]
+    BadAgent {
+        /// `obstacles`, `goals` or `predators`.
+        what: &'static str,
+        /// Its place in that list.
+        index: usize,
+        /// What is wrong with it.
+        source: ParamError,
+    },
 }

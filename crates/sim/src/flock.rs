@@ -33,6 +33,8 @@ use crate::wander::WanderCache;
 
 /// Most boids a flock may hold (about 70 bytes each).
 pub const MAX_POPULATION: usize = 2_000_000;
+/// Boid ids a run hands out before a reset: `0 .. MAX_BOID_IDS`.
+pub const MAX_BOID_IDS: u32 = u32::MAX;
 /// Boids per parallel work item. PERF: large enough to amortise scheduling,
 /// small enough that two threads stay balanced at 10k boids.
 const CHUNK: usize = 1024;
@@ -138,7 +140,7 @@ impl Flock {
             delay: DelayLine::default(),
         };
         flock.delay.reset(config.params.latency_ticks);
-        flock.check_delay_room(config.population)?;
+        flock.check_id_room(config.population)?;
         flock.grow_uniform(config.population);
         flock.metrics = flock.measure_now();
         Ok(flock)
@@ -361,7 +363,7 @@ impl Flock {
                 limit: MAX_POPULATION,
             });
         }
-        self.check_delay_room(count)?;
+        self.check_id_room(count)?;
         let planar = self.params.is_2d();
         let start = self.next_boid_id;
         for _ in 0..count {
@@ -444,7 +446,7 @@ impl Flock {
     pub fn set_population(&mut self, n: usize) -> Result<(), SimError> {
         check_population(n)?;
         if n > self.boids.len() {
-            self.check_delay_room(n - self.boids.len())?;
+            self.check_id_room(n - self.boids.len())?;
             self.grow_uniform(n - self.boids.len());
         } else if n < self.boids.len() {
             let mut sorted = self.ids.clone();
@@ -455,8 +457,19 @@ impl Flock {
         Ok(())
     }
 
-    /// With latency on, whether `more` new ids still fit the delay line.
-    fn check_delay_room(&self, more: usize) -> Result<(), SimError> {
+    /// Whether `more` new boid ids can be handed out: ids are never
+    /// reused within a run (until a reset), so they run out after about
+    /// four billion spawns; and with latency on, the delay line holds a
+    /// state per id.
+    fn check_id_room(&self, more: usize) -> Result<(), SimError> {
+        let wanted = u64::from(self.next_boid_id) + more as u64;
+        if wanted > u64::from(MAX_BOID_IDS) {
+            return Err(SimError::Capacity {
+                what: "boid ids (ids are not reused until a reset)",
+                requested: wanted as usize,
+                limit: MAX_BOID_IDS as usize,
+            });
+        }
         let d = self.params.latency_ticks as usize;
         if d == 0 {
             return Ok(());
@@ -559,7 +572,8 @@ impl Flock {
 
     fn take_boid_id(&mut self) -> u32 {
         let id = self.next_boid_id;
-        self.next_boid_id = self.next_boid_id.wrapping_add(1);
+        // `check_id_room` ran before any id is taken: no wrap.
+        self.next_boid_id += 1;
         id
     }
 

@@ -2,10 +2,12 @@
 //! owns the flock and applies ops at tick boundaries; `broadcast.rs`
 //! encodes each snapshot once for every viewer; `swarm.rs` measures swarm
 //! metrics on a worker thread; `published.rs` is what everyone else reads;
-//! `history.rs` keeps the last minute for trajectory export; and
-//! `recording.rs` records a session and plays it back.
+//! `history.rs` keeps the last minute for trajectory export;
+//! `checkpoint.rs` writes crash-safe checkpoints; and `recording.rs`
+//! records a session and plays it back.
 
 pub mod broadcast;
+pub mod checkpoint;
 pub mod history;
 pub mod published;
 pub mod recording;

@@ -13,6 +13,7 @@ use starling_sim::{Flock, Params, SwarmConfig, SwarmMeter, SwarmMetrics};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::broadcast::Encoder;
+use super::checkpoint::Checkpointer;
 use super::history::History;
 use super::published::{Broadcast, Published};
 use super::recording::{Player, Recorder, Script};
@@ -43,6 +44,8 @@ pub struct LoopConfig {
     pub swarm: SwarmConfig,
     /// Caps on pilots' agents (enforced by the loop's ledger).
     pub caps: AgentCaps,
+    /// Write a checkpoint to this file this often (with `--state-file`).
+    pub checkpoint: Option<(std::path::PathBuf, Duration)>,
     /// Record every applied op (and digests) to this file, for `starling replay`.
     pub record: Option<std::path::PathBuf>,
     /// Serve this recording instead of a live flock (the flock passed in is
@@ -134,6 +137,8 @@ struct State {
     swarm_worker: SwarmWorker,
     /// The recording, when one was asked for.
     recorder: Option<Recorder>,
+    /// The periodic checkpoint writer, with a state file.
+    checkpointer: Option<Checkpointer>,
     /// Recent samples for trajectory export.
     history: History,
     /// The recording being served, if this is a replay.
@@ -155,7 +160,12 @@ impl State {
             Some(path) => Some(Recorder::create(path, &flock)?),
             None => None,
         };
+        let checkpointer = match &cfg.checkpoint {
+            Some((path, every)) => Some(Checkpointer::spawn(path.clone(), *every)?),
+            None => None,
+        };
         let mut s = Self {
+            checkpointer,
             ledger: Ledger::new(cfg.caps),
             flock,
             cfg,
@@ -264,6 +274,9 @@ impl State {
         timed_step(&mut self.flock, &self.telemetry);
         if let Some(rec) = self.recorder.as_mut() {
             rec.after_tick(&self.flock);
+        }
+        if let Some(c) = self.checkpointer.as_mut() {
+            c.after_tick(&self.flock);
         }
         self.history.after_tick(&self.flock);
     }

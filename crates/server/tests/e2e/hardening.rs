@@ -372,3 +372,112 @@ async fn four_clients_downloading_trajectories_do_not_slow_the_tick() {
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The tick in a checkpoint file, once it parses.
+fn checkpoint_tick(path: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["tick"].as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_at_most_one_checkpoint_interval() {
+    let dir = std::env::temp_dir().join(format!("starling-kill9-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("state.json");
+    let _ = std::fs::remove_file(&file);
+    let args = [
+        "--population",
+        "500",
+        "--state-file",
+        file.to_str().unwrap(),
+        "--checkpoint-every",
+        "1",
+    ];
+    let (mut child, url) = spawn_with(&args).await;
+    // Wait for a few periodic checkpoints (ticks, via the file itself).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while checkpoint_tick(&file).is_none_or(|t| t < 180) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no periodic checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let at_kill = get(&format!("{url}/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap();
+    child.kill().await.unwrap(); // SIGKILL: no shutdown path runs
+    let (mut child, url) = spawn_with(&args).await;
+    let resumed = get(&format!("{url}/api/v1/state")).await;
+    let tick = resumed["tick"].as_u64().unwrap();
+    // At most one interval (1 s at 60 ticks/s), plus the time the write took.
+    assert!(
+        tick + 60 + 30 >= at_kill && tick > 0,
+        "killed at tick {at_kill}, resumed at {tick}"
+    );
+    assert_eq!(resumed["population"], 500, "{resumed}");
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_checkpoint_is_refused_naming_the_file_and_field() {
+    let dir = std::env::temp_dir().join(format!("starling-badcp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("state.json");
+    // A checkpoint the server wrote, then edited by hand.
+    let server = TestServer::start(Config {
+        state_file: Some(file.clone()),
+        ..test_config()
+    })
+    .await;
+    let (s, b) = rest(
+        reqwest::Method::POST,
+        &server.url("/api/v1/obstacles"),
+        None,
+        Some(serde_json::json!({ "sphere": { "center": [50, 50, 40], "radius_m": 5 } })),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    server.stop().await.unwrap();
+    let mut cp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    cp["agents"]["obstacles"][0]["shape"]["radius_m"] = serde_json::json!(-1e30);
+    std::fs::write(&file, cp.to_string()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = Config {
+        state_file: Some(file.clone()),
+        ..test_config()
+    };
+    let err = starling_server::app::run(listener, config, async {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("state.json"), "{err}");
+    assert!(
+        err.contains("agents.obstacles[0]") && err.contains("radius_m"),
+        "{err}"
+    );
+    // Ids near the end of their range: a spawn that would wrap is refused.
+    cp["agents"]["obstacles"][0]["shape"]["radius_m"] = serde_json::json!(5.0);
+    cp["next_boid_id"] = serde_json::json!(u32::MAX - 5);
+    std::fs::write(&file, cp.to_string()).unwrap();
+    let server = TestServer::start(Config {
+        state_file: Some(file.clone()),
+        ..test_config()
+    })
+    .await;
+    let spawn_url = server.url("/api/v1/boids/spawn");
+    let body = |count: u32| Some(serde_json::json!({ "center": [50, 50, 40], "count": count }));
+    let (s, b) = rest(reqwest::Method::POST, &spawn_url, None, body(10)).await;
+    assert_eq!(
+        (s, b["error"].as_str()),
+        (409, Some("limit_reached")),
+        "{b}"
+    );
+    assert!(b["detail"].as_str().unwrap().contains("boid ids"), "{b}");
+    let (s, b) = rest(reqwest::Method::POST, &spawn_url, None, body(5)).await;
+    assert_eq!(s, 201, "{b}");
+    server.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -105,6 +105,36 @@ pub(crate) fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamErr
     }
 }
 
+/// Checks a goal as `add_goal` takes it.
+fn check_goal(kind: &GoalKind, arrive_radius_m: f32) -> Result<(), ParamError> {
+    kind.validate()?;
+    if !(arrive_radius_m.is_finite()
+        && arrive_radius_m > 0.0
+        && arrive_radius_m <= MAX_ARRIVE_RADIUS_M)
+    {
+        return Err(ParamError::new(
+            "arrive_radius_m",
+            arrive_radius_m,
+            format!("finite, > 0 and <= {MAX_ARRIVE_RADIUS_M}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a predator as `add_predator` takes it.
+fn check_predator(position: Vec3, velocity: Vec3, max_speed_mps: f32) -> Result<(), ParamError> {
+    check_point("position", position)?;
+    if !velocity.is_finite() || velocity.length() > MAX_PREDATOR_SPEED_MPS {
+        return Err(ParamError::new(
+            "velocity",
+            velocity,
+            format!("finite, |v| <= {MAX_PREDATOR_SPEED_MPS}"),
+        ));
+    }
+    predator::check_speed(max_speed_mps)?;
+    Ok(())
+}
+
 fn capacity(what: &'static str, len: usize, limit: usize) -> Result<(), SimError> {
     if len >= limit {
         Err(SimError::Capacity {
@@ -131,11 +161,11 @@ impl Agents {
         &self.predators
     }
 
-    /// Checks what a checkpoint file could get wrong: counts within the
-    /// caps, agent ids unique and below `next_id`. (Geometry is the server's
-    /// own output and is not re-validated.)
+    /// Checks what a checkpoint file could get wrong, as the commands that
+    /// add agents check it: counts within the caps, agent ids unique and
+    /// below `next_id`, and every agent's geometry and speeds.
     #[cfg(feature = "serde")]
-    pub(crate) fn validate_ids(&self) -> Result<(), SimError> {
+    pub(crate) fn validate(&self) -> Result<(), SimError> {
         for (what, len, limit) in [
             ("obstacles", self.obstacles.len(), MAX_OBSTACLES),
             ("goals", self.goals.len(), MAX_GOALS),
@@ -162,13 +192,47 @@ impl Agents {
             )
             .into());
         }
+        let at = |what: &'static str, index: usize| {
+            move |source: ParamError| SimError::BadAgent {
+                what,
+                index,
+                source,
+            }
+        };
+        for (k, o) in self.obstacles.iter().enumerate() {
+            o.shape.validate().map_err(at("obstacles", k))?;
+        }
+        for (k, g) in self.goals.iter().enumerate() {
+            check_goal(&g.kind, g.arrive_radius_m).map_err(at("goals", k))?;
+            if let GoalKind::Path { waypoints, .. } = &g.kind
+                && g.next_waypoint >= waypoints.len()
+            {
+                let allowed = format!("0 ..= {} (a waypoint's index)", waypoints.len() - 1);
+                return Err(at("goals", k)(ParamError::new(
+                    "next_waypoint",
+                    g.next_waypoint,
+                    allowed,
+                )));
+            }
+        }
+        for (k, p) in self.predators.iter().enumerate() {
+            check_predator(p.position, p.velocity, p.max_speed_mps).map_err(at("predators", k))?;
+        }
         Ok(())
     }
 
-    fn take_id(&mut self) -> u32 {
+    /// The next agent id; ids are never reused within a run (until a reset).
+    fn take_id(&mut self) -> Result<u32, SimError> {
         let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
-        id
+        if id == u32::MAX {
+            return Err(SimError::Capacity {
+                what: "agent ids (ids are not reused until a reset)",
+                requested: id as usize + 1,
+                limit: u32::MAX as usize,
+            });
+        }
+        self.next_id += 1;
+        Ok(id)
     }
 
     pub(crate) fn add_obstacle(
@@ -178,7 +242,7 @@ impl Agents {
     ) -> Result<u32, SimError> {
         shape.validate()?;
         capacity("obstacles", self.obstacles.len(), MAX_OBSTACLES)?;
-        let id = self.take_id();
+        let id = self.take_id()?;
         self.obstacles.push(Obstacle {
             id,
             shape,
@@ -193,20 +257,9 @@ impl Agents {
         arrive_radius_m: f32,
         expires_at_tick: Option<u64>,
     ) -> Result<u32, SimError> {
-        kind.validate()?;
-        if !(arrive_radius_m.is_finite()
-            && arrive_radius_m > 0.0
-            && arrive_radius_m <= MAX_ARRIVE_RADIUS_M)
-        {
-            return Err(ParamError::new(
-                "arrive_radius_m",
-                arrive_radius_m,
-                format!("finite, > 0 and <= {MAX_ARRIVE_RADIUS_M}"),
-            )
-            .into());
-        }
+        check_goal(&kind, arrive_radius_m)?;
         capacity("goals", self.goals.len(), MAX_GOALS)?;
-        let id = self.take_id();
+        let id = self.take_id()?;
         self.goals.push(Goal {
             id,
             kind,
@@ -226,18 +279,9 @@ impl Agents {
         max_speed_mps: f32,
         expires_at_tick: Option<u64>,
     ) -> Result<u32, SimError> {
-        check_point("position", position)?;
-        if !velocity.is_finite() || velocity.length() > MAX_PREDATOR_SPEED_MPS {
-            return Err(ParamError::new(
-                "velocity",
-                velocity,
-                format!("finite, |v| <= {MAX_PREDATOR_SPEED_MPS}"),
-            )
-            .into());
-        }
-        predator::check_speed(max_speed_mps)?;
+        check_predator(position, velocity, max_speed_mps)?;
         capacity("predators", self.predators.len(), MAX_PREDATORS)?;
-        let id = self.take_id();
+        let id = self.take_id()?;
         self.predators.push(Predator {
             id,
             mode,
