@@ -18,6 +18,9 @@ use crate::engine::{LoopConfig, SimLoop};
 use crate::http::shared::{Policy, Shared};
 use crate::telemetry::Telemetry;
 
+/// How long viewers get to be sent their `Close` at shutdown.
+const VIEWERS_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -120,15 +123,19 @@ pub async fn run(
         stop_rx,
         history,
     );
-    let router = crate::http::app(shared, &config.web_dir);
+    let router = crate::http::app(shared.clone(), &config.web_dir);
     tracing::info!(addr = %listener.local_addr()?, "serving");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: closing viewers");
-            let _ = stop_tx.send(true);
-        })
-        .await?;
+    let stopping = async move {
+        shutdown.await;
+        tracing::info!("shutting down: closing viewers");
+        let _ = stop_tx.send(true);
+    };
+    crate::http::listen::serve(listener, router, config.conn_limits(), stopping).await?;
+    // Viewers were told to close; give them the time a Close takes.
+    let deadline = tokio::time::Instant::now() + VIEWERS_CLOSE_GRACE;
+    while shared.viewers() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     if let Some(flock) = sim.stop()
         && let Some(path) = &config.state_file
     {

@@ -13,6 +13,7 @@ use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
 use crate::command::AgentCaps;
 use crate::http::auth::Tokens;
 use crate::http::guard::Allowed;
+use crate::http::listen::ConnLimits;
 use crate::http::shared::Limits;
 
 /// Everything `starling serve` needs.
@@ -66,6 +67,16 @@ pub struct Config {
     /// and open the WebSocket, besides the server's own.
     #[serde(deserialize_with = "one_or_many")]
     pub allow_origin: Vec<String>,
+    /// Seconds a request's headers may take to arrive, and an idle
+    /// keep-alive connection may wait for its next request. Default 10,
+    /// range 1 ..= 300.
+    pub header_timeout_s: f32,
+    /// Most open sockets from one remote address (a reverse proxy counts
+    /// as one). Default 256, range 1 ..= 100000.
+    pub max_connections_per_ip: usize,
+    /// Most open sockets in all (viewers included). Default `max_viewers`
+    /// + 1024, range `max_viewers + 1` ..= 1000000.
+    pub max_connections: Option<usize>,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
@@ -103,6 +114,9 @@ impl Default for Config {
             viewer_token: Vec::new(),
             pilot_token: Vec::new(),
             operator_token: Vec::new(),
+            header_timeout_s: 10.0,
+            max_connections_per_ip: 256,
+            max_connections: None,
             public_host: Vec::new(),
             allow_origin: Vec::new(),
             max_viewers: l.max_viewers,
@@ -130,6 +144,9 @@ pub struct ConfigError {
 
 /// Most tokens one role may have (each is compared on every request).
 pub const MAX_TOKENS_PER_ROLE: usize = 64;
+/// Sockets allowed besides `max_viewers` when `max_connections` is not set
+/// (REST calls, viewers being turned away).
+pub const CONNECTIONS_BESIDES_VIEWERS: usize = 1024;
 /// Most public host names, and most allowed origins.
 pub const MAX_ALLOWED_NAMES: usize = 64;
 
@@ -255,6 +272,26 @@ impl Config {
         if !(1..=100_000).contains(&self.max_viewers) {
             return Err(err("max_viewers", self.max_viewers, "1 ..= 100000"));
         }
+        if !in_range(self.header_timeout_s, 1.0, 300.0) {
+            return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
+        }
+        if !(1..=100_000).contains(&self.max_connections_per_ip) {
+            return Err(err(
+                "max_connections_per_ip",
+                self.max_connections_per_ip,
+                "1 ..= 100000",
+            ));
+        }
+        if !(self.max_viewers + 1..=1_000_000).contains(&self.max_connections()) {
+            return Err(err(
+                "max_connections",
+                self.max_connections(),
+                &format!(
+                    "{} ..= 1000000 (more than max_viewers)",
+                    self.max_viewers + 1
+                ),
+            ));
+        }
         if !(1..=256).contains(&self.pilot_agents_each) {
             return Err(err(
                 "pilot_agents_each",
@@ -353,6 +390,21 @@ impl Config {
             public_hosts: lower(&self.public_host),
             origins: lower(&self.allow_origin),
         }
+    }
+
+    /// The limits on sockets.
+    pub fn conn_limits(&self) -> ConnLimits {
+        ConnLimits {
+            header_timeout: Duration::from_secs_f32(self.header_timeout_s),
+            per_ip: self.max_connections_per_ip,
+            total: self.max_connections(),
+        }
+    }
+
+    /// Most open sockets in all.
+    fn max_connections(&self) -> usize {
+        self.max_connections
+            .unwrap_or(self.max_viewers + CONNECTIONS_BESIDES_VIEWERS)
     }
 
     /// The caps the connections enforce.

@@ -89,6 +89,9 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
+    /// Most open sockets from one remote address (default 256).
+    #[arg(long, env = "STARLING_MAX_CONNECTIONS_PER_IP")]
+    max_connections_per_ip: Option<usize>,
     /// The least role that may export trajectories: viewer, pilot or
     /// operator (default operator).
     #[arg(long, env = "STARLING_TRAJECTORIES_ROLE")]
@@ -215,6 +218,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
+    config.max_connections_per_ip = args
+        .max_connections_per_ip
+        .unwrap_or(config.max_connections_per_ip);
     config.checkpoint_every_s = args.checkpoint_every.unwrap_or(config.checkpoint_every_s);
     if let Some(role) = &args.trajectories_role {
         config.trajectories_role.clone_from(role);

@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod guard;
+pub mod listen;
 pub mod rate;
 pub mod rest;
 pub mod shared;

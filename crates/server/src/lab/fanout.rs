@@ -150,6 +150,11 @@ pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> R
             &fps.to_string(),
         ])
         .env("STARLING_MAX_VIEWERS", viewers.to_string())
+        // Every viewer comes from this one address.
+        .env(
+            "STARLING_MAX_CONNECTIONS_PER_IP",
+            (viewers + 64).to_string(),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)

@@ -481,3 +481,73 @@ async fn a_bad_checkpoint_is_refused_naming_the_file_and_field() {
     server.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads from a raw socket until the server closes it (true), or gives up
+/// after `within`.
+async fn closed_by_server(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_sent_connections_are_closed_and_one_address_holds_few_sockets() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let server = TestServer::start(Config {
+        header_timeout_s: 1.0,
+        max_connections_per_ip: 8,
+        ..test_config()
+    })
+    .await;
+    // Silent, half-sent, and idle after a request: all closed.
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(b"GET /api/v1/state HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let mut idle = TcpStream::connect(server.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    for (what, s) in [
+        ("silent", &mut silent),
+        ("half-sent", &mut half),
+        ("idle keep-alive", &mut idle),
+    ] {
+        assert!(
+            closed_by_server(s, WAIT).await,
+            "a {what} connection stayed open"
+        );
+    }
+    // One address may hold 8 sockets; the 9th is closed at once.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    let mut ninth = TcpStream::connect(server.addr).await.unwrap();
+    assert!(
+        closed_by_server(&mut ninth, Duration::from_millis(500)).await,
+        "a ninth socket from one address was kept"
+    );
+    // Once they are gone, the address is served again.
+    drop(held);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(r) = reqwest::get(server.url("/healthz")).await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never served again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await.unwrap();
+}
