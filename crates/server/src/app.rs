@@ -11,6 +11,7 @@ use std::time::Duration;
 use starling_sim::{Checkpoint, Flock, FlockConfig};
 use tokio::net::TcpListener;
 
+use crate::command::Caps;
 use crate::config::{Config, ConfigError};
 use crate::engine::checkpoint::write_atomically;
 use crate::engine::history::History;
@@ -99,7 +100,10 @@ pub async fn run(
             snapshot_hz: config.snapshot_hz,
             keyframe_interval_s: config.keyframe_interval_s,
             swarm: config.swarm,
-            caps: limits.pilot_caps,
+            caps: Caps {
+                pilots: limits.pilot_caps,
+                max_population: limits.max_population,
+            },
             checkpoint: config
                 .state_file
                 .clone()

@@ -77,6 +77,10 @@ pub struct Config {
     /// Most open sockets in all (viewers included). Default `max_viewers`
     /// + 1024, range `max_viewers + 1` ..= 1000000.
     pub max_connections: Option<usize>,
+    /// Most boids the flock may have (spawns and population changes beyond
+    /// it are refused; the API schema says so). Default 2000000 (the
+    /// engine's limit), range `population` ..= 2000000.
+    pub max_population: usize,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
@@ -120,6 +124,7 @@ impl Default for Config {
             public_host: Vec::new(),
             allow_origin: Vec::new(),
             max_viewers: l.max_viewers,
+            max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
             pilot_agents_total: l.pilot_caps.total,
@@ -239,6 +244,16 @@ impl Config {
                 "population",
                 self.population,
                 &format!("0 ..= {MAX_POPULATION}"),
+            ));
+        }
+        if !(self.population.max(1)..=MAX_POPULATION).contains(&self.max_population) {
+            return Err(err(
+                "max_population",
+                self.max_population,
+                &format!(
+                    "{} ..= {MAX_POPULATION} (at least population)",
+                    self.population.max(1)
+                ),
             ));
         }
         if !(1..=120).contains(&self.snapshot_hz) {
@@ -419,6 +434,7 @@ impl Config {
             },
             pilot_rate_per_s: self.pilot_rate_per_s,
             trajectories_role: role_named(&self.trajectories_role).unwrap_or(Role::Operator),
+            max_population: self.max_population,
         }
     }
 }

@@ -89,6 +89,9 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
+    /// Most boids the flock may have (default 2000000, the engine's limit).
+    #[arg(long, env = "STARLING_MAX_POPULATION")]
+    max_population: Option<usize>,
     /// Most open sockets from one remote address (default 256).
     #[arg(long, env = "STARLING_MAX_CONNECTIONS_PER_IP")]
     max_connections_per_ip: Option<usize>,
@@ -218,6 +221,7 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
+    config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip
         .unwrap_or(config.max_connections_per_ip);

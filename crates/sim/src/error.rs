@@ -61,6 +61,17 @@ pub enum SimError {
     /// The command is valid in general but not for this agent.
     #[error("{0}")]
     Unsupported(String),
+    /// More boids asked for than the flock has now: a conflict with its
+    /// state, not a bad value.
+    #[error("invalid `count` = {asked}: allowed 0 ..= {available} ({what})")]
+    NotEnough {
+        /// Which boids (`the boids alive`, `the boids not frozen`).
+        what: &'static str,
+        /// How many were asked for.
+        asked: usize,
+        /// How many there are.
+        available: usize,
+    },
     /// An agent in a checkpoint is not one the commands would have made.
     #[error("agents.{what}[{index}]: {source}")]
     BadAgent {

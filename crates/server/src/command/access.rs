@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use starling_protocol::{CommandKind, Role};
-use starling_sim::{Agents, Flock};
+use starling_sim::{Agents, Flock, ParamError};
 
 use super::{Applied, OnAgents, Op, OpError};
 
@@ -83,6 +83,15 @@ pub struct AgentCaps {
     pub total: usize,
 }
 
+/// What the ledger enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Pilots' agents.
+    pub pilots: AgentCaps,
+    /// Boids in the flock, for everyone.
+    pub max_population: usize,
+}
+
 /// Which pilot created which live agent. Owned by the tick loop: an op is
 /// admitted (role, ownership, caps) and settled (what it created or
 /// removed) at the tick boundary it applies at, so concurrent requests can
@@ -91,13 +100,13 @@ pub struct AgentCaps {
 /// Kept in memory only: after a restart pilots' agents belong to no one.
 #[derive(Debug)]
 pub struct Ledger {
-    caps: AgentCaps,
+    caps: Caps,
     owners: HashMap<u32, Account>,
 }
 
 impl Ledger {
     /// An empty ledger enforcing `caps`.
-    pub fn new(caps: AgentCaps) -> Self {
+    pub fn new(caps: Caps) -> Self {
         Self {
             caps,
             owners: HashMap::new(),
@@ -109,6 +118,7 @@ impl Ledger {
     pub fn admit(&mut self, actor: Actor, op: &Op, flock: &Flock) -> Result<(), OpError> {
         let agents = flock.agents();
         check_role(actor, op, agents)?;
+        self.check_population(op, flock.len())?;
         if actor.role != Role::Pilot {
             return Ok(());
         }
@@ -127,20 +137,42 @@ impl Ledger {
                 .values()
                 .filter(|&&a| Some(a) == actor.account)
                 .count();
-            if mine >= self.caps.each {
+            if mine >= self.caps.pilots.each {
                 return Err(OpError::LimitReached(format!(
                     "a pilot may have {} agents at once",
-                    self.caps.each
+                    self.caps.pilots.each
                 )));
             }
-            if self.owners.len() >= self.caps.total {
+            if self.owners.len() >= self.caps.pilots.total {
                 return Err(OpError::LimitReached(format!(
                     "pilots together may have {} agents at once",
-                    self.caps.total
+                    self.caps.pilots.total
                 )));
             }
         }
         Ok(())
+    }
+
+    /// Refuses growing the flock past `max_population`.
+    fn check_population(&self, op: &Op, now: usize) -> Result<(), OpError> {
+        let max = self.caps.max_population;
+        match *op {
+            Op::SetPopulation { population } if population > max => Err(OpError::Sim(
+                ParamError::new(
+                    "population",
+                    population,
+                    format!("0 ..= {max} (max_population)"),
+                )
+                .into(),
+            )),
+            Op::SpawnBoids { count, .. } if now.saturating_add(count) > max => {
+                Err(OpError::LimitReached(format!(
+                    "{count} more boids would make {}: the flock may have at most {max} (max_population)",
+                    now.saturating_add(count)
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Records what an admitted op did (`effect` is its [`Op::on_agents`]).

@@ -15,7 +15,7 @@ mod apply;
 mod spec;
 mod wire;
 
-pub use access::{Account, Actor, AgentCaps, Ledger, allowed, check_role, needed_role};
+pub use access::{Account, Actor, AgentCaps, Caps, Ledger, allowed, check_role, needed_role};
 pub use apply::{Applied, MAX_STEP_TICKS, OpError, apply};
 pub use spec::{
     BoxSpec, DEFAULT_ARRIVE_RADIUS_M, DEFAULT_PREDATOR_MODE, DEFAULT_SPREAD_M, GoalSpec,

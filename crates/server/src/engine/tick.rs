@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use starling_protocol::{AgentList, QuantBox};
 use starling_sim::{Flock, Params, SwarmConfig, SwarmMeter, SwarmMetrics};
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, sync_channel};
+
+use tokio::sync::{oneshot, watch};
 
 use super::broadcast::Encoder;
 use super::checkpoint::Checkpointer;
@@ -18,8 +20,14 @@ use super::history::History;
 use super::published::{Broadcast, Published};
 use super::recording::{Player, Recorder, Script};
 use super::swarm::{SWARM_EVERY_TICKS, SwarmWorker};
-use crate::command::{Actor, AgentCaps, Applied, Ledger, Op, OpError, agent_list};
+use crate::command::{Actor, Applied, Caps, Ledger, Op, OpError, agent_list};
 use crate::telemetry::Telemetry;
+
+/// A request's answer channel and its outcome.
+type Answer = (
+    oneshot::Sender<Result<Applied, OpError>>,
+    Result<Applied, OpError>,
+);
 
 /// An op on its way to the tick loop: who asks, and where the answer goes.
 #[derive(Debug)]
@@ -42,8 +50,8 @@ pub struct LoopConfig {
     pub keyframe_interval_s: f32,
     /// Swarm-metric distances.
     pub swarm: SwarmConfig,
-    /// Caps on pilots' agents (enforced by the loop's ledger).
-    pub caps: AgentCaps,
+    /// Caps on pilots' agents and the population (enforced by the loop's ledger).
+    pub caps: Caps,
     /// Write a checkpoint to this file this often (with `--state-file`).
     pub checkpoint: Option<(std::path::PathBuf, Duration)>,
     /// Record every applied op (and digests) to this file, for `starling replay`.
@@ -57,7 +65,7 @@ pub struct LoopConfig {
 #[derive(Debug)]
 pub struct SimLoop {
     /// Where ops go (bounded: a full queue answers "busy").
-    pub requests: mpsc::Sender<Request>,
+    pub requests: SyncSender<Request>,
     /// The latest published state.
     pub published: watch::Receiver<Arc<Published>>,
     stop: Arc<AtomicBool>,
@@ -75,7 +83,7 @@ impl SimLoop {
         telemetry: Arc<Telemetry>,
         history: History,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let (tx, rx) = sync_channel(COMMAND_QUEUE);
         let mut cfg = cfg;
         let (player, flock) = match cfg.replay.take() {
             Some(script) => {
@@ -189,7 +197,7 @@ impl State {
 
     fn run(
         &mut self,
-        rx: mpsc::Receiver<Request>,
+        rx: Receiver<Request>,
         out: &watch::Sender<Arc<Published>>,
         stop: &AtomicBool,
     ) {
@@ -201,45 +209,26 @@ impl State {
 
     fn tick_until_stopped(
         &mut self,
-        mut rx: mpsc::Receiver<Request>,
+        rx: Receiver<Request>,
         out: &watch::Sender<Arc<Published>>,
         stop: &AtomicBool,
     ) {
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            // Apply what is queued; answer only once the result is
-            // published, so a client reading after its ack sees the change.
             let mut replies = Vec::new();
-            loop {
-                match rx.try_recv() {
-                    Ok(req) => {
-                        let result = self.apply(req.actor, req.op);
-                        replies.push((req.reply, result));
-                    }
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return,
-                }
+            if self.take_requests(&rx, &mut replies).is_err() {
+                return;
             }
             let changed = !replies.is_empty();
             if !self.paused {
                 self.step();
             }
+            // While paused every change is a snapshot viewers must see
+            // (a step, an edit), however soon after the last.
             if self.due_for_broadcast() || (changed && self.paused) {
                 self.encode_broadcast();
             }
-            self.refresh_agents();
-            if let Some(m) = self.swarm_worker.collect() {
-                self.swarm = m;
-                self.telemetry.record_swarm(&m);
-            }
-            if self.flock.tick().is_multiple_of(SWARM_EVERY_TICKS) || changed {
-                self.swarm_worker.start(&self.flock);
-            }
-            out.send_replace(Arc::new(self.publish()));
-            for (reply, result) in replies {
-                // The requester may have gone away; the op stands.
-                let _ = reply.send(result);
-            }
+            self.answer(replies, changed, out);
 
             let dt = Duration::from_secs_f64(1.0 / f64::from(self.flock.params().tick_hz));
             next += dt;
@@ -250,9 +239,76 @@ impl State {
                 self.missed_ticks += behind;
                 self.telemetry.missed_ticks.inc_by(behind);
                 next = now;
-            } else if next > now {
-                std::thread::sleep(next - now);
+                continue;
             }
+            // Until the next tick, ops are applied as they arrive and
+            // answered at once: a paused or slowly ticking flock stays
+            // responsive. (Between two ticks is one tick boundary: an op
+            // applied now is the op applied just before the next tick.)
+            while let Some(wait) = next.checked_duration_since(Instant::now()) {
+                match rx.recv_timeout(wait) {
+                    Ok(req) => {
+                        let mut replies = vec![self.take(req)];
+                        if self.take_requests(&rx, &mut replies).is_err() {
+                            return;
+                        }
+                        if self.paused {
+                            self.encode_broadcast();
+                        }
+                        self.answer(replies, true, out);
+                    }
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Applies one request, keeping its answer for after the publish.
+    fn take(
+        &mut self,
+        req: Request,
+    ) -> (
+        oneshot::Sender<Result<Applied, OpError>>,
+        Result<Applied, OpError>,
+    ) {
+        let result = self.apply(req.actor, req.op);
+        (req.reply, result)
+    }
+
+    /// Applies every queued request; Err when the server is gone.
+    fn take_requests(
+        &mut self,
+        rx: &Receiver<Request>,
+        replies: &mut Vec<Answer>,
+    ) -> Result<(), ()> {
+        loop {
+            match rx.try_recv() {
+                Ok(req) => replies.push(self.take(req)),
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(()),
+            }
+        }
+    }
+
+    /// Publishes the state and then answers: a client reading after its
+    /// ack sees the change.
+    fn answer(&mut self, replies: Vec<Answer>, changed: bool, out: &watch::Sender<Arc<Published>>) {
+        self.refresh_agents();
+        if let Some(m) = self.swarm_worker.collect() {
+            self.swarm = m;
+            self.telemetry.record_swarm(&m);
+        }
+        if self.flock.tick().is_multiple_of(SWARM_EVERY_TICKS) || changed {
+            self.swarm_worker.start(&self.flock);
+        }
+        out.send_replace(Arc::new(self.publish()));
+        for (reply, result) in replies {
+            // The requester may have gone away; the op stands.
+            let _ = reply.send(result);
         }
     }
 

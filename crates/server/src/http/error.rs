@@ -113,6 +113,10 @@ impl From<OpError> for ApiError {
             OpError::Sim(e @ SimError::Capacity { .. }) => {
                 Self::conflict("limit_reached", e.to_string())
             }
+            OpError::Sim(e @ SimError::NotEnough { .. }) => Self {
+                field: Some("count".into()),
+                ..Self::conflict("conflict", e.to_string())
+            },
             OpError::Sim(e) => Self::conflict("unsupported", e.to_string()),
             OpError::BadInput { field, detail } => {
                 Self::invalid(StatusCode::UNPROCESSABLE_ENTITY, field, detail)

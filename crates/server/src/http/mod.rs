@@ -29,7 +29,7 @@ use shared::{MAX_BODY_BYTES, Shared};
 
 /// The whole HTTP surface.
 pub fn app(shared: Shared, web_dir: &Path) -> Router {
-    let (api, doc) = rest::routes();
+    let (api, doc) = rest::routes(shared.0.limits.max_population);
     let doc = Arc::new(doc);
     let mut router = Router::new()
         .route(

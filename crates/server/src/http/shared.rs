@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use starling_protocol::Role;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::auth::Tokens;
 use super::error::ApiError;
@@ -37,6 +37,8 @@ pub struct Limits {
     pub pilot_rate_per_s: f32,
     /// The least role that may export trajectories.
     pub trajectories_role: Role,
+    /// Most boids the flock may have (the tick loop's ledger enforces it).
+    pub max_population: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +50,7 @@ impl Default for Limits {
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
             trajectories_role: Role::Operator,
+            max_population: starling_sim::MAX_POPULATION,
         }
     }
 }
@@ -80,7 +83,7 @@ pub struct Shared(pub Arc<Inner>);
 #[derive(Debug)]
 pub struct Inner {
     /// Into the tick loop.
-    pub requests: mpsc::Sender<Request>,
+    pub requests: std::sync::mpsc::SyncSender<Request>,
     /// The latest published state.
     pub published: watch::Receiver<Arc<Published>>,
     /// Prometheus metrics.
@@ -112,7 +115,7 @@ pub struct Inner {
 impl Shared {
     /// Builds the shared state.
     pub fn new(
-        requests: mpsc::Sender<Request>,
+        requests: std::sync::mpsc::SyncSender<Request>,
         published: watch::Receiver<Arc<Published>>,
         telemetry: Arc<Telemetry>,
         policy: Policy,
@@ -173,10 +176,10 @@ impl Shared {
         }) {
             t.command(name, "busy");
             return Err(match e {
-                mpsc::error::TrySendError::Full(_) => {
+                std::sync::mpsc::TrySendError::Full(_) => {
                     ApiError::busy("the command queue is full; retry shortly")
                 }
-                mpsc::error::TrySendError::Closed(_) => {
+                std::sync::mpsc::TrySendError::Disconnected(_) => {
                     ApiError::busy("the simulation is shutting down")
                 }
             });

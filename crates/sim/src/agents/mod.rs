@@ -25,6 +25,25 @@ pub const MAX_TTL_S: f32 = 86_400.0;
 /// Largest goal arrive radius, metres.
 pub const MAX_ARRIVE_RADIUS_M: f32 = 10_000.0;
 
+/// Valid ranges of the agents' numbers, one place for the checks here and
+/// for the server's API schema.
+#[expect(
+    missing_docs,
+    reason = "each constant is the range of the field it is named after"
+)]
+pub mod ranges {
+    use super::{MAX_ARRIVE_RADIUS_M, MAX_PREDATOR_SPEED_MPS, MAX_TTL_S};
+    use crate::params::{FloatRange, MAX_WORLD_M};
+    pub const TTL_S: FloatRange = FloatRange::excl(0.0, MAX_TTL_S);
+    pub const ARRIVE_RADIUS_M: FloatRange = FloatRange::excl(0.0, MAX_ARRIVE_RADIUS_M);
+    pub const PREDATOR_SPEED_MPS: FloatRange = FloatRange::excl(0.0, MAX_PREDATOR_SPEED_MPS);
+    pub const SPHERE_RADIUS_M: FloatRange = FloatRange::excl(0.0, MAX_WORLD_M);
+    /// A spawn ball's radius.
+    pub const SPREAD_M: FloatRange = FloatRange::incl(0.0, MAX_WORLD_M);
+    /// Every coordinate of a point (twice the largest world extent).
+    pub const COORD_M: FloatRange = FloatRange::incl(-2.0 * MAX_WORLD_M, 2.0 * MAX_WORLD_M);
+}
+
 /// The kinds of agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -84,20 +103,14 @@ pub(crate) fn expiry(
     tick_hz: u32,
 ) -> Result<Option<u64>, ParamError> {
     let Some(ttl) = ttl_s else { return Ok(None) };
-    if !(ttl.is_finite() && ttl > 0.0 && ttl <= MAX_TTL_S) {
-        return Err(ParamError::new(
-            "ttl_s",
-            ttl,
-            format!("finite, > 0 and <= {MAX_TTL_S}"),
-        ));
-    }
+    ranges::TTL_S.check("ttl_s", ttl)?;
     let ticks = (f64::from(ttl) * f64::from(tick_hz)).ceil().max(1.0) as u64;
     Ok(Some(now_tick + ticks))
 }
 
 /// Checks that a point is finite and within twice the largest world extent.
 pub(crate) fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamError> {
-    let lim = crate::params::MAX_WORLD_M * 2.0;
+    let lim = ranges::COORD_M.max;
     if v.is_finite() && v.abs().max_element() <= lim {
         Ok(v)
     } else {
@@ -108,16 +121,7 @@ pub(crate) fn check_point(field: &'static str, v: Vec3) -> Result<Vec3, ParamErr
 /// Checks a goal as `add_goal` takes it.
 fn check_goal(kind: &GoalKind, arrive_radius_m: f32) -> Result<(), ParamError> {
     kind.validate()?;
-    if !(arrive_radius_m.is_finite()
-        && arrive_radius_m > 0.0
-        && arrive_radius_m <= MAX_ARRIVE_RADIUS_M)
-    {
-        return Err(ParamError::new(
-            "arrive_radius_m",
-            arrive_radius_m,
-            format!("finite, > 0 and <= {MAX_ARRIVE_RADIUS_M}"),
-        ));
-    }
+    ranges::ARRIVE_RADIUS_M.check("arrive_radius_m", arrive_radius_m)?;
     Ok(())
 }
 

@@ -3,7 +3,6 @@
 use glam::Vec3;
 
 use crate::error::ParamError;
-use crate::params::MAX_WORLD_M;
 
 /// Obstacle geometry.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,13 +48,7 @@ impl Shape {
         match *self {
             Shape::Sphere { center, radius_m } => {
                 finite("center", center)?;
-                if !(radius_m.is_finite() && radius_m > 0.0 && radius_m <= MAX_WORLD_M) {
-                    return Err(ParamError::new(
-                        "radius_m",
-                        radius_m,
-                        format!("finite, > 0 and <= {MAX_WORLD_M}"),
-                    ));
-                }
+                super::ranges::SPHERE_RADIUS_M.check("radius_m", radius_m)?;
             }
             Shape::Box { min, max } => {
                 finite("min", min)?;

@@ -78,13 +78,5 @@ pub const MAX_PREDATOR_SPEED_MPS: f32 = 1_000.0;
 
 /// Checks a predator speed argument.
 pub(super) fn check_speed(v: f32) -> Result<f32, ParamError> {
-    if v.is_finite() && v > 0.0 && v <= MAX_PREDATOR_SPEED_MPS {
-        Ok(v)
-    } else {
-        Err(ParamError::new(
-            "max_speed_mps",
-            v,
-            format!("finite, > 0 and <= {MAX_PREDATOR_SPEED_MPS}"),
-        ))
-    }
+    super::ranges::PREDATOR_SPEED_MPS.check("max_speed_mps", v)
 }

@@ -2,7 +2,7 @@
 //! (a pilot its own agents, an operator any).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use starling_sim::{AgentKind, Goal, Obstacle, Predator, Vec3};
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{Body, Caller};
+use super::extract::{Body, Caller, PathId};
 use super::{AppliedBody, ErrorBody, applied};
 use crate::command::{Actor, GoalSpec, ObstacleSpec, Op, PredatorSpec, check_role};
 use crate::http::error::ApiError;
@@ -105,7 +105,7 @@ fn move_op(id: u32, b: &MoveBody) -> Op {
 async fn move_predator(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
     Body(b): Body<MoveBody>,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Predator, move_op(id, &b)).await
@@ -116,7 +116,7 @@ async fn move_predator(
 async fn move_goal(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
     Body(b): Body<MoveBody>,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Goal, move_op(id, &b)).await
@@ -127,7 +127,7 @@ async fn move_goal(
 async fn move_obstacle(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
     Body(b): Body<MoveBody>,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Obstacle, move_op(id, &b)).await
@@ -138,7 +138,7 @@ async fn move_obstacle(
 async fn remove_predator(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Predator, Op::RemoveAgent { id }).await
 }
@@ -148,7 +148,7 @@ async fn remove_predator(
 async fn remove_goal(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Goal, Op::RemoveAgent { id }).await
 }
@@ -158,7 +158,7 @@ async fn remove_goal(
 async fn remove_obstacle(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Path(id): Path<u32>,
+    PathId(id): PathId,
 ) -> Result<Json<AppliedBody>, ApiError> {
     on_agent(s, c, AgentKind::Obstacle, Op::RemoveAgent { id }).await
 }

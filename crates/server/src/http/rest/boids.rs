@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{Body, Caller};
+use super::extract::{Body, Caller, OptionalBody};
 use super::{AppliedBody, ErrorBody, applied};
 use crate::command::{Amount, DEFAULT_SPREAD_M, Op, Selection, exactly_one};
 use crate::http::error::ApiError;
@@ -169,12 +169,12 @@ async fn freeze_boids(
 }
 
 /// Thaws frozen boids: they follow the rules again (operator).
-#[utoipa::path(post, path = "/boids/thaw", tag = "boids", request_body(content = ThawBody, description = "optional"),
+#[utoipa::path(post, path = "/boids/thaw", tag = "boids", request_body(content = Option<ThawBody>, description = "optional"),
     responses((status = 200, body = AppliedBody), (status = "4XX", body = ErrorBody)))]
 async fn thaw_boids(
     State(s): State<Shared>,
     Caller(actor): Caller,
-    Body(b): Body<ThawBody>,
+    OptionalBody(b): OptionalBody<ThawBody>,
 ) -> Result<Json<AppliedBody>, ApiError> {
     Ok(applied(
         StatusCode::OK,

@@ -9,7 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::ErrorBody;
-use super::extract::{Body, Caller};
+use super::extract::{Body, Caller, OptionalBody};
 use crate::command::{Actor, Op};
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
@@ -84,22 +84,22 @@ async fn resume(State(s): State<Shared>, Caller(c): Caller) -> Result<Json<Contr
     control(s, c, Op::Resume).await
 }
 /// Advances a paused simulation `n` ticks (default 1; operator).
-#[utoipa::path(post, path = "/control/step", tag = "control", request_body(content = StepBody, description = "optional"),
+#[utoipa::path(post, path = "/control/step", tag = "control", request_body(content = Option<StepBody>, description = "optional"),
     responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
 async fn step(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Body(b): Body<StepBody>,
+    OptionalBody(b): OptionalBody<StepBody>,
 ) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Step { n: b.n }).await
 }
 /// Starts over with the same population and parameters (operator).
-#[utoipa::path(post, path = "/control/reset", tag = "control", request_body(content = ResetBody, description = "optional"),
+#[utoipa::path(post, path = "/control/reset", tag = "control", request_body(content = Option<ResetBody>, description = "optional"),
     responses((status = 200, body = ControlBody), (status = "4XX", body = ErrorBody)))]
 async fn reset(
     State(s): State<Shared>,
     Caller(c): Caller,
-    Body(b): Body<ResetBody>,
+    OptionalBody(b): OptionalBody<ResetBody>,
 ) -> Result<Json<ControlBody>, ApiError> {
     control(s, c, Op::Reset { seed: b.seed }).await
 }

@@ -14,18 +14,20 @@ mod openapi;
 mod params;
 mod state;
 
-use axum::http::StatusCode;
+use axum::extract::OriginalUri;
+use axum::http::{Method, StatusCode};
 use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::command::Applied;
+use crate::http::error::ApiError;
 use crate::http::shared::Shared;
 
 /// The routes, to be nested under `/api/v1`, with the OpenAPI document
 /// (served at `/api/v1/openapi.json`).
-pub fn routes() -> (Router<Shared>, serde_json::Value) {
+pub fn routes(max_population: usize) -> (Router<Shared>, serde_json::Value) {
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(params::routes())
         .merge(agents::routes())
@@ -33,7 +35,27 @@ pub fn routes() -> (Router<Shared>, serde_json::Value) {
         .merge(control::routes())
         .merge(state::routes())
         .split_for_parts();
-    (router, openapi::document(&doc))
+    let router = router
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method);
+    (router, openapi::document(&doc, max_population))
+}
+
+/// An `/api/v1` path that names no resource.
+async fn no_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::not_found(format!(
+        "no {method} {uri} in this API: see /api/v1/openapi.json"
+    ))
+}
+
+/// A resource asked with a method it does not take.
+async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        error: "method_not_allowed",
+        field: None,
+        detail: format!("{uri} does not take {method}: see /api/v1/openapi.json"),
+    }
 }
 
 #[derive(OpenApi)]
@@ -74,7 +96,7 @@ fn applied(status: StatusCode, a: Applied) -> (StatusCode, Json<AppliedBody>) {
 /// Every error response.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
-    /// Class: `invalid`, `forbidden`, `not_found`, `limit_reached`, `rate_limited`, `busy`, `conflict`, `unsupported`, `too_large`.
+    /// Class: `invalid`, `forbidden`, `not_found`, `method_not_allowed`, `limit_reached`, `rate_limited`, `busy`, `conflict`, `unsupported`, `too_large`.
     pub error: String,
     /// The field at fault, when one is (`id` when a pilot touches another's agent).
     pub field: Option<String>,

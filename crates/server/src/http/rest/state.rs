@@ -86,6 +86,7 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
 
 /// `GET /trajectories.csv` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct TrajectoryQuery {
     /// Seconds of history, 1 ..= 60 (default 10).
