@@ -290,13 +290,17 @@ impl Grid {
     /// (a smaller key table, and cells keep the boids' previous order).
     pub fn configure(&mut self, world_m: Vec3, radius_m: f32, dims: u8, wrap: bool, x_slabs: bool) {
         let axes = usize::from(dims);
-        let mut cell_target = radius_m * GRID_SLACK;
+        // Never zero (a subnormal radius times the slack), so the loop
+        // below always grows it.
+        let mut cell_target = (radius_m * GRID_SLACK).max(f32::MIN_POSITIVE);
         loop {
             let mut n = [1i32; 3];
             for a in 0..axes {
                 n[a] = ((world_m[a] / cell_target).floor() as i32).max(1);
             }
-            let cells = n.iter().map(|&c| c as usize).product::<usize>();
+            let cells = n
+                .iter()
+                .fold(1usize, |all, &c| all.saturating_mul(c as usize));
             if cells <= MAX_CELLS {
                 self.n = n;
                 self.covered_m = cell_target / GRID_SLACK;
@@ -830,6 +834,15 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A radius so small it rounds to nothing still gives a grid (the
+    /// layout loop once spun forever on a zero cell size).
+    #[test]
+    fn a_vanishing_radius_still_gives_a_grid() {
+        let mut g = Grid::default();
+        g.configure(Vec3::splat(1.0), f32::from_bits(1), 3, false, true);
+        assert!(g.cell_count() >= 1 && g.cell_count() <= MAX_CELLS);
+    }
 
     fn grid(world: Vec3, r: f32, wrap: bool) -> Grid {
         let mut g = Grid::default();

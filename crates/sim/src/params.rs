@@ -16,6 +16,11 @@ pub const MAX_K_NEAREST: u32 = 32;
 pub const MAX_WORLD_M: f32 = 100_000.0;
 /// Largest rule or flee radius, metres.
 pub const MAX_RADIUS_M: f32 = 1_000.0;
+/// Smallest rule radius, metres: the grid's cells are sized from it, and a
+/// cell far below a centimetre would only hold rounding errors.
+pub const MIN_RADIUS_M: f32 = 0.01;
+/// Smallest world extent on any axis, metres.
+pub const MIN_WORLD_M: f32 = 1.0;
 /// Highest tick rate the engine accepts.
 pub const MAX_TICK_HZ: u32 = 1_000;
 /// Longest perception latency, ticks (the delay line holds this many past
@@ -131,9 +136,9 @@ impl fmt::Display for FloatRange {
     reason = "each constant is the range of the Params field of the same name"
 )]
 pub mod ranges {
-    use super::{FloatRange, MAX_RADIUS_M, MAX_WORLD_M};
+    use super::{FloatRange, MAX_RADIUS_M, MAX_WORLD_M, MIN_RADIUS_M, MIN_WORLD_M};
     pub const WEIGHT: FloatRange = FloatRange::incl(0.0, 100.0);
-    pub const RADIUS_M: FloatRange = FloatRange::excl(0.0, MAX_RADIUS_M);
+    pub const RADIUS_M: FloatRange = FloatRange::incl(MIN_RADIUS_M, MAX_RADIUS_M);
     pub const FLEE_RADIUS_M: FloatRange = FloatRange::incl(0.0, MAX_RADIUS_M);
     pub const FOV_DEG: FloatRange = FloatRange::excl(0.0, 360.0);
     pub const MAX_SPEED_MPS: FloatRange = FloatRange::excl(0.0, 1_000.0);
@@ -142,7 +147,7 @@ pub mod ranges {
     pub const PANIC_FACTOR: FloatRange = FloatRange::incl(1.0, 10.0);
     pub const EDGE_MARGIN_M: FloatRange = FloatRange::incl(0.0, MAX_WORLD_M / 2.0);
     pub const LOOKAHEAD_S: FloatRange = FloatRange::excl(0.0, 10.0);
-    pub const WORLD_M: FloatRange = FloatRange::excl(0.0, MAX_WORLD_M);
+    pub const WORLD_M: FloatRange = FloatRange::incl(MIN_WORLD_M, MAX_WORLD_M);
     pub const NOISE_M: FloatRange = FloatRange::incl(0.0, 100.0);
     pub const DROPOUT: FloatRange = FloatRange::incl(0.0, 1.0);
 }
@@ -365,11 +370,11 @@ pub struct Params {
     pub w_flee: f32,
     /// Weight of the slowly rotating random wander steer. Default 0.15, range 0 ..= 100.
     pub w_wander: f32,
-    /// Separation radius, metres. Default 3, range > 0 ..= 1000.
+    /// Separation radius, metres. Default 3, range 0.01 ..= 1000.
     pub sep_radius_m: f32,
-    /// Alignment radius, metres. Default 8, range > 0 ..= 1000.
+    /// Alignment radius, metres. Default 8, range 0.01 ..= 1000.
     pub ali_radius_m: f32,
-    /// Cohesion radius, metres. Default 10, range > 0 ..= 1000.
+    /// Cohesion radius, metres. Default 10, range 0.01 ..= 1000.
     pub coh_radius_m: f32,
     /// Field of view, degrees, centred on the heading; 360 sees all around. Default 270, range > 0 ..= 360.
     pub fov_deg: f32,
@@ -391,7 +396,7 @@ pub struct Params {
     pub lookahead_s: f32,
     /// What the world's faces do. Default `soft`.
     pub boundary: Boundary,
-    /// World box extents, metres, with its minimum corner at the origin. Default [160, 160, 80], each > 0 ..= 100000.
+    /// World box extents, metres, with its minimum corner at the origin. Default [160, 160, 80], each 1 ..= 100000.
     /// In wrap mode every active extent must be at least 3 times the largest radius.
     pub world_m: [f32; 3],
     /// 2 keeps every boid in the z = 0 plane; 3 flies in the whole box. Default 3, allowed 2 | 3.
@@ -699,7 +704,7 @@ mod tests {
                 ..Default::default()
             },
             "sep_radius_m",
-            "> 0",
+            "0.01 ..= 1000",
         );
         check_rejects(
             ParamsPatch {
@@ -707,7 +712,7 @@ mod tests {
                 ..Default::default()
             },
             "ali_radius_m",
-            "> 0",
+            "0.01 ..= 1000",
         );
         check_rejects(
             ParamsPatch {
@@ -755,7 +760,7 @@ mod tests {
                 ..Default::default()
             },
             "world_m[1]",
-            "> 0",
+            "1 ..= 100000",
         );
         check_rejects(
             ParamsPatch {

@@ -19,6 +19,35 @@ fn default_predator_mode() -> PredatorMode {
     DEFAULT_PREDATOR_MODE
 }
 
+/// An optional struct given as a map of its fields, never as a list of
+/// them (which serde would otherwise take, in field order).
+fn map_only<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Fields<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object or null")
+        }
+        fn visit_unit<E>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Option<T>, D2::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Option<T>, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_option(Fields(std::marker::PhantomData))
+}
+
 /// A predator to add.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +85,10 @@ pub struct GoalSpec {
 #[serde(deny_unknown_fields)]
 pub struct ObstacleSpec {
     /// A sphere.
+    #[serde(default, deserialize_with = "map_only")]
     pub sphere: Option<SphereSpec>,
     /// An axis-aligned box.
-    #[serde(rename = "box")]
+    #[serde(rename = "box", default, deserialize_with = "map_only")]
     pub aabb: Option<BoxSpec>,
     /// Removed after this many seconds.
     pub ttl_s: Option<f32>,

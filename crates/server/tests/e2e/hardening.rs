@@ -551,3 +551,99 @@ async fn idle_and_half_sent_connections_are_closed_and_one_address_holds_few_soc
     }
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_refusal_is_json_naming_what_is_wrong() {
+    use reqwest::Method;
+    let server = TestServer::start(test_config()).await;
+    let url = |p: &str| server.url(p);
+    for (method, path, body, status, error, field) in [
+        (
+            Method::GET,
+            "/api/v1/no-such-thing",
+            None,
+            404,
+            "not_found",
+            None,
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/state",
+            None,
+            405,
+            "method_not_allowed",
+            None,
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/goals/abc",
+            None,
+            400,
+            "invalid",
+            Some("id"),
+        ),
+        (Method::PATCH, "/api/v1/params", None, 422, "invalid", None),
+        (
+            Method::POST,
+            "/api/v1/boids/remove",
+            None,
+            422,
+            "invalid",
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/v1/goals",
+            Some(serde_json::json!([1, 2])),
+            422,
+            "invalid",
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/v1/obstacles",
+            Some(serde_json::json!({ "sphere": [[1, 2, 3], 5] })),
+            422,
+            "invalid",
+            Some("sphere"),
+        ),
+    ] {
+        let (s, b) = rest(method.clone(), &url(path), None, body).await;
+        assert_eq!(
+            (s, b["error"].as_str()),
+            (status, Some(error)),
+            "{method} {path}: {b}"
+        );
+        assert_eq!(b["field"].as_str(), field, "{method} {path}: {b}");
+        assert!(!b["detail"].as_str().unwrap_or("").is_empty(), "{b}");
+    }
+    // An optional body may be left out, or be null.
+    let (s, b) = rest(
+        Method::POST,
+        &url("/api/v1/boids/thaw"),
+        None,
+        Some(serde_json::Value::Null),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // Whole numbers written with a fraction are whole numbers.
+    let (s, b) = rest(
+        Method::PUT,
+        &url("/api/v1/boids/population"),
+        None,
+        Some(serde_json::json!({ "population": 900.0 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // The document says where each parameter goes.
+    let doc = get(&url("/api/v1/openapi.json")).await;
+    let query = &doc["paths"]["/trajectories.csv"]["get"]["parameters"][0];
+    assert_eq!(
+        (query["name"].as_str(), query["in"].as_str()),
+        (Some("seconds"), Some("query"))
+    );
+    assert_eq!(query["schema"]["maximum"], 60);
+    let goal = &doc["components"]["schemas"]["GoalSpec"];
+    assert_eq!(goal["oneOf"].as_array().map(Vec::len), Some(2), "{goal}");
+    server.stop().await.unwrap();
+}

@@ -89,6 +89,15 @@ async fn parse<T: DeserializeOwned>(
         }
         v = Value::Object(Map::new());
     }
+    if !v.is_object() {
+        // serde would take a list of a struct's fields in order; the API
+        // takes objects.
+        return Err(ApiError::invalid(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            None,
+            "the body must be a JSON object (see /api/v1/openapi.json)",
+        ));
+    }
     whole_numbers(&mut v);
     typed(v)
 }

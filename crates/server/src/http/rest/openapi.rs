@@ -7,9 +7,9 @@
 //! - unsigned integers say their real maximum (not a signed format's);
 //! - "exactly one of" bodies carry `oneOf`.
 //!
-//! Bounds are stated for the `f32` the server keeps: an exclusive minimum
-//! of 0 is the smallest positive `f32` (written `1e-45`, as the server
-//! writes it back), so no number the schema allows rounds to a refused one.
+//! Number bounds are exact for the `f32` the server keeps: a bound is
+//! where JSON numbers start rounding to a refused `f32`, so the schema
+//! allows exactly what the server accepts.
 
 use serde_json::{Map, Value, json};
 use starling_sim::Params;
@@ -174,33 +174,37 @@ fn unsigned(m: &mut Map<String, Value>) {
     m.entry("maximum").or_insert(json!(max));
 }
 
-/// `minimum` and `maximum` of an `f32` range (an exclusive minimum as the
-/// next `f32` above it).
+/// `minimum` and `maximum` of an `f32` range, exact for the `f32` the
+/// server keeps: the bounds are where JSON numbers start rounding to a
+/// refused `f32` (so `100.00000381469727` bounds a range `..= 100`).
 fn float_range(prop: &mut Map<String, Value>, r: FloatRange) {
-    let min = if r.min_exclusive {
-        next_up(r.min)
+    let least = if r.min_exclusive {
+        r.min.next_up()
     } else {
         r.min
     };
-    prop.insert("minimum".into(), json!(as_written(min)));
-    prop.insert("maximum".into(), json!(as_written(r.max)));
+    prop.insert("minimum".into(), json!(lowest_rounding_to(least)));
+    prop.insert("maximum".into(), json!(highest_rounding_to(r.max)));
     prop.remove("exclusiveMinimum");
 }
 
-/// An `f32` as the server writes it in JSON (its shortest decimal, e.g.
-/// `1e-45`), so a value the server sends back equals the bound exactly.
-fn as_written(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(f64::from(x))
+/// The largest `f64` that rounds to `x` or below (ties go to even).
+fn highest_rounding_to(x: f32) -> f64 {
+    let mid = (f64::from(x) + f64::from(x.next_up())) / 2.0;
+    if x.to_bits().is_multiple_of(2) {
+        mid
+    } else {
+        mid.next_down()
+    }
 }
 
-/// The smallest `f32` above `x` (finite `x`).
-fn next_up(x: f32) -> f32 {
-    if x == 0.0 {
-        f32::from_bits(1)
-    } else if x > 0.0 {
-        f32::from_bits(x.to_bits() + 1)
+/// The smallest `f64` that rounds to `x` or above (ties go to even).
+fn lowest_rounding_to(x: f32) -> f64 {
+    let mid = (f64::from(x.next_down()) + f64::from(x)) / 2.0;
+    if x.to_bits().is_multiple_of(2) {
+        mid
     } else {
-        f32::from_bits(x.to_bits() - 1)
+        mid.next_up()
     }
 }
 

@@ -200,7 +200,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
         rate: rate_tx,
         resync: resync_tx,
     };
-    let reader = tokio::spawn(reader::read_loop(
+    let mut reader = tokio::spawn(reader::read_loop(
         s.clone(),
         stream,
         actor,
@@ -271,7 +271,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
             Some(()) = resync_rx.recv() => held = [None, None],
         }
     };
-    reader.abort();
+    let refused_ending = matches!(ending, Ending::Refused(..));
     match ending {
         Ending::ClientLeft => {
             let _ = tokio::time::timeout(CLOSE_GRACE, w.sink.close()).await;
@@ -282,6 +282,14 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
             }
             w.close(reason, &detail).await;
         }
+    }
+    // The reader drains the socket until the client answers the close.
+    // When it cannot (the stream broke), linger so the Close is read
+    // before the socket goes: closed with unread data, it would be reset.
+    let answered = matches!(tokio::time::timeout(CLOSE_GRACE, &mut reader).await, Ok(Ok(true)));
+    reader.abort();
+    if !answered && refused_ending {
+        tokio::time::sleep(CLOSE_GRACE).await;
     }
 }
 

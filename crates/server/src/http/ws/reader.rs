@@ -33,14 +33,15 @@ pub(super) struct ToWriter {
 }
 
 /// Reads until the client leaves or breaks the protocol, then ends the
-/// connection through the outbox.
+/// connection through the outbox; returns whether the client closed the
+/// socket itself (after the server's Close, or before).
 pub(super) async fn read_loop(
     s: Shared,
     mut stream: SplitStream<WebSocket>,
     actor: Actor,
     outbox: Outbox,
     to_writer: ToWriter,
-) {
+) -> bool {
     let in_flight = Arc::new(Semaphore::new(MAX_COMMANDS_IN_FLIGHT));
     let ending = loop {
         let bytes = match stream.next().await {
@@ -92,10 +93,24 @@ pub(super) async fn read_loop(
             outbox.push_or_end(r);
         }
         if outbox.ended() {
-            return;
+            break Ending::ClientLeft; // someone else ended it first
         }
     };
+    let left = ending == Ending::ClientLeft && !outbox.ended();
     outbox.end(ending);
+    if left {
+        return true;
+    }
+    // Keep reading (and dropping) what the client still sends until it
+    // answers the Close: a socket closed with unread data is reset, and a
+    // reset can destroy the Close before the client reads it.
+    loop {
+        match stream.next().await {
+            Some(Ok(Message::Close(_))) | None => return true,
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return false,
+        }
+    }
 }
 
 /// Starts a command on a task of its own (so a slow op never blocks
