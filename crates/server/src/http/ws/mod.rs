@@ -286,7 +286,10 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     // The reader drains the socket until the client answers the close.
     // When it cannot (the stream broke), linger so the Close is read
     // before the socket goes: closed with unread data, it would be reset.
-    let answered = matches!(tokio::time::timeout(CLOSE_GRACE, &mut reader).await, Ok(Ok(true)));
+    let answered = matches!(
+        tokio::time::timeout(CLOSE_GRACE, &mut reader).await,
+        Ok(Ok(true))
+    );
     reader.abort();
     if !answered && refused_ending {
         tokio::time::sleep(CLOSE_GRACE).await;
