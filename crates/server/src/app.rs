@@ -19,8 +19,9 @@ use crate::engine::{LoopConfig, SimLoop};
 use crate::http::shared::{Policy, Shared};
 use crate::telemetry::Telemetry;
 
-/// How long viewers get to be sent their `Close` at shutdown.
-const VIEWERS_CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// How long viewers get to be sent their `Close` at shutdown: the longest
+/// a connection's close takes (send, wait for the answer, linger).
+const VIEWERS_CLOSE_GRACE: Duration = crate::http::ws::CLOSE_TAKES_AT_MOST;
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,13 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
         let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
         let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         let flock = Flock::restore(cp).map_err(|e| fail(e.to_string()))?;
+        if flock.len() > config.max_population {
+            return Err(fail(format!(
+                "boids: {} in the checkpoint, more than max_population ({}); raise max_population to resume it",
+                flock.len(),
+                config.max_population
+            )));
+        }
         tracing::info!(path = %path.display(), tick = flock.tick(), boids = flock.len(), "resumed from checkpoint");
         return Ok(flock);
     }

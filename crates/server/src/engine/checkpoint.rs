@@ -14,12 +14,13 @@ use starling_sim::{Checkpoint, Flock};
 
 /// Writes `cp` to `path` atomically and durably.
 pub fn write_atomically(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
-    let json = serde_json::to_vec(cp).map_err(std::io::Error::other)?;
     let tmp = path.with_extension("tmp");
     {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
+        // Streamed: a large flock is never held as one JSON string.
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        serde_json::to_writer(&mut w, cp).map_err(std::io::Error::other)?;
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&tmp, path)?;
     let dir = match path.parent() {
@@ -63,8 +64,9 @@ impl Checkpointer {
     }
 
     /// Hands a copy of the flock to the writer when one is due (skipped
-    /// while the last one is still being written).
-    pub fn after_tick(&mut self, flock: &Flock) {
+    /// while the last one is still being written). Called every loop of
+    /// the tick thread, ticking or paused.
+    pub fn save_if_due(&mut self, flock: &Flock) {
         if self.last.elapsed() < self.every {
             return;
         }

@@ -229,6 +229,12 @@ impl State {
                 self.encode_broadcast();
             }
             self.answer(replies, changed, out);
+            // Every loop, paused or not: ops applied while paused are saved too.
+            if self.player.is_none()
+                && let Some(c) = self.checkpointer.as_mut()
+            {
+                c.save_if_due(&self.flock);
+            }
 
             let dt = Duration::from_secs_f64(1.0 / f64::from(self.flock.params().tick_hz));
             next += dt;
@@ -330,9 +336,6 @@ impl State {
         timed_step(&mut self.flock, &self.telemetry);
         if let Some(rec) = self.recorder.as_mut() {
             rec.after_tick(&self.flock);
-        }
-        if let Some(c) = self.checkpointer.as_mut() {
-            c.after_tick(&self.flock);
         }
         self.history.after_tick(&self.flock);
     }

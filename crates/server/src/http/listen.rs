@@ -3,16 +3,20 @@
 //! [`ConnLimits::total`] in all (both counting upgraded WebSockets for as
 //! long as they live), and a request's headers must arrive within
 //! [`ConnLimits::header_timeout`], which is also how long an idle
-//! keep-alive connection may wait for its next request.
+//! keep-alive connection may wait for its next request, and how long an
+//! HTTP connection may make no progress either way (a request body that
+//! stops arriving, a response its client stops reading). IPv6 addresses
+//! count per /64, the block one subscriber usually holds.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -31,8 +35,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// Limits on sockets.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
-    /// Time a request's headers may take to arrive, and an idle
-    /// keep-alive connection may wait for the next request.
+    /// Time a request's headers may take to arrive, an idle keep-alive
+    /// connection may wait for the next request, and an HTTP connection
+    /// may go without reading or writing a byte.
     pub header_timeout: Duration,
     /// Open sockets from one remote address, at most.
     pub per_ip: usize,
@@ -40,8 +45,46 @@ pub struct ConnLimits {
     pub total: usize,
 }
 
-/// Open sockets per remote address.
+/// Open sockets per remote address (see [`address_group`]).
 type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// The address a socket counts against: IPv4 addresses (IPv4-mapped IPv6
+/// included) as they are, other IPv6 addresses by their /64 block, so that
+/// one subscriber's many addresses share one cap.
+fn address_group(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
+    }
+}
+
+/// When a socket last moved a byte either way, in milliseconds since the
+/// connection's start.
+#[derive(Debug)]
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+    fn idle(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
 
 /// A socket counted against the limits until it is dropped (after an
 /// upgrade, the WebSocket owns it).
@@ -49,6 +92,7 @@ struct Counted {
     io: TcpStream,
     ip: IpAddr,
     per_ip: PerIp,
+    activity: Arc<Activity>,
     _total: OwnedSemaphorePermit,
 }
 
@@ -70,7 +114,12 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
     }
 }
 
@@ -80,7 +129,11 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
@@ -99,6 +152,7 @@ fn admit(
     limits: ConnLimits,
 ) -> Option<Counted> {
     let permit = total.clone().try_acquire_owned().ok()?;
+    let ip = address_group(ip);
     let mut m = per_ip.lock().unwrap_or_else(|p| p.into_inner());
     let n = m.entry(ip).or_insert(0);
     if *n >= limits.per_ip {
@@ -109,6 +163,7 @@ fn admit(
         io,
         ip,
         per_ip: per_ip.clone(),
+        activity: Activity::new(),
         _total: permit,
     })
 }
@@ -143,6 +198,8 @@ pub async fn serve(
             tracing::debug!(%peer, "connection refused: too many open sockets");
             continue;
         };
+        let activity = io.activity.clone();
+        let stall = limits.header_timeout;
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
@@ -152,8 +209,23 @@ pub async fn serve(
         tokio::spawn(async move {
             let _open = open;
             let mut conn = std::pin::pin!(conn);
+            // Until it upgrades (the WebSocket then has its own limits), a
+            // connection that moves no byte for `stall` is dropped.
+            let stalled = async {
+                loop {
+                    let idle = activity.idle();
+                    if idle >= stall {
+                        break;
+                    }
+                    tokio::time::sleep(stall - idle).await;
+                }
+            };
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
+                () = stalled => {
+                    tracing::debug!(%peer, "connection dropped: no progress within the header timeout");
+                    return;
+                }
                 _ = closing.changed() => {
                     // Finish the request in progress, then close.
                     conn.as_mut().graceful_shutdown();
@@ -174,4 +246,25 @@ pub async fn serve(
         tracing::warn!("some connections did not finish within the shutdown grace");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_addresses_count_per_64_block_and_mapped_ipv4_as_ipv4() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(address_group(a), address_group(b));
+        assert_ne!(address_group(a), address_group(c));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(
+            address_group(mapped),
+            "192.0.2.7".parse::<IpAddr>().unwrap()
+        );
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        assert_eq!(address_group(v4), v4);
+    }
 }

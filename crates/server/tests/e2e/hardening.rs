@@ -498,7 +498,7 @@ async fn closed_by_server(s: &mut tokio::net::TcpStream, within: Duration) -> bo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_and_half_sent_connections_are_closed_and_one_address_holds_few_sockets() {
+async fn idle_half_sent_and_stalled_connections_are_closed_and_one_address_holds_few_sockets() {
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpStream;
     let server = TestServer::start(Config {
@@ -507,7 +507,12 @@ async fn idle_and_half_sent_connections_are_closed_and_one_address_holds_few_soc
         ..test_config()
     })
     .await;
-    // Silent, half-sent, and idle after a request: all closed.
+    // Silent, half-sent, idle after a request, and a body that stops
+    // arriving: all closed.
+    let mut cut = TcpStream::connect(server.addr).await.unwrap();
+    cut.write_all(b"POST /api/v1/boids/spawn HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"cen")
+        .await
+        .unwrap();
     let mut silent = TcpStream::connect(server.addr).await.unwrap();
     let mut half = TcpStream::connect(server.addr).await.unwrap();
     half.write_all(b"GET /api/v1/state HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -521,6 +526,7 @@ async fn idle_and_half_sent_connections_are_closed_and_one_address_holds_few_soc
         ("silent", &mut silent),
         ("half-sent", &mut half),
         ("idle keep-alive", &mut idle),
+        ("body cut short", &mut cut),
     ] {
         assert!(
             closed_by_server(s, WAIT).await,

@@ -96,7 +96,9 @@ struct TrajectoryQuery {
 /// Bytes of CSV an export hands its client at a time.
 const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
 /// Chunks an export writes ahead of its client, at most: an export's
-/// memory is bounded, and a client that reads slowly slows its export only.
+/// memory is bounded. A client that takes longer than the stall timeout
+/// (`stall_timeout_s`) to take a chunk loses its export, and the export
+/// slot is free again.
 const EXPORT_AHEAD_CHUNKS: usize = 4;
 
 /// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
@@ -134,22 +136,26 @@ async fn trajectories(
         }
         .into());
     }
-    if !s.0.exports.take(actor.account) {
-        return Err(ApiError::rate_limited(format!(
-            "a token may start {EXPORTS_PER_MINUTE} trajectory exports a minute"
-        )));
-    }
+    // The slot first: a refused export does not spend the token's allowance.
     let Ok(slot) = s.0.export_slots.clone().try_acquire_owned() else {
         return Err(ApiError::busy(format!(
             "{EXPORTS_AT_ONCE} trajectory export runs at a time; retry shortly"
         )));
     };
+    if !s.0.exports.take(actor.account) {
+        return Err(ApiError::rate_limited(format!(
+            "a token may start {EXPORTS_PER_MINUTE} trajectory exports a minute"
+        )));
+    }
     let window = s.0.history.window(seconds);
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(EXPORT_AHEAD_CHUNKS);
+    let (runtime, stall) = (tokio::runtime::Handle::current(), s.0.limits.stall_timeout);
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
         window.write_csv(EXPORT_CHUNK_BYTES, |chunk| {
-            tx.blocking_send(Ok(Bytes::from(chunk))).is_ok()
+            let sent =
+                runtime.block_on(tokio::time::timeout(stall, tx.send(Ok(Bytes::from(chunk)))));
+            matches!(sent, Ok(Ok(())))
         });
     });
     let chunks = futures_util::stream::unfold(rx, |mut rx| async {

@@ -41,8 +41,12 @@ use outbox::Ending;
 /// Time a new connection has to send `Subscribe` (it holds a viewer slot
 /// meanwhile).
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time the server gives a `Close` to go out before it drops the socket.
+/// Time the server gives a `Close` to go out before it drops the socket
+/// (and, after it, for the client's answer, and then to linger).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// The longest a connection's close takes: send the `Close`, wait for
+/// the client's answer, linger (shutdown waits this long for viewers).
+pub const CLOSE_TAKES_AT_MOST: Duration = Duration::from_millis(3 * 1000 + 250);
 /// Metrics go to viewers at most this often.
 const METRICS_INTERVAL: Duration = Duration::from_millis(250);
 /// Largest client message accepted, bytes (commands are small).
@@ -200,6 +204,9 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
         rate: rate_tx,
         resync: resync_tx,
     };
+    // The writer's own handle on the ending: when it ends the connection,
+    // the reader stops running commands before the Close goes out.
+    let ender = outbox.clone();
     let mut reader = tokio::spawn(reader::read_loop(
         s.clone(),
         stream,
@@ -222,7 +229,11 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
         tokio::select! {
             // An ending, once set, is seen before anything else is sent.
             biased;
-            _ = ended.changed() => {
+            changed = ended.changed() => {
+                if changed.is_err() {
+                    // Every sender is gone (the reader ended without a word).
+                    break Ending::ClientLeft;
+                }
                 if let Some(e) = ended.borrow().clone() {
                     break e;
                 }
@@ -272,6 +283,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
         }
     };
     let refused_ending = matches!(ending, Ending::Refused(..));
+    ender.end(ending.clone());
     match ending {
         Ending::ClientLeft => {
             let _ = tokio::time::timeout(CLOSE_GRACE, w.sink.close()).await;
@@ -370,3 +382,4 @@ fn hello(s: &Shared, st: &Arc<Published>, actor: Actor) -> Hello {
 
 // Keep the client-message limit within what the protocol allows.
 const _: () = assert!(MAX_CLIENT_MESSAGE_BYTES <= MAX_MESSAGE_BYTES);
+const _: () = assert!(CLOSE_TAKES_AT_MOST.as_millis() >= 3 * CLOSE_GRACE.as_millis());
