@@ -263,6 +263,8 @@ impl App {
                 }
             },
             Ok(ServerFrame::Control(msg)) => self.on_control(msg, now_ms),
+            // Only sent to viewers that subscribe with a view.
+            Ok(ServerFrame::Cells(_)) => {}
             Err(e) => self
                 .dom
                 .message(&format!("undecodable message from the server: {e}"), true),
@@ -348,6 +350,9 @@ impl App {
             ServerMsg::Pong { nonce, .. } => {
                 self.latency_ms = Some(now_ms - nonce as f64 / 1000.0);
             }
+            // Only sent to viewers that subscribe with a view; this viewer
+            // subscribes to the whole-world stream.
+            ServerMsg::Interest(_) => {}
             ServerMsg::Close(c) => {
                 if matches!(
                     c.reason,

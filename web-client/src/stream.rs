@@ -114,7 +114,7 @@ mod tests {
         match decode_server(bytes)? {
             ServerFrame::Keyframe(k) => Ok(stream.keyframe(&k)),
             ServerFrame::Delta(d) => stream.delta(&d),
-            ServerFrame::Control(_) => panic!("not a snapshot"),
+            ServerFrame::Control(_) | ServerFrame::Cells(_) => panic!("not a snapshot"),
         }
     }
 

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{DeltaView, KIND_DELTA, KIND_KEYFRAME, KeyframeView};
+use crate::interest::KIND_CELLS;
 use crate::limits::{
     MAX_AGENTS, MAX_CONTROL_BYTES, MAX_MESSAGE_BYTES, MAX_PARAMS, MAX_STRING_BYTES, MAX_WAYPOINTS,
 };
@@ -43,6 +44,9 @@ pub enum ServerFrame<'a> {
     Keyframe(KeyframeView<'a>),
     /// A delta snapshot.
     Delta(DeltaView<'a>),
+    /// A cell batch of the interest stream (1.2), checked when a
+    /// [`crate::interest::CellMirror`] applies it (which knows the grid).
+    Cells(&'a [u8]),
 }
 
 fn encode_control(kind: u8, msg: &impl Serialize, out: &mut Vec<u8>) -> Result<(), EncodeError> {
@@ -109,6 +113,7 @@ pub fn decode_server(bytes: &[u8]) -> Result<ServerFrame<'_>, DecodeError> {
         }
         KIND_KEYFRAME => KeyframeView::parse(bytes).map(ServerFrame::Keyframe),
         KIND_DELTA => DeltaView::parse(bytes).map(ServerFrame::Delta),
+        KIND_CELLS => Ok(ServerFrame::Cells(bytes)),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -183,7 +188,17 @@ fn check_server(msg: &ServerMsg) -> Result<(), DecodeError> {
             )?;
         }
         ServerMsg::Close(c) => limit("detail", c.detail.len(), MAX_STRING_BYTES)?,
-        ServerMsg::Metrics(_) | ServerMsg::Ack(_) | ServerMsg::Pong { .. } => {}
+        ServerMsg::Interest(i) if !i.grid.is_valid() => {
+            return Err(DecodeError::Invalid {
+                field: "grid",
+                value: format!("{:?}", i.grid.cells),
+                allowed: "1 ..= 64 cells per axis, at most 4096 in all",
+            });
+        }
+        ServerMsg::Metrics(_)
+        | ServerMsg::Ack(_)
+        | ServerMsg::Pong { .. }
+        | ServerMsg::Interest(_) => {}
     }
     Ok(())
 }

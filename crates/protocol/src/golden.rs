@@ -1,17 +1,57 @@
 //! The golden vectors: a fixed, tiny snapshot (three boids over three
-//! frames) encoded as a keyframe and a delta. Their bytes are committed
+//! frames) encoded as a keyframe and a delta, and (1.2) the third frame
+//! as a cell batch against the first two, on a grid of two cells. Their bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
 //! catches platform differences in quantisation. PROTOCOL.md decodes the
 //! keyframe by hand.
 
 use crate::frame::{Frame, FrameBuilder, encode_delta, encode_keyframe};
+use crate::interest::{
+    CellGrid, CellScratch, CellSummary, begin_batch, encode_cell_update, push_update,
+};
 use crate::quant::QuantBox;
 
 /// The committed keyframe bytes.
 pub const KEYFRAME: &[u8] = include_bytes!("../tests/golden/keyframe.bin");
 /// The committed delta bytes (frame 3 against frames 2 and 1).
 pub const DELTA: &[u8] = include_bytes!("../tests/golden/delta.bin");
+/// The committed cell batch bytes (see [`encode_cells`]).
+pub const CELLS: &[u8] = include_bytes!("../tests/golden/cells.bin");
+
+/// The grid of the golden cell batch: two cells, split at x = 50 m.
+pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
+
+/// Encodes frame 3 as a cell batch for a viewer that holds both cells at
+/// frames 2 and 1: complete summaries, then each cell's linear update.
+/// Boid 9 jumps from cell 1 into cell 0: it leaves one and enters the other.
+pub fn encode_cells() -> Vec<u8> {
+    let [a, b, c] = frames();
+    let split = |f: &Frame| {
+        let mut cells = Vec::new();
+        CELL_GRID.split(f, &mut cells);
+        cells
+    };
+    let (ca, cb, cc) = (split(&a), split(&b), split(&c));
+    let quant = c.quant.expect("golden frames have a box");
+    let summaries: Vec<CellSummary> = (0..2)
+        .filter_map(|k| CellSummary::of(k, &cc[k as usize], &quant))
+        .collect();
+    let (mut batch, mut update, mut scratch) = (Vec::new(), Vec::new(), CellScratch::default());
+    begin_batch(c.tick, &summaries, true, &[], &mut batch);
+    for k in 0..2 {
+        encode_cell_update(
+            Some(&cb[k]),
+            Some(&ca[k]),
+            &cc[k],
+            &mut scratch,
+            &mut update,
+        )
+        .expect("golden cells encode");
+        push_update(k as u32, &update, &mut batch);
+    }
+    batch
+}
 
 /// The three frames the vectors encode: boids 4, 5 and 9 in a 100 × 100 × 50 m
 /// world, flying mostly along +x; boid 9 jumps in frame 3 (an exception).
@@ -50,5 +90,5 @@ pub fn encode() -> (Vec<u8>, Vec<u8>) {
 /// Whether this platform encodes exactly the committed bytes.
 pub fn matches_committed() -> bool {
     let (k, d) = encode();
-    k == KEYFRAME && d == DELTA
+    k == KEYFRAME && d == DELTA && encode_cells() == CELLS
 }

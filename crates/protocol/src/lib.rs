@@ -14,6 +14,9 @@
 //!   `i8` residuals, with exceptions for boids that moved unexpectedly.
 //!   `mod.rs` holds the shared [`Frame`], [`FrameBuilder`] and header
 //!   constants; `keyframe.rs` and `delta.rs` encode, `reader.rs` decodes.
+//! - `interest/`: the interest stream (1.2): a grid of cells, cell
+//!   updates (boids that left, entered, and a delta for those that
+//!   stayed), summaries, per-viewer batches, and the receiving mirror.
 //! - `quant.rs`: the quantisation of positions and headings.
 //! - `limits.rs`: every bound the decoders enforce; `error.rs`: typed errors.
 //!
@@ -43,6 +46,7 @@ mod codec;
 mod error;
 mod frame;
 pub mod golden;
+pub mod interest;
 pub mod limits;
 mod messages;
 mod quant;

@@ -20,3 +20,16 @@ pub const MAX_WAYPOINTS: usize = 256;
 /// Largest bincode-encoded control message, bytes: control messages are
 /// small; only snapshots are large.
 pub const MAX_CONTROL_BYTES: usize = 1 << 20;
+/// Most interest cells along one axis.
+pub const MAX_CELLS_PER_AXIS: u16 = 64;
+/// Most interest cells in a grid.
+pub const MAX_CELLS: usize = 4096;
+/// Smallest byte budget a viewer may declare, bytes per second (enough for
+/// the summaries of every cell).
+pub const MIN_VIEW_BUDGET: u32 = 32_000;
+/// Largest byte budget a viewer may declare, bytes per second.
+pub const MAX_VIEW_BUDGET: u32 = 64_000_000;
+/// Largest coordinate magnitude in a view, metres.
+pub const MAX_VIEW_COORD_M: f32 = 1.0e6;
+/// Most view updates a viewer may send a second (more are refused).
+pub const MAX_VIEW_UPDATES_PER_S: u32 = 20;

@@ -6,13 +6,15 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::interest::CellGrid;
+use crate::limits::{MAX_VIEW_BUDGET, MAX_VIEW_COORD_M, MIN_VIEW_BUDGET};
 use crate::quant::QuantBox;
 
 /// Protocol major version: a client with another major gets an error and
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 1;
+pub const PROTOCOL_MINOR: u16 = 2;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -325,13 +327,95 @@ pub enum Command {
     },
 }
 
-/// A region of interest (reserved: servers of this version refuse it).
+/// What a viewer looks at (1.2): the box it can see (the bounding box of
+/// its camera's frustum within the world, or any box), where its camera
+/// is, and how many bytes a second it wants at most.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Region {
-    /// Minimum corner, metres.
+pub struct View {
+    /// Minimum corner of the box in view, metres.
     pub min: [f32; 3],
-    /// Maximum corner, metres.
+    /// Maximum corner of the box in view, metres (each ≥ `min`).
     pub max: [f32; 3],
+    /// The camera's position, metres (None: the box's centre). Cells
+    /// nearer to it go first.
+    pub eye: Option<[f32; 3]>,
+    /// Most bytes per second wanted (None: as much as the link drains,
+    /// up to the server's cap); [`MIN_VIEW_BUDGET`] ..= [`MAX_VIEW_BUDGET`].
+    pub budget_bytes_per_s: Option<u32>,
+}
+
+/// A field of a [`View`] that is out of range: its name, its value, and
+/// what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewError {
+    /// The field (`view.min[1]`, `view.budget_bytes_per_s`, ...).
+    pub field: String,
+    /// The value, printed.
+    pub value: String,
+    /// What is allowed.
+    pub allowed: String,
+}
+
+impl View {
+    /// Checks every number: finite, within ±[`MAX_VIEW_COORD_M`],
+    /// `min ≤ max` per axis, the budget within its range.
+    pub fn check(&self) -> Result<(), ViewError> {
+        let err = |field: String, value: String, allowed: String| ViewError {
+            field,
+            value,
+            allowed,
+        };
+        let coords = [
+            ("min", Some(self.min)),
+            ("max", Some(self.max)),
+            ("eye", self.eye),
+        ];
+        for (name, point) in coords {
+            for (a, v) in point.into_iter().flatten().enumerate() {
+                if !v.is_finite() || v.abs() > MAX_VIEW_COORD_M {
+                    return Err(err(
+                        format!("view.{name}[{a}]"),
+                        v.to_string(),
+                        format!("a finite number within ±{MAX_VIEW_COORD_M} m"),
+                    ));
+                }
+            }
+        }
+        for a in 0..3 {
+            if self.min[a] > self.max[a] {
+                return Err(err(
+                    format!("view.max[{a}]"),
+                    self.max[a].to_string(),
+                    format!("at least view.min[{a}] ({})", self.min[a]),
+                ));
+            }
+        }
+        if let Some(b) = self.budget_bytes_per_s
+            && !(MIN_VIEW_BUDGET..=MAX_VIEW_BUDGET).contains(&b)
+        {
+            return Err(err(
+                "view.budget_bytes_per_s".into(),
+                b.to_string(),
+                format!("{MIN_VIEW_BUDGET} ..= {MAX_VIEW_BUDGET} bytes per second, or None"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The interest stream's frame of reference (1.2), sent after a
+/// `Subscribe` with a view and whenever the grid or the budget changes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct InterestInfo {
+    /// The cell grid batches refer to.
+    pub grid: CellGrid,
+    /// The quantisation box of cell frames.
+    pub quant: QuantBox,
+    /// The budget the server now sends within, bytes per second: the
+    /// declared one, capped by what the viewer's link drains.
+    pub budget_bytes_per_s: u32,
+    /// How often the summaries of every cell are sent, per second.
+    pub summary_hz: f32,
 }
 
 /// Messages a client sends.
@@ -345,8 +429,9 @@ pub enum ClientMsg {
         minor: u16,
         /// Most snapshots per second wanted (1 ..= the server's max).
         max_fps: u16,
-        /// Region of interest (reserved; must be None in this version).
-        region: Option<Region>,
+        /// The view (1.2): None for the whole-world stream of 1.0 and 1.1;
+        /// a view for the interest stream.
+        region: Option<View>,
     },
     /// Change the snapshot rate.
     SetRate {
@@ -367,6 +452,9 @@ pub enum ClientMsg {
         /// Echoed back.
         nonce: u64,
     },
+    /// The view moved (1.2; viewers that subscribed with a view only).
+    /// Send at most [`crate::limits::MAX_VIEW_UPDATES_PER_S`] a second.
+    SetView(View),
 }
 
 /// Error classes, each with an HTTP status twin in the REST API.
@@ -462,4 +550,6 @@ pub enum ServerMsg {
     },
     /// The server is about to close the connection.
     Close(Close),
+    /// The interest stream's grid and budget (1.2).
+    Interest(InterestInfo),
 }

@@ -3,6 +3,7 @@
 //! change: `STARLING_BLESS=1 cargo test -p starling-protocol --test golden`,
 //! then update PROTOCOL.md's worked example and bump the protocol version.
 
+use starling_protocol::interest::CellMirror;
 use starling_protocol::{Frame, ServerFrame, decode_server, golden};
 
 #[test]
@@ -12,8 +13,14 @@ fn golden_vectors_are_byte_identical() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
         std::fs::write(format!("{dir}/keyframe.bin"), &k).unwrap();
         std::fs::write(format!("{dir}/delta.bin"), &d).unwrap();
+        std::fs::write(format!("{dir}/cells.bin"), golden::encode_cells()).unwrap();
         return;
     }
+    assert_eq!(
+        golden::encode_cells(),
+        golden::CELLS,
+        "cell batch bytes changed"
+    );
     assert_eq!(k, golden::KEYFRAME, "keyframe bytes changed");
     assert_eq!(d, golden::DELTA, "delta bytes changed");
     assert!(golden::matches_committed());
@@ -37,4 +44,37 @@ fn golden_vectors_decode_to_the_frames() {
     assert_eq!(third, c);
     // Boid 9 (listed last, ids ascend) teleported: exactly one exception.
     assert_eq!(golden::DELTA.len(), 40 + 4 * 3 + 12);
+}
+
+#[test]
+fn the_golden_cell_batch_moves_boid_9_between_cells() {
+    let [a, b, c] = golden::frames();
+    let quant = c.quant.unwrap();
+    let grid = golden::CELL_GRID;
+    let mut m = CellMirror::new(grid, quant);
+    // The mirror holds frames 1 and 2 of both cells (sent in full).
+    for f in [&a, &b] {
+        let mut cells = Vec::new();
+        grid.split(f, &mut cells);
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), Default::default());
+        starling_protocol::interest::begin_batch(f.tick, &[], false, &[], &mut batch);
+        for (k, cell) in cells.iter().enumerate() {
+            starling_protocol::interest::encode_cell_update(None, None, cell, &mut s, &mut update)
+                .unwrap();
+            starling_protocol::interest::push_update(k as u32, &update, &mut batch);
+        }
+        m.apply(&batch).unwrap();
+    }
+    let ServerFrame::Cells(bytes) = decode_server(golden::CELLS).unwrap() else {
+        panic!("not a cell batch")
+    };
+    m.apply(bytes).unwrap();
+    let mut cells = Vec::new();
+    grid.split(&c, &mut cells);
+    assert_eq!(m.cell(0), Some(&cells[0]));
+    assert_eq!(m.cell(1), Some(&cells[1]));
+    assert_eq!(cells[0].ids, vec![4, 5, 9]);
+    assert!(cells[1].is_empty());
+    assert_eq!(m.summary(0).map(|s| s.count), Some(3));
+    assert_eq!(m.summary(1), None);
 }

@@ -1,6 +1,7 @@
 //! Round trips for every message, delta exactness and quantisation bounds.
 
 use proptest::prelude::*;
+use starling_protocol::interest::CellGrid;
 use starling_protocol::*;
 
 fn vec3() -> impl Strategy<Value = [f32; 3]> {
@@ -124,7 +125,7 @@ fn client_msg() -> impl Strategy<Value = ClientMsg> {
             any::<u16>(),
             any::<u16>(),
             any::<u16>(),
-            proptest::option::of((vec3(), vec3()).prop_map(|(min, max)| Region { min, max }))
+            proptest::option::of(view())
         )
             .prop_map(|(major, minor, max_fps, region)| ClientMsg::Subscribe {
                 major,
@@ -139,7 +140,23 @@ fn client_msg() -> impl Strategy<Value = ClientMsg> {
         }),
         Just(ClientMsg::Resync),
         any::<u64>().prop_map(|nonce| ClientMsg::Ping { nonce }),
+        view().prop_map(ClientMsg::SetView),
     ]
+}
+
+fn view() -> impl Strategy<Value = View> {
+    (
+        vec3(),
+        vec3(),
+        proptest::option::of(vec3()),
+        any::<Option<u32>>(),
+    )
+        .prop_map(|(min, max, eye, budget_bytes_per_s)| View {
+            min,
+            max,
+            eye,
+            budget_bytes_per_s,
+        })
 }
 
 fn server_msg() -> impl Strategy<Value = ServerMsg> {
@@ -302,6 +319,22 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
             ),
         (any::<u64>(), any::<u64>()).prop_map(|(nonce, tick)| ServerMsg::Pong { nonce, tick }),
         (reason, text()).prop_map(|(reason, detail)| ServerMsg::Close(Close { reason, detail })),
+        (
+            [1u16..=16, 1u16..=16, 1u16..=16],
+            quant_box(),
+            any::<u32>(),
+            any::<f32>()
+        )
+            .prop_map(
+                |(cells, quant, budget_bytes_per_s, summary_hz)| ServerMsg::Interest(
+                    InterestInfo {
+                        grid: CellGrid { cells },
+                        quant,
+                        budget_bytes_per_s,
+                        summary_hz,
+                    }
+                )
+            ),
     ]
 }
 

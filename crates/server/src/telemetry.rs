@@ -36,6 +36,11 @@ pub struct Telemetry {
     pub frames_skipped: Counter,
     /// Viewers dropped for not keeping up.
     pub viewers_dropped: Counter,
+    /// Open viewer connections on the interest stream (the tick loop
+    /// builds cell frames only while there is one).
+    pub interest_viewers: Gauge,
+    /// Cell updates encoded (shared by every viewer that is sent them).
+    pub cell_updates_encoded: Counter,
     /// Commands by kind and outcome.
     pub commands: Family<CommandLabels, Counter>,
     /// Swarm metrics, by name (`order`, `collisions`, `clusters`, ...).
@@ -67,6 +72,8 @@ impl Default for Telemetry {
             frames_sent: Counter::default(),
             frames_skipped: Counter::default(),
             viewers_dropped: Counter::default(),
+            interest_viewers: Gauge::default(),
+            cell_updates_encoded: Counter::default(),
             commands: Family::default(),
             swarm: Family::default(),
             registry: Registry::default(),
@@ -94,6 +101,16 @@ impl Default for Telemetry {
             "viewers_dropped",
             "Viewers dropped for not keeping up",
             t.viewers_dropped.clone(),
+        );
+        registry.register(
+            "interest_viewers",
+            "Open viewer connections on the interest stream",
+            t.interest_viewers.clone(),
+        );
+        registry.register(
+            "cell_updates_encoded",
+            "Cell updates encoded, each shared by every viewer sent it",
+            t.cell_updates_encoded.clone(),
         );
         registry.register(
             "commands",

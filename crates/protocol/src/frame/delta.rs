@@ -176,6 +176,22 @@ pub fn encode_delta(
     put_u64(out, base2.map_or(0, |b| b.tick));
     put_u32(out, 0); // exception count, patched below
     put_u32(out, 0);
+    let exceptions = put_residuals(base2, base, next, out);
+    out[32..36].copy_from_slice(&exceptions.to_le_bytes());
+    over("delta bytes", out.len(), MAX_MESSAGE_BYTES)
+}
+
+/// Appends the body of a delta of `next` against `base` (and `base2`):
+/// residuals, heading steps, then exception records, and returns the number
+/// of exceptions. The frames must hold the same boids (callers check).
+/// Shared by [`encode_delta`] and the interest stream's cell updates.
+pub(crate) fn put_residuals(
+    base2: Option<&Frame>,
+    base: &Frame,
+    next: &Frame,
+    out: &mut Vec<u8>,
+) -> u32 {
+    let n = next.len();
     let resid_at = out.len();
     let steps_at = resid_at + 3 * n;
     out.resize(resid_at + 4 * n, 0);
@@ -217,8 +233,7 @@ pub fn encode_delta(
             e &= e - 1;
         }
     }
-    out[32..36].copy_from_slice(&exceptions.to_le_bytes());
-    over("delta bytes", out.len(), MAX_MESSAGE_BYTES)
+    exceptions
 }
 
 #[cfg(test)]

@@ -23,8 +23,10 @@ mod keyframe;
 mod reader;
 
 pub use delta::encode_delta;
+pub(crate) use delta::put_residuals;
 pub use keyframe::encode_keyframe;
 pub use reader::{DeltaView, KeyframeView};
+pub(crate) use reader::{Reader, apply_residuals, count, invalid, reserved};
 
 /// First byte of a keyframe message.
 pub const KIND_KEYFRAME: u8 = 0x10;
@@ -99,7 +101,7 @@ impl Frame {
     }
 
     /// Checks the columns agree with the boid count, the limit and the box.
-    fn check_shape(&self) -> Result<(), EncodeError> {
+    pub(crate) fn check_shape(&self) -> Result<(), EncodeError> {
         let n = self.len();
         if n > MAX_BOIDS {
             return Err(EncodeError::OverLimit {
@@ -215,7 +217,7 @@ impl FrameBuilder {
 
 /// Appends `vs` as little-endian `u16`s: a plain copy on little-endian
 /// targets (x86_64, wasm32), a byte swap elsewhere.
-fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
+pub(crate) fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
     if cfg!(target_endian = "little") {
         out.extend_from_slice(bytemuck::cast_slice(vs));
     } else {
@@ -223,18 +225,18 @@ fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
             .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
     }
 }
-fn put_u32(out: &mut Vec<u8>, v: u32) {
+pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
-fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
-fn put_f32(out: &mut Vec<u8>, v: f32) {
+pub(crate) fn put_f32(out: &mut Vec<u8>, v: f32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
 /// `OverLimit` when `value` exceeds `max`.
-fn over(what: &'static str, value: usize, max: usize) -> Result<(), EncodeError> {
+pub(crate) fn over(what: &'static str, value: usize, max: usize) -> Result<(), EncodeError> {
     if value > max {
         Err(EncodeError::OverLimit { what, value, max })
     } else {

@@ -12,17 +12,21 @@ use crate::limits::{MAX_BOIDS, MAX_ID_RUNS};
 use crate::quant::{Q_MAX, QuantBox};
 
 /// Bounds-checked little-endian reads over untrusted bytes.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Self { bytes, at: 0 }
     }
 
-    fn take(&mut self, what: &'static str, need: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(
+        &mut self,
+        what: &'static str,
+        need: usize,
+    ) -> Result<&'a [u8], DecodeError> {
         let have = self.bytes.len() - self.at;
         if need > have {
             return Err(DecodeError::Truncated { what, need, have });
@@ -32,26 +36,36 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        what: &'static str,
+    ) -> Result<[u8; N], DecodeError> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(what, N)?);
         Ok(a)
     }
 
-    fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
         Ok(self.array::<1>(what)?[0])
     }
-    fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }
-    fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
-    fn f32(&mut self, what: &'static str) -> Result<f32, DecodeError> {
+    pub(crate) fn f32(&mut self, what: &'static str) -> Result<f32, DecodeError> {
         Ok(f32::from_le_bytes(self.array(what)?))
     }
 
-    fn finish(&self) -> Result<(), DecodeError> {
+    /// Everything not read yet.
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let s = &self.bytes[self.at..];
+        self.at = self.bytes.len();
+        s
+    }
+
+    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
         match self.bytes.len() - self.at {
             0 => Ok(()),
             left => Err(DecodeError::TrailingBytes(left)),
@@ -59,7 +73,11 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn invalid(field: &'static str, value: impl ToString, allowed: &'static str) -> DecodeError {
+pub(crate) fn invalid(
+    field: &'static str,
+    value: impl ToString,
+    allowed: &'static str,
+) -> DecodeError {
     DecodeError::Invalid {
         field,
         value: value.to_string(),
@@ -67,7 +85,11 @@ fn invalid(field: &'static str, value: impl ToString, allowed: &'static str) -> 
     }
 }
 
-fn count(r: &mut Reader<'_>, field: &'static str, max: usize) -> Result<usize, DecodeError> {
+pub(crate) fn count(
+    r: &mut Reader<'_>,
+    field: &'static str,
+    max: usize,
+) -> Result<usize, DecodeError> {
     let n = r.u32(field)? as usize;
     if n > max {
         return Err(invalid(
@@ -79,7 +101,11 @@ fn count(r: &mut Reader<'_>, field: &'static str, max: usize) -> Result<usize, D
     Ok(n)
 }
 
-fn reserved(r: &mut Reader<'_>, field: &'static str, len: usize) -> Result<(), DecodeError> {
+pub(crate) fn reserved(
+    r: &mut Reader<'_>,
+    field: &'static str,
+    len: usize,
+) -> Result<(), DecodeError> {
     if r.take(field, len)?.iter().any(|&b| b != 0) {
         return Err(invalid(field, "non-zero", "0 (reserved)"));
     }
@@ -292,60 +318,94 @@ impl<'a> DeltaView<'a> {
         out.ids.clone_from(&base.ids);
         out.pos.resize(3 * n, 0);
         out.heading.resize(2 * n, 0);
-        let mut exc = self.exceptions.chunks_exact(EXCEPTION_BYTES);
-        for i in 0..n {
-            let r = &self.residuals[3 * i..3 * i + 3];
-            if r[0] as i8 == RESIDUAL_ESCAPE {
-                let e = exc
-                    .next()
-                    .ok_or_else(|| invalid("exceptions", "too few", "one per escaped residual"))?;
-                let index = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize;
-                if index != i {
-                    return Err(invalid(
-                        "exception index",
-                        index,
-                        "the escaped boid's index, ascending",
-                    ));
-                }
-                for a in 0..3 {
-                    out.pos[3 * i + a] = u16::from_le_bytes([e[4 + 2 * a], e[5 + 2 * a]]);
-                }
-                out.heading[2 * i..2 * i + 2].copy_from_slice(&e[10..12]);
-                continue;
-            }
-            let b = base.position(i);
-            let b2 = base2.unwrap_or(base).position(i);
-            for a in 0..3 {
-                let q = i32::from(predict(b[a], b2[a])) + i32::from(r[a] as i8);
-                if !(0..=i32::from(Q_MAX)).contains(&q) {
-                    return Err(invalid("residual", q, "a position within 0 ..= 65535"));
-                }
-                out.pos[3 * i + a] = q as u16;
-            }
-            let step = self.steps[i];
-            let h = base.heading_of(i);
-            for (c, d) in [
-                (0, i16::from(step >> 4) - 8),
-                (1, i16::from(step & 0x0f) - 8),
-            ] {
-                let v = i16::from(h[c]) + d;
-                if !(0..=255).contains(&v) {
-                    return Err(invalid(
-                        "heading step",
-                        v,
-                        "a heading byte within 0 ..= 255",
-                    ));
-                }
-                out.heading[2 * i + c] = v as u8;
-            }
-        }
-        if exc.next().is_some() {
-            return Err(invalid(
-                "exceptions",
-                "too many",
-                "one per escaped residual",
-            ));
-        }
-        Ok(())
+        apply_residuals(
+            self.residuals,
+            self.steps,
+            self.exceptions,
+            base2,
+            base,
+            out,
+        )
     }
+}
+
+/// Rebuilds positions and headings of `out` (already sized to `base`'s
+/// boids) from a delta body: residuals (3 per boid), heading steps (1 per
+/// boid) and exception records. Shared by [`DeltaView::apply`] and the
+/// interest stream's cell updates.
+pub(crate) fn apply_residuals(
+    residuals: &[u8],
+    steps: &[u8],
+    exceptions: &[u8],
+    base2: Option<&Frame>,
+    base: &Frame,
+    out: &mut Frame,
+) -> Result<(), DecodeError> {
+    let n = base.len();
+    if residuals.len() != 3 * n
+        || steps.len() != n
+        || out.pos.len() != 3 * n
+        || out.heading.len() != 2 * n
+    {
+        return Err(invalid(
+            "residuals",
+            residuals.len(),
+            "three per boid of the base frame",
+        ));
+    }
+    let mut exc = exceptions.chunks_exact(EXCEPTION_BYTES);
+    for i in 0..n {
+        let r = &residuals[3 * i..3 * i + 3];
+        if r[0] as i8 == RESIDUAL_ESCAPE {
+            let e = exc
+                .next()
+                .ok_or_else(|| invalid("exceptions", "too few", "one per escaped residual"))?;
+            let index = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize;
+            if index != i {
+                return Err(invalid(
+                    "exception index",
+                    index,
+                    "the escaped boid's index, ascending",
+                ));
+            }
+            for a in 0..3 {
+                out.pos[3 * i + a] = u16::from_le_bytes([e[4 + 2 * a], e[5 + 2 * a]]);
+            }
+            out.heading[2 * i..2 * i + 2].copy_from_slice(&e[10..12]);
+            continue;
+        }
+        let b = base.position(i);
+        let b2 = base2.unwrap_or(base).position(i);
+        for a in 0..3 {
+            let q = i32::from(predict(b[a], b2[a])) + i32::from(r[a] as i8);
+            if !(0..=i32::from(Q_MAX)).contains(&q) {
+                return Err(invalid("residual", q, "a position within 0 ..= 65535"));
+            }
+            out.pos[3 * i + a] = q as u16;
+        }
+        let step = steps[i];
+        let h = base.heading_of(i);
+        for (c, d) in [
+            (0, i16::from(step >> 4) - 8),
+            (1, i16::from(step & 0x0f) - 8),
+        ] {
+            let v = i16::from(h[c]) + d;
+            if !(0..=255).contains(&v) {
+                return Err(invalid(
+                    "heading step",
+                    v,
+                    "a heading byte within 0 ..= 255",
+                ));
+            }
+            out.heading[2 * i + c] = v as u8;
+        }
+    }
+    if exc.next().is_some() {
+        return Err(invalid(
+            "exceptions",
+            "too many",
+            "one per escaped residual",
+        ));
+    }
+    Ok(())
 }

@@ -1,6 +1,8 @@
 //! Snapshot encoding: each broadcast is quantised and encoded once, as a
 //! keyframe and up to two deltas (from the previous broadcast alone, and
-//! linear from the two before), shared by every viewer as `Bytes`.
+//! linear from the two before), shared by every viewer as `Bytes`; and,
+//! while any viewer is on the interest stream, split into cells
+//! (`interest.rs`).
 
 use std::sync::Arc;
 
@@ -8,7 +10,9 @@ use axum::body::Bytes;
 use starling_protocol::{Frame, FrameBuilder, QuantBox, encode_delta, encode_keyframe};
 use starling_sim::Flock;
 
+use super::interest::CellBuilder;
 use super::published::Broadcast;
+use crate::telemetry::Telemetry;
 
 /// The encoder's state between broadcasts: reused buffers and the last
 /// three frames, so nothing is allocated per broadcast once warm.
@@ -25,6 +29,8 @@ pub struct Encoder {
     /// The tick of the last broadcast, so one tick is never sent twice.
     last_tick: Option<u64>,
     scratch: Vec<u8>,
+    /// The interest stream's cells.
+    cells: CellBuilder,
 }
 
 impl Encoder {
@@ -37,11 +43,18 @@ impl Encoder {
     /// (after a jump, such as a seek, that no delta can describe).
     pub fn restart_chain(&mut self) {
         self.chain = 0;
+        self.cells.restart();
     }
 
     /// Encodes the flock's current state. `keyframe_every` broadcasts at
     /// most go by without a keyframe-only one, so every viewer resynchronises.
-    pub fn encode(&mut self, flock: &Flock, keyframe_every: u64) -> Option<Arc<Broadcast>> {
+    /// Cells are built while the telemetry counts interest viewers.
+    pub fn encode(
+        &mut self,
+        flock: &Flock,
+        keyframe_every: u64,
+        telemetry: &Arc<Telemetry>,
+    ) -> Option<Arc<Broadcast>> {
         let p = *flock.params();
         let quant = QuantBox::around_world(p.world_m, p.dims);
         self.frames.rotate_left(1);
@@ -86,12 +99,20 @@ impl Encoder {
             self.last_keyframe_seq = self.seq;
         }
         self.last_tick = Some(flock.tick());
+        let cells = if telemetry.interest_viewers.get() > 0 {
+            self.cells
+                .build(self.seq, &self.frames[2], p.world_m, p.dims, telemetry)
+        } else {
+            self.cells.restart();
+            None
+        };
         Some(Arc::new(Broadcast {
             seq: self.seq,
             tick: flock.tick(),
             keyframe,
             delta_from_prev,
             delta_linear,
+            cells,
         }))
     }
 }

@@ -1,6 +1,8 @@
 //! The live simulation and what it produces: the tick loop (`tick.rs`)
 //! owns the flock and applies ops at tick boundaries; `broadcast.rs`
-//! encodes each snapshot once for every viewer; `swarm.rs` measures swarm
+//! encodes each snapshot once for every viewer, and `interest.rs` cuts it
+//! into cells whose updates are encoded once for every viewer of the
+//! interest stream; `swarm.rs` measures swarm
 //! metrics on a worker thread; `published.rs` is what everyone else reads;
 //! `history.rs` keeps the last minute for trajectory export;
 //! `checkpoint.rs` writes crash-safe checkpoints; and `recording.rs`
@@ -9,6 +11,7 @@
 pub mod broadcast;
 pub mod checkpoint;
 pub mod history;
+pub mod interest;
 pub mod published;
 pub mod recording;
 pub mod swarm;

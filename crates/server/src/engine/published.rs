@@ -9,6 +9,8 @@ use axum::body::Bytes;
 use starling_protocol::{AgentList, QuantBox};
 use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 
+use super::interest::CellSet;
+
 /// One snapshot broadcast, encoded once and shared by every viewer.
 #[derive(Debug)]
 pub struct Broadcast {
@@ -24,6 +26,9 @@ pub struct Broadcast {
     /// A delta from the two previous broadcasts (`predict = 1`), for a
     /// viewer that holds both; None when a keyframe is required.
     pub delta_linear: Option<Bytes>,
+    /// The broadcast cut into cells, for the interest stream (None while
+    /// no viewer is on it).
+    pub cells: Option<Arc<CellSet>>,
 }
 
 /// The simulation's public state after a tick.

@@ -353,7 +353,7 @@ impl State {
 
     fn encode_broadcast(&mut self) {
         let every = (self.cfg.keyframe_interval_s * self.cfg.snapshot_hz as f32).max(1.0) as u64;
-        if let Some(b) = self.encoder.encode(&self.flock, every) {
+        if let Some(b) = self.encoder.encode(&self.flock, every, &self.telemetry) {
             self.broadcast = Some(b);
         }
     }

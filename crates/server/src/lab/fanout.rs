@@ -115,7 +115,7 @@ async fn viewer(
         let kind = match decode_server(&b)? {
             ServerFrame::Keyframe(_) => Some(true),
             ServerFrame::Delta(_) => Some(false),
-            ServerFrame::Control(_) => None,
+            ServerFrame::Control(_) | ServerFrame::Cells(_) => None,
         };
         if let (Some(key), true) = (kind, *measuring.borrow()) {
             let mut c = counts.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use starling_protocol::{
     AgentList, ClientMsg, Command, ErrorMsg, Frame, Hello, Metrics, PROTOCOL_MAJOR, ParamInfo,
-    ServerFrame, ServerMsg, decode_server, encode_client,
+    ServerFrame, ServerMsg, View, decode_server, encode_client,
 };
 use starling_server::app::{RunError, run};
 use starling_server::config::Config;
@@ -91,6 +91,10 @@ pub(crate) struct Viewer {
     pub(crate) keyframes: usize,
     pub(crate) deltas: usize,
     pub(crate) bytes: usize,
+    /// The interest stream's state (after an `Interest` message).
+    pub(crate) mirror: Option<starling_protocol::interest::CellMirror>,
+    /// The last `Interest` message.
+    pub(crate) interest: Option<starling_protocol::InterestInfo>,
 }
 
 #[derive(Debug)]
@@ -119,6 +123,16 @@ pub(crate) fn subscribe_bytes(max_fps: u16) -> Vec<u8> {
 impl Viewer {
     /// Connects, reads the hello and subscribes.
     pub(crate) async fn connect(addr: SocketAddr, token: Option<&str>, max_fps: u16) -> Self {
+        Self::connect_view(addr, token, max_fps, None).await
+    }
+
+    /// Connects and subscribes with a view (the interest stream) or none.
+    pub(crate) async fn connect_view(
+        addr: SocketAddr,
+        token: Option<&str>,
+        max_fps: u16,
+        view: Option<View>,
+    ) -> Self {
         let url = match token {
             Some(t) => format!("ws://{addr}/ws?token={t}"),
             None => format!("ws://{addr}/ws"),
@@ -144,12 +158,14 @@ impl Viewer {
             keyframes: 0,
             deltas: 0,
             bytes: 0,
+            mirror: None,
+            interest: None,
         };
         v.send(&ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
-            minor: 0,
+            minor: 2,
             max_fps,
-            region: None,
+            region: view,
         })
         .await;
         v
@@ -198,7 +214,20 @@ impl Viewer {
                 self.push(f.clone());
                 Event::Frame(f)
             }
+            ServerFrame::Cells(b) => {
+                let mirror = self.mirror.as_mut().expect("Interest comes before cells");
+                Event::Cells(mirror.apply(b).expect("a batch applies to what we hold"))
+            }
             ServerFrame::Control(c) => match c {
+                ServerMsg::Interest(i) => {
+                    if self.mirror.as_ref().is_none_or(|m| m.grid() != i.grid) {
+                        self.mirror = Some(starling_protocol::interest::CellMirror::new(
+                            i.grid, i.quant,
+                        ));
+                    }
+                    self.interest = Some(i);
+                    Event::Other
+                }
                 ServerMsg::Params(p) => {
                     self.seen.params = Some(p);
                     Event::Other
@@ -248,6 +277,22 @@ impl Viewer {
         }
     }
 
+    /// The next cell batch applied (interest stream).
+    pub(crate) async fn next_cells(&mut self) -> starling_protocol::interest::Applied {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no cell batch within {WAIT:?}"
+            );
+            match self.read_one().await {
+                Event::Cells(a) => return a,
+                Event::Closed => panic!("connection closed while waiting for cells"),
+                _ => {}
+            }
+        }
+    }
+
     /// Reads until `pred` holds for what was seen (or the connection closes).
     pub(crate) async fn until(&mut self, mut pred: impl FnMut(&Seen) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -290,6 +335,7 @@ impl Viewer {
 /// What one server message was.
 pub(crate) enum Event {
     Frame(Frame),
+    Cells(starling_protocol::interest::Applied),
     Ack(starling_protocol::Ack),
     Error(ErrorMsg),
     Other,

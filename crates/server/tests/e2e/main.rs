@@ -5,6 +5,7 @@ mod access;
 mod bench;
 mod common;
 mod hardening;
+mod interest;
 mod lifecycle;
 mod run;
 mod serve;

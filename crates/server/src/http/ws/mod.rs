@@ -7,7 +7,14 @@
 //! rate and cap account per token); each gets an `Ack` or an `Error` with
 //! its request id, through a bounded `outbox.rs`. Whatever ends a
 //! connection on the server's side sends `Close` with a reason first.
+//!
+//! A viewer that subscribes with a view (1.2) is on the interest stream
+//! instead of the whole-world one: each due broadcast it is sent one cell
+//! batch that `interest.rs` assembles within the byte budget `budget.rs`
+//! keeps; the writer times every send to measure the link's drain.
 
+pub mod budget;
+pub mod interest;
 mod outbox;
 mod reader;
 
@@ -35,7 +42,9 @@ use super::auth::bearer;
 use super::error::ApiError;
 use super::shared::Shared;
 use crate::command::{Actor, allowed, metrics_msg, param_infos};
+use crate::engine::interest::CellSet;
 use crate::engine::published::{Broadcast, Published};
+use interest::ViewerInterest;
 use outbox::Ending;
 
 /// Time a new connection has to send `Subscribe` (it holds a viewer slot
@@ -142,7 +151,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
         return;
     }
     // The first message must be Subscribe, with our major version.
-    let max_fps = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await {
+    let (max_fps, view) = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await {
         Ok(Some(Ok(Message::Binary(b)))) => match decode_client(&b) {
             Ok(ClientMsg::Subscribe {
                 major,
@@ -150,19 +159,20 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
                 region,
                 ..
             }) if major == PROTOCOL_MAJOR => {
-                if region.is_some() {
-                    let e = error_msg(
-                        None,
-                        ErrorCode::Unsupported,
-                        Some("region"),
-                        "regions of interest are not supported by this server; send None",
-                    );
-                    let _ = w.send(e).await;
-                    w.close(CloseReason::ProtocolError, "unsupported subscription")
+                if let Some(Err(e)) = region.map(|v| v.check()) {
+                    let detail = format!("{} = {}: allowed {}", e.field, e.value, e.allowed);
+                    let _ = w
+                        .send(error_msg(
+                            None,
+                            ErrorCode::BadRequest,
+                            Some(&e.field),
+                            &detail,
+                        ))
                         .await;
+                    w.close(CloseReason::ProtocolError, &detail).await;
                     return;
                 }
-                clamp_fps(max_fps, s.0.limits.snapshot_hz)
+                (clamp_fps(max_fps, s.0.limits.snapshot_hz), region)
             }
             other => {
                 let theirs = declared_major(&b);
@@ -200,10 +210,15 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     let (outbox, mut inbox, mut ended) = outbox::outbox();
     let (rate_tx, mut rate_rx) = mpsc::channel::<u16>(4);
     let (resync_tx, mut resync_rx) = mpsc::channel::<()>(1);
+    let (view_tx, mut view_rx) = tokio::sync::watch::channel(view);
     let to_writer = reader::ToWriter {
         rate: rate_tx,
         resync: resync_tx,
+        view: view.is_some().then_some(view_tx),
     };
+    let started = Instant::now();
+    let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO));
+    let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
     // the reader stops running commands before the Close goes out.
     let ender = outbox.clone();
@@ -257,7 +272,17 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
                     st.paused
                         || last_frame_tick.is_none_or(|t: u64| b.tick < t || (b.tick - t) as f64 >= min_ticks * 0.999)
                 };
-                if let Some(b) = st.broadcast.as_ref().filter(|b| due(b)) {
+                if let (Some(vi), Some(b)) = (interest.as_mut(), st.broadcast.as_ref().filter(|b| due(b))) {
+                    let Some(set) = b.cells.as_ref() else { continue };
+                    if held[0] == Some(b.seq) {
+                        continue;
+                    }
+                    if let Err(r) = send_interest(&mut w, vi, set, started.elapsed()).await {
+                        break refused(r, "viewer not keeping up");
+                    }
+                    held = [Some(b.seq), held[0]];
+                    last_frame_tick = Some(b.tick);
+                } else if let Some(b) = st.broadcast.as_ref().filter(|b| due(b)) {
                     if held[0] == Some(b.seq) {
                         continue;
                     }
@@ -279,7 +304,17 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
                 }
             }
             Some(r) = rate_rx.recv() => fps = clamp_fps(r, s.0.limits.snapshot_hz),
-            Some(()) = resync_rx.recv() => held = [None, None],
+            Some(()) = resync_rx.recv() => {
+                held = [None, None];
+                if let Some(vi) = interest.as_mut() {
+                    vi.resync();
+                }
+            }
+            Ok(()) = view_rx.changed() => {
+                if let (Some(vi), Some(v)) = (interest.as_mut(), *view_rx.borrow_and_update()) {
+                    vi.set_view(v);
+                }
+            }
         }
     };
     let refused_ending = matches!(ending, Ending::Refused(..));
@@ -306,6 +341,47 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     if !answered && refused_ending {
         tokio::time::sleep(CLOSE_GRACE).await;
     }
+}
+
+/// Counts a connection on the interest stream for as long as it lives
+/// (the tick loop builds cells while there is one).
+struct InterestGauge(Shared);
+
+impl InterestGauge {
+    fn new(s: &Shared) -> Self {
+        s.0.telemetry.interest_viewers.inc();
+        Self(s.clone())
+    }
+}
+
+impl Drop for InterestGauge {
+    fn drop(&mut self) {
+        self.0.0.telemetry.interest_viewers.dec();
+    }
+}
+
+/// Sends an interest viewer its batch for a broadcast (and the stream's
+/// grid and budget first, when they are new or the budget moved by more
+/// than a tenth), timing the send for the drain estimate.
+async fn send_interest(
+    w: &mut Writer,
+    vi: &mut ViewerInterest,
+    set: &CellSet,
+    now: Duration,
+) -> Result<(), CloseReason> {
+    let out = vi.send(set, now);
+    let info = vi.announcement(now);
+    if let Some(info) = info {
+        w.send(encode(&ServerMsg::Interest(info))).await?;
+    }
+    if let Some(batch) = out.batch {
+        let n = batch.len();
+        let t0 = Instant::now();
+        w.send(batch).await?;
+        vi.budget.sent(n, t0.elapsed(), now + t0.elapsed());
+        w.s.0.telemetry.frames_sent.inc();
+    }
+    Ok(())
 }
 
 fn clamp_fps(asked: u16, max: u32) -> u32 {

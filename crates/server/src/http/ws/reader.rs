@@ -10,9 +10,10 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use starling_protocol::{
-    Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, decode_client,
+    Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, View, decode_client,
+    limits::MAX_VIEW_UPDATES_PER_S,
 };
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::outbox::{Ending, Outbox};
 use super::{encode, error_msg};
@@ -30,6 +31,8 @@ pub(super) struct ToWriter {
     pub(super) rate: mpsc::Sender<u16>,
     /// A request for a keyframe.
     pub(super) resync: mpsc::Sender<()>,
+    /// View updates (None: the viewer is on the whole-world stream).
+    pub(super) view: Option<watch::Sender<Option<View>>>,
 }
 
 /// Reads until the client leaves or breaks the protocol, then ends the
@@ -43,6 +46,7 @@ pub(super) async fn read_loop(
     to_writer: ToWriter,
 ) -> bool {
     let in_flight = Arc::new(Semaphore::new(MAX_COMMANDS_IN_FLIGHT));
+    let mut views = ViewRate::new();
     let ending = loop {
         let bytes = match stream.next().await {
             None | Some(Ok(Message::Close(_))) => break Ending::ClientLeft,
@@ -88,6 +92,7 @@ pub(super) async fn read_loop(
                 request_id,
                 command,
             }) => start_command(&s, actor, &outbox, &in_flight, request_id, command),
+            Ok(ClientMsg::SetView(v)) => set_view(to_writer.view.as_ref(), &mut views, v),
         };
         if let Some(r) = reply {
             outbox.push_or_end(r);
@@ -111,6 +116,70 @@ pub(super) async fn read_loop(
             Some(Err(_)) => return false,
         }
     }
+}
+
+/// View updates a connection may send: [`MAX_VIEW_UPDATES_PER_S`] a
+/// second, in bursts of as many.
+#[derive(Debug)]
+struct ViewRate {
+    tokens: f32,
+    last: std::time::Instant,
+}
+
+impl ViewRate {
+    fn new() -> Self {
+        Self {
+            tokens: MAX_VIEW_UPDATES_PER_S as f32,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let rate = MAX_VIEW_UPDATES_PER_S as f32;
+        self.tokens = (self.tokens + rate * (now - self.last).as_secs_f32()).min(rate);
+        self.last = now;
+        let ok = self.tokens >= 1.0;
+        if ok {
+            self.tokens -= 1.0;
+        }
+        ok
+    }
+}
+
+/// Hands a checked view to the writer, or says why not.
+fn set_view(
+    to: Option<&watch::Sender<Option<View>>>,
+    rate: &mut ViewRate,
+    v: View,
+) -> Option<axum::body::Bytes> {
+    let Some(to) = to else {
+        return Some(error_msg(
+            None,
+            ErrorCode::Unsupported,
+            Some("view"),
+            "this connection is on the whole-world stream: subscribe with a view to use views",
+        ));
+    };
+    if !rate.take() {
+        return Some(error_msg(
+            None,
+            ErrorCode::RateLimited,
+            Some("view"),
+            &format!("at most {MAX_VIEW_UPDATES_PER_S} view updates a second; this one is ignored"),
+        ));
+    }
+    if let Err(e) = v.check() {
+        let detail = format!("{} = {}: allowed {}", e.field, e.value, e.allowed);
+        return Some(error_msg(
+            None,
+            ErrorCode::BadRequest,
+            Some(&e.field),
+            &detail,
+        ));
+    }
+    to.send_replace(Some(v));
+    None
 }
 
 /// Starts a command on a task of its own (so a slow op never blocks

@@ -1,0 +1,133 @@
+//! The receiving end of the interest stream: the cells a viewer holds in
+//! full (the last two frames of each, which updates apply to) and the
+//! summaries of the rest. The reference client: the viewer and the tests
+//! use it.
+
+use super::batch::BatchView;
+use super::grid::CellGrid;
+use super::summary::CellSummary;
+use super::update::{CellScratch, CellUpdateView};
+use crate::error::DecodeError;
+use crate::frame::Frame;
+use crate::quant::QuantBox;
+
+/// The frames held for one cell.
+#[derive(Debug, Default)]
+struct Held {
+    /// Newest frame, then the one before (updates apply to both).
+    frames: [Frame; 2],
+    /// How many of `frames` are valid (0 ..= 2).
+    valid: usize,
+}
+
+/// What applying one batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Cell updates applied.
+    pub updates: usize,
+    /// Boids in the updated cells.
+    pub boids: usize,
+}
+
+/// A viewer's copy of the cells it was sent.
+#[derive(Debug)]
+pub struct CellMirror {
+    grid: CellGrid,
+    quant: QuantBox,
+    held: Vec<Held>,
+    summaries: Vec<Option<CellSummary>>,
+    scratch: CellScratch,
+    spare: Frame,
+    /// The tick of the last batch applied.
+    pub tick: u64,
+}
+
+impl CellMirror {
+    /// An empty mirror for a grid over a quantisation box (from the
+    /// server's `Interest` message).
+    pub fn new(grid: CellGrid, quant: QuantBox) -> Self {
+        let n = if grid.is_valid() { grid.len() } else { 0 };
+        Self {
+            grid,
+            quant,
+            held: (0..n).map(|_| Held::default()).collect(),
+            summaries: vec![None; n],
+            scratch: CellScratch::default(),
+            spare: Frame::default(),
+            tick: 0,
+        }
+    }
+
+    /// The grid.
+    pub fn grid(&self) -> CellGrid {
+        self.grid
+    }
+
+    /// Forgets every held cell (after sending `Resync`).
+    pub fn drop_all(&mut self) {
+        self.held.iter_mut().for_each(|h| h.valid = 0);
+    }
+
+    /// Applies a cell batch. On an error the cell it concerns is dropped
+    /// and the receiver should send `Resync` (and [`Self::drop_all`]).
+    pub fn apply(&mut self, bytes: &[u8]) -> Result<Applied, DecodeError> {
+        let batch = BatchView::parse(bytes, self.held.len())?;
+        self.tick = batch.tick;
+        if batch.complete {
+            self.summaries.iter_mut().for_each(|s| *s = None);
+        }
+        for s in batch.summaries() {
+            self.summaries[s.cell as usize] = Some(s);
+        }
+        for c in batch.dropped() {
+            self.held[c as usize].valid = 0;
+        }
+        let mut applied = Applied::default();
+        for (cell, body) in batch.updates() {
+            let h = &mut self.held[cell as usize];
+            let result = CellUpdateView::parse(body).and_then(|u| {
+                let base = (h.valid >= 1).then_some(&h.frames[0]);
+                let base2 = (h.valid >= 2).then_some(&h.frames[1]);
+                u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)
+            });
+            match result {
+                Ok(()) => {
+                    // The new frame becomes the newest; the old newest (even
+                    // under a full update: it is still that cell's frame at
+                    // its tick) the one before.
+                    h.frames.swap(0, 1);
+                    std::mem::swap(&mut h.frames[0], &mut self.spare);
+                    h.valid = (h.valid + 1).min(2);
+                    applied.updates += 1;
+                    applied.boids += h.frames[0].len();
+                }
+                Err(e) => {
+                    h.valid = 0;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(applied)
+    }
+
+    /// The newest frame of a cell held in full.
+    pub fn cell(&self, cell: u32) -> Option<&Frame> {
+        let h = self.held.get(cell as usize)?;
+        (h.valid > 0).then_some(&h.frames[0])
+    }
+
+    /// Cells held in full, ascending.
+    pub fn held_cells(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.held.len() as u32).filter(|&c| self.held[c as usize].valid > 0)
+    }
+
+    /// A cell's latest summary.
+    pub fn summary(&self, cell: u32) -> Option<&CellSummary> {
+        self.summaries.get(cell as usize)?.as_ref()
+    }
+
+    /// Every summary held, ascending by cell.
+    pub fn summaries(&self) -> impl Iterator<Item = &CellSummary> + '_ {
+        self.summaries.iter().flatten()
+    }
+}

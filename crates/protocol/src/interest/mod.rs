@@ -1,0 +1,31 @@
+//! The interest stream (protocol 1.2). The world's quantisation box is cut
+//! into a coarse grid of cells (`grid.rs`). A viewer that subscribes with
+//! a [`crate::View`] gets, instead of whole-world snapshots, one cell
+//! batch per send (`batch.rs`): summaries of every cell (`summary.rs`) now
+//! and then, and full boids for the cells it looks at, as far as its byte
+//! budget goes, each as a cell update (`update.rs`) in full or against the
+//! two frames of that cell it holds. The server encodes each cell update
+//! once and shares it among viewers; `mirror.rs` is the receiving end.
+//!
+//! A boid belongs to exactly one cell in each tick's frames: the cell of
+//! its quantised position (an integer function both ends agree on). When
+//! it crosses a boundary it is listed as left in its old cell's next
+//! update and as entered, in full, in its new cell's.
+
+mod batch;
+mod grid;
+mod mirror;
+mod summary;
+mod update;
+
+pub use batch::{
+    BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, KIND_CELLS, UPDATE_HEADER_BYTES,
+    begin_batch, push_update,
+};
+pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
+pub use mirror::{Applied, CellMirror};
+pub use summary::{CellSummary, SUMMARY_BYTES};
+pub use update::{
+    CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, KIND_CELL_UPDATE, Predict,
+    encode_cell_update,
+};

@@ -1,0 +1,506 @@
+//! Cell updates (kind `0x13`): one cell's boids at one tick, in full, or
+//! against the frames of that cell the receiver holds. Boids cross cells,
+//! so an update lists the boids that *left* the cell (by their index in
+//! the base frame) and those that *entered* it (in full: id, position,
+//! heading); the boids that *stayed* are coded exactly as a delta codes a
+//! whole frame (residuals against a prediction, heading steps,
+//! exceptions), using the same code.
+//!
+//! Both ends compute the stayed boids' bases the same way:
+//! `base_s` is the base frame without the left boids, and `base2_s` gives
+//! each stayed boid its position in `base2` when it was there, else its
+//! position in `base` (so a boid new to the cell since `base2` is predicted
+//! to stand still). The new frame is the stayed boids after the delta,
+//! merged with the entered boids in id order.
+
+use crate::error::{DecodeError, EncodeError};
+use crate::frame::{
+    EXCEPTION_BYTES, Frame, Reader, apply_residuals, count, invalid, over, put_residuals, put_u16s,
+    put_u32, put_u64, reserved,
+};
+use crate::limits::{MAX_BOIDS, MAX_MESSAGE_BYTES};
+use crate::quant::QuantBox;
+
+/// First byte of a cell update.
+pub const KIND_CELL_UPDATE: u8 = 0x13;
+/// Bytes before a cell update's left list.
+pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
+
+/// How an update's stayed boids are predicted (the `predict` byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Predict {
+    /// No base: every boid is an entered one (`0`).
+    Full,
+    /// From the base frame alone: a boid is predicted where it was (`1`).
+    FromBase,
+    /// Linear from the two frames before (`2`).
+    Linear,
+}
+
+/// Reusable buffers for coding and applying cell updates (nothing is
+/// allocated once they have grown to the largest cell).
+#[derive(Debug, Default)]
+pub struct CellScratch {
+    base: Frame,
+    base2: Frame,
+    next: Frame,
+    left: Vec<u32>,
+    entered: Vec<u32>,
+}
+
+/// `base` without the boids at the (strictly ascending) indices `left`.
+fn without(base: &Frame, left: &[u32], out: &mut Frame) {
+    out.tick = base.tick;
+    out.quant = base.quant;
+    out.ids.clear();
+    out.pos.clear();
+    out.heading.clear();
+    let mut l = left.iter().peekable();
+    for i in 0..base.len() {
+        if l.peek() == Some(&&(i as u32)) {
+            l.next();
+            continue;
+        }
+        out.ids.push(base.ids[i]);
+        out.pos.extend_from_slice(&base.pos[3 * i..3 * i + 3]);
+        out.heading
+            .extend_from_slice(&base.heading[2 * i..2 * i + 2]);
+    }
+}
+
+/// `base_s`'s boids where `base2` had them (else where `base_s` has them),
+/// at `base2`'s tick.
+fn project(base2: &Frame, base_s: &Frame, out: &mut Frame) {
+    out.tick = base2.tick;
+    out.quant = base_s.quant;
+    out.ids.clone_from(&base_s.ids);
+    out.pos.clone_from(&base_s.pos);
+    out.heading.clone_from(&base_s.heading);
+    let mut j = 0;
+    for (i, &id) in base_s.ids.iter().enumerate() {
+        while j < base2.len() && base2.ids[j] < id {
+            j += 1;
+        }
+        if j < base2.len() && base2.ids[j] == id {
+            out.pos[3 * i..3 * i + 3].copy_from_slice(&base2.pos[3 * j..3 * j + 3]);
+        }
+    }
+}
+
+/// Encodes the cell frame `next` into `out` (cleared first): in full when
+/// `base` is None, else against `base` and, when given, `base2` (the two
+/// frames of this cell the receiver holds, newest first).
+pub fn encode_cell_update(
+    base: Option<&Frame>,
+    base2: Option<&Frame>,
+    next: &Frame,
+    scratch: &mut CellScratch,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    next.check()?;
+    let s = scratch;
+    s.left.clear();
+    s.entered.clear();
+    let predict = match base {
+        None => {
+            s.entered.extend(0..next.len() as u32);
+            without(&Frame::default(), &[], &mut s.base);
+            Predict::Full
+        }
+        Some(base) => {
+            base.check()?;
+            if base.quant != next.quant {
+                return Err(EncodeError::NotDeltaCompatible("quantisation box"));
+            }
+            if next.tick <= base.tick {
+                return Err(EncodeError::NotDeltaCompatible("tick order"));
+            }
+            // Merge the two ascending id lists.
+            let (mut i, mut j) = (0, 0);
+            while i < base.len() || j < next.len() {
+                let (b, n) = (base.ids.get(i), next.ids.get(j));
+                match (b, n) {
+                    (Some(b), Some(n)) if b == n => (i, j) = (i + 1, j + 1),
+                    (Some(b), Some(n)) if b < n => {
+                        s.left.push(i as u32);
+                        i += 1;
+                    }
+                    (Some(_), None) => {
+                        s.left.push(i as u32);
+                        i += 1;
+                    }
+                    _ => {
+                        s.entered.push(j as u32);
+                        j += 1;
+                    }
+                }
+            }
+            without(base, &s.left, &mut s.base);
+            match base2 {
+                Some(b2) if b2.tick < base.tick && b2.quant == base.quant => {
+                    project(b2, &s.base, &mut s.base2);
+                    Predict::Linear
+                }
+                Some(_) => return Err(EncodeError::NotDeltaCompatible("second base frame")),
+                None => Predict::FromBase,
+            }
+        }
+    };
+    // The stayed boids of `next`, in order.
+    let next_s = &mut s.next;
+    next_s.tick = next.tick;
+    next_s.quant = next.quant;
+    next_s.ids.clear();
+    next_s.pos.clear();
+    next_s.heading.clear();
+    let mut e = s.entered.iter().peekable();
+    for k in 0..next.len() {
+        if e.peek() == Some(&&(k as u32)) {
+            e.next();
+            continue;
+        }
+        next_s.ids.push(next.ids[k]);
+        next_s.pos.extend_from_slice(&next.pos[3 * k..3 * k + 3]);
+        next_s
+            .heading
+            .extend_from_slice(&next.heading[2 * k..2 * k + 2]);
+    }
+    let n_entered = s.entered.len();
+    out.clear();
+    out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 4 * next_s.len());
+    let predict_byte = match predict {
+        Predict::Full => 0,
+        Predict::FromBase => 1,
+        Predict::Linear => 2,
+    };
+    out.extend_from_slice(&[KIND_CELL_UPDATE, predict_byte, 0, 0]);
+    put_u32(out, next.len() as u32);
+    put_u64(out, next.tick);
+    put_u64(out, base.map_or(0, |b| b.tick));
+    put_u64(
+        out,
+        if predict == Predict::Linear {
+            s.base2.tick
+        } else {
+            0
+        },
+    );
+    put_u32(out, s.left.len() as u32);
+    put_u32(out, n_entered as u32);
+    put_u32(out, 0); // exception count, patched below
+    put_u32(out, 0);
+    s.left.iter().for_each(|&i| put_u32(out, i));
+    s.entered
+        .iter()
+        .for_each(|&k| put_u32(out, next.ids[k as usize]));
+    for &k in &s.entered {
+        put_u16s(out, &next.pos[3 * k as usize..3 * k as usize + 3]);
+    }
+    for &k in &s.entered {
+        out.extend_from_slice(&next.heading_of(k as usize));
+    }
+    let exceptions = if predict == Predict::Full {
+        0
+    } else {
+        let base2_s = (predict == Predict::Linear).then_some(&s.base2);
+        put_residuals(base2_s, &s.base, &s.next, out)
+    };
+    out[40..44].copy_from_slice(&exceptions.to_le_bytes());
+    over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
+}
+
+/// A cell update whose header and sizes are validated, borrowing the
+/// message bytes; [`CellUpdateView::apply`] validates the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellUpdateView<'a> {
+    /// How the stayed boids are predicted.
+    pub predict: Predict,
+    /// The tick the update rebuilds.
+    pub tick: u64,
+    /// The tick of the base frame (None: a full update).
+    pub base_tick: Option<u64>,
+    /// The tick of the frame before the base (linear prediction only).
+    pub base2_tick: Option<u64>,
+    /// Boids in the rebuilt frame.
+    pub n_boids: usize,
+    left: &'a [u8],
+    entered_ids: &'a [u8],
+    entered_pos: &'a [u8],
+    entered_headings: &'a [u8],
+    residuals: &'a [u8],
+    steps: &'a [u8],
+    exceptions: &'a [u8],
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+}
+
+impl<'a> CellUpdateView<'a> {
+    /// Parses and validates a cell update's header and sizes.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let kind = r.u8("kind")?;
+        if kind != KIND_CELL_UPDATE {
+            return Err(DecodeError::UnknownKind(kind));
+        }
+        let predict = match r.u8("predict")? {
+            0 => Predict::Full,
+            1 => Predict::FromBase,
+            2 => Predict::Linear,
+            p => {
+                return Err(invalid(
+                    "predict",
+                    p,
+                    "0 (full), 1 (from base) or 2 (linear)",
+                ));
+            }
+        };
+        reserved(&mut r, "cell update flags", 2)?;
+        let n_boids = count(&mut r, "n_boids", MAX_BOIDS)?;
+        let tick = r.u64("tick")?;
+        let base_tick = r.u64("base_tick")?;
+        let base2_tick = r.u64("base2_tick")?;
+        let n_left = count(&mut r, "n_left", MAX_BOIDS)?;
+        let n_entered = count(&mut r, "n_entered", MAX_BOIDS)?;
+        let n_exc = count(&mut r, "n_exceptions", MAX_BOIDS)?;
+        reserved(&mut r, "cell update reserved", 4)?;
+        if n_entered > n_boids {
+            return Err(invalid("n_entered", n_entered, "at most n_boids"));
+        }
+        let stayed = n_boids - n_entered;
+        if predict == Predict::Full && (n_left != 0 || stayed != 0 || base_tick != 0) {
+            return Err(invalid(
+                "full cell update",
+                format!("{n_left} left, {stayed} stayed, base tick {base_tick}"),
+                "no base: nothing left or stayed, base_tick 0",
+            ));
+        }
+        if n_exc > stayed {
+            return Err(invalid("n_exceptions", n_exc, "at most the stayed boids"));
+        }
+        let ticks_ok = match predict {
+            Predict::Full => base2_tick == 0,
+            Predict::FromBase => tick > base_tick && base2_tick == 0,
+            Predict::Linear => tick > base_tick && base_tick > base2_tick,
+        };
+        if !ticks_ok {
+            return Err(invalid(
+                "ticks",
+                format!("{tick} / {base_tick} / {base2_tick}"),
+                "tick > base_tick > base2_tick, unused ones 0",
+            ));
+        }
+        let view = Self {
+            predict,
+            tick,
+            base_tick: (predict != Predict::Full).then_some(base_tick),
+            base2_tick: (predict == Predict::Linear).then_some(base2_tick),
+            n_boids,
+            left: r.take("left", 4 * n_left)?,
+            entered_ids: r.take("entered ids", 4 * n_entered)?,
+            entered_pos: r.take("entered positions", 6 * n_entered)?,
+            entered_headings: r.take("entered headings", 2 * n_entered)?,
+            residuals: r.take("residuals", 3 * stayed)?,
+            steps: r.take("heading steps", stayed)?,
+            exceptions: r.take("exceptions", EXCEPTION_BYTES * n_exc)?,
+        };
+        r.finish()?;
+        Ok(view)
+    }
+
+    /// Rebuilds the cell's frame into `out` from the frames of this cell
+    /// the receiver holds (`base`, then `base2`, newest first). On error
+    /// `out` holds no valid frame: drop the cell and ask for a resync.
+    pub fn apply(
+        &self,
+        base: Option<&Frame>,
+        base2: Option<&Frame>,
+        quant: QuantBox,
+        scratch: &mut CellScratch,
+        out: &mut Frame,
+    ) -> Result<(), DecodeError> {
+        let s = scratch;
+        let n_left = self.left.len() / 4;
+        let n_entered = self.entered_ids.len() / 4;
+        let stayed = self.n_boids - n_entered;
+        match (self.base_tick, base) {
+            (None, _) => without(&Frame::default(), &[], &mut s.base),
+            (Some(want), Some(b)) if b.tick == want => {
+                if n_left > b.len() || b.len() - n_left != stayed {
+                    return Err(invalid(
+                        "n_left",
+                        n_left,
+                        "the base's boids minus those that stayed",
+                    ));
+                }
+                s.left.clear();
+                for i in 0..n_left {
+                    let index = u32_at(self.left, i);
+                    if index as usize >= b.len() || s.left.last().is_some_and(|&l| l >= index) {
+                        return Err(invalid(
+                            "left index",
+                            index,
+                            "indices into the base, strictly ascending",
+                        ));
+                    }
+                    s.left.push(index);
+                }
+                without(b, &s.left, &mut s.base);
+            }
+            (Some(want), b) => {
+                return Err(DecodeError::BaseMismatch {
+                    want,
+                    have: b.map(|f| f.tick),
+                });
+            }
+        }
+        let base2_s = match (self.base2_tick, base2) {
+            (None, _) => None,
+            (Some(want), Some(b2)) if b2.tick == want => {
+                project(b2, &s.base, &mut s.base2);
+                Some(&s.base2)
+            }
+            (Some(want), b2) => {
+                return Err(DecodeError::BaseMismatch {
+                    want,
+                    have: b2.map(|f| f.tick),
+                });
+            }
+        };
+        let next_s = &mut s.next;
+        next_s.tick = self.tick;
+        next_s.quant = Some(quant);
+        next_s.ids.clone_from(&s.base.ids);
+        next_s.pos.resize(3 * stayed, 0);
+        next_s.heading.resize(2 * stayed, 0);
+        apply_residuals(
+            self.residuals,
+            self.steps,
+            self.exceptions,
+            base2_s,
+            &s.base,
+            next_s,
+        )?;
+        // Merge the stayed and the entered boids in id order.
+        out.tick = self.tick;
+        out.quant = Some(quant);
+        out.ids.clear();
+        out.pos.clear();
+        out.heading.clear();
+        let (mut i, mut k) = (0, 0);
+        let mut last: Option<u32> = None;
+        while i < stayed || k < n_entered {
+            let entered = (k < n_entered).then(|| u32_at(self.entered_ids, k));
+            let take_entered = match (next_s.ids.get(i), entered) {
+                (Some(&a), Some(b)) if a == b => {
+                    return Err(invalid("entered id", b, "an id not already in the cell"));
+                }
+                (Some(&a), Some(b)) => b < a,
+                (None, _) => true,
+                (Some(_), None) => false,
+            };
+            let id = if take_entered {
+                let id = entered.unwrap_or_default();
+                if last.is_some_and(|l| l >= id) {
+                    return Err(invalid("entered id", id, "ids strictly ascending"));
+                }
+                out.ids.push(id);
+                let p = &self.entered_pos[6 * k..6 * k + 6];
+                out.pos
+                    .extend(p.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])));
+                out.heading
+                    .extend_from_slice(&self.entered_headings[2 * k..2 * k + 2]);
+                k += 1;
+                id
+            } else {
+                let id = next_s.ids[i];
+                out.ids.push(id);
+                out.pos.extend_from_slice(&next_s.pos[3 * i..3 * i + 3]);
+                out.heading
+                    .extend_from_slice(&next_s.heading[2 * i..2 * i + 2]);
+                i += 1;
+                id
+            };
+            last = Some(id);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(tick: u64, boids: &[(u32, [u16; 3])]) -> Frame {
+        Frame {
+            tick,
+            quant: Some(QuantBox::around_world([100.0, 100.0, 50.0], 3)),
+            ids: boids.iter().map(|b| b.0).collect(),
+            pos: boids.iter().flat_map(|b| b.1).collect(),
+            heading: boids.iter().flat_map(|b| [(b.0 % 200) as u8, 7]).collect(),
+        }
+    }
+
+    fn roundtrip(base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> usize {
+        let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
+        encode_cell_update(base, base2, next, &mut s, &mut bytes).unwrap();
+        let view = CellUpdateView::parse(&bytes).unwrap();
+        view.apply(base, base2, next.quant.unwrap(), &mut s, &mut out)
+            .unwrap();
+        assert_eq!(&out, next);
+        bytes.len()
+    }
+
+    #[test]
+    fn boids_that_leave_enter_and_stay_rebuild_the_cell_exactly() {
+        let a = frame(
+            10,
+            &[
+                (1, [100, 100, 100]),
+                (3, [200, 200, 200]),
+                (5, [300, 300, 300]),
+            ],
+        );
+        let b = frame(
+            12,
+            &[(1, [110, 100, 100]), (3, [210, 200, 200]), (7, [900, 9, 9])],
+        );
+        let c = frame(
+            14,
+            &[
+                (0, [5, 5, 5]),
+                (3, [220, 200, 200]),
+                (7, [910, 9, 9]),
+                (9, [1, 2, 3]),
+            ],
+        );
+        roundtrip(None, None, &a);
+        roundtrip(Some(&a), None, &b);
+        // Linear: boid 3 is predicted exactly (a residual of 0), boid 7 from
+        // its base alone (it was not in the cell two frames ago).
+        let n = roundtrip(Some(&b), Some(&a), &c);
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 2 * 4);
+        roundtrip(Some(&c), Some(&b), &frame(16, &[]));
+        roundtrip(Some(&frame(16, &[])), None, &frame(18, &[(4, [1, 1, 1])]));
+    }
+
+    #[test]
+    fn an_update_against_frames_the_receiver_does_not_hold_is_a_base_mismatch() {
+        let a = frame(10, &[(1, [100, 100, 100])]);
+        let b = frame(12, &[(1, [110, 100, 100])]);
+        let c = frame(14, &[(1, [120, 100, 100])]);
+        let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
+        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
+        let view = CellUpdateView::parse(&bytes).unwrap();
+        let q = c.quant.unwrap();
+        assert!(matches!(
+            view.apply(Some(&a), None, q, &mut s, &mut out),
+            Err(DecodeError::BaseMismatch { want: 12, .. })
+        ));
+        assert!(matches!(
+            view.apply(Some(&b), Some(&b), q, &mut s, &mut out),
+            Err(DecodeError::BaseMismatch { want: 10, .. })
+        ));
+    }
+}

@@ -1,0 +1,149 @@
+//! The interest stream end to end: frames split into cells, cell updates
+//! encoded as the server tracks what each viewer holds, batches applied by
+//! the mirror, which must hold exactly the server's cells; and decoders
+//! that never panic on untrusted bytes.
+
+use proptest::prelude::*;
+use starling_protocol::interest::{
+    CellGrid, CellMirror, CellScratch, CellSummary, begin_batch, encode_cell_update, push_update,
+};
+use starling_protocol::{Frame, QuantBox};
+
+fn quant() -> QuantBox {
+    QuantBox::around_world([100.0, 100.0, 50.0], 3)
+}
+
+/// Whole frames of a flock whose boids drift across cells, and now and
+/// then die or are born.
+fn flock(seed: u64, n: usize, frames: usize) -> Vec<Frame> {
+    let mut s = seed | 1;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut boids: Vec<(u32, [i32; 3], [i32; 3])> = (0..n as u32)
+        .map(|id| {
+            let p = [0, 1, 2].map(|_| (rnd() % 65536) as i32);
+            let v = [0, 1, 2].map(|_| (rnd() % 2001) as i32 - 1000);
+            (id, p, v)
+        })
+        .collect();
+    let mut next_id = n as u32;
+    (0..frames)
+        .map(|f| {
+            for b in &mut boids {
+                for a in 0..3 {
+                    b.2[a] += (rnd() % 41) as i32 - 20;
+                    b.1[a] = (b.1[a] + b.2[a]).clamp(0, 65535);
+                }
+            }
+            if rnd() % 3 == 0 && !boids.is_empty() {
+                let k = (rnd() as usize) % boids.len();
+                boids.remove(k);
+            }
+            if rnd() % 3 == 0 {
+                boids.push((next_id, [30000, 30000, 30000], [500, 0, 0]));
+                next_id += 1;
+            }
+            let mut sorted = boids.clone();
+            sorted.sort_by_key(|b| b.0);
+            Frame {
+                tick: 10 + 3 * f as u64,
+                quant: Some(quant()),
+                ids: sorted.iter().map(|b| b.0).collect(),
+                pos: sorted.iter().flat_map(|b| b.1.map(|x| x as u16)).collect(),
+                heading: sorted
+                    .iter()
+                    .flat_map(|b| [(b.2[0] / 8 + 128) as u8, (b.2[1] / 8 + 128) as u8])
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whichever cells the server sends when, the mirror's held cells
+    /// equal the server's frames of them at the tick they were sent.
+    #[test]
+    fn the_mirror_holds_exactly_the_cells_it_was_sent(
+        seed in any::<u64>(), n in 0usize..300, frames in 2usize..12, pick in any::<u64>(),
+    ) {
+        let grid = CellGrid { cells: [3, 2, 2] };
+        let whole = flock(seed, n, frames);
+        let mut mirror = CellMirror::new(grid, quant());
+        // What the server believes the viewer holds: per cell, the frames
+        // it sent last and before that.
+        let mut sent: Vec<Vec<Frame>> = vec![Vec::new(); grid.len()];
+        let (mut cells, mut scratch, mut update, mut batch) =
+            (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
+        let mut bits = pick;
+        for w in &whole {
+            grid.split(w, &mut cells);
+            let summaries: Vec<CellSummary> = (0..grid.len() as u32)
+                .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant()))
+                .collect();
+            begin_batch(w.tick, &summaries, true, &[], &mut batch);
+            for c in 0..grid.len() {
+                bits = bits.rotate_left(1) ^ 0x9e37_79b9;
+                if bits % 3 == 0 {
+                    continue; // not sent this time
+                }
+                let held = &sent[c];
+                let (base, base2) = match held.len() {
+                    0 => (None, None),
+                    1 => (held.last(), None),
+                    _ => (held.last(), (bits % 5 != 0).then(|| &held[held.len() - 2])),
+                };
+                encode_cell_update(base, base2, &cells[c], &mut scratch, &mut update).unwrap();
+                push_update(c as u32, &update, &mut batch);
+                sent[c].push(cells[c].clone());
+            }
+            mirror.apply(&batch).unwrap();
+            for c in 0..grid.len() {
+                prop_assert_eq!(mirror.cell(c as u32), sent[c].last());
+                let count = mirror.summary(c as u32).map_or(0, |s| s.count as usize);
+                prop_assert_eq!(count, cells[c].len());
+            }
+        }
+    }
+
+    /// Random bytes, and valid batches with bytes flipped, never panic the
+    /// mirror: they are applied or refused.
+    #[test]
+    fn untrusted_batches_never_panic(
+        noise in proptest::collection::vec(any::<u8>(), 0..400),
+        seed in any::<u64>(), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+    ) {
+        let grid = CellGrid { cells: [2, 2, 1] };
+        let mut mirror = CellMirror::new(grid, quant());
+        let _ = mirror.apply(&noise);
+        let mut with_kind = noise.clone();
+        with_kind.insert(0, 0x12);
+        let _ = mirror.apply(&with_kind);
+        let whole = flock(seed, 40, 3);
+        let (mut cells, mut scratch, mut update, mut batch) =
+            (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
+        let mut held: Vec<Option<Frame>> = vec![None; grid.len()];
+        for w in &whole {
+            grid.split(w, &mut cells);
+            begin_batch(w.tick, &[], false, &[], &mut batch);
+            for c in 0..grid.len() {
+                encode_cell_update(held[c].as_ref(), None, &cells[c], &mut scratch, &mut update).unwrap();
+                push_update(c as u32, &update, &mut batch);
+                held[c] = Some(cells[c].clone());
+            }
+            let mut bad = batch.clone();
+            for &(at, x) in &flips {
+                let i = at % bad.len();
+                bad[i] ^= x | 1;
+            }
+            let mut fresh = CellMirror::new(grid, quant());
+            let _ = fresh.apply(&bad);
+            let _ = mirror.apply(&batch);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The interest stream's shared half: each broadcast's whole frame split
+//! into cell frames with their summaries ([`CellFrames`], built on the tick
+//! thread while any viewer uses the stream), and the cell updates encoded
+//! from them ([`CellSet`]), each encoded at most once, on the first
+//! viewer's task that needs it, and shared by every viewer after. What
+//! one viewer is sent, and when, is `http/ws/interest.rs`.
+//!
+//! A cell update is either full, or linear against the frames of the cell
+//! at broadcasts `seq − k` and `seq − 2k` (a viewer sent the cell every
+//! k-th broadcast holds exactly those), for k up to [`MAX_STRIDE`]. So a
+//! cell has at most `1 + MAX_STRIDE` encodings per broadcast, however
+//! many viewers there are: the encode cost is flat in the viewer count.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Bytes;
+use starling_protocol::interest::{CellGrid, CellScratch, CellSummary, encode_cell_update};
+use starling_protocol::{Frame, QuantBox};
+
+use crate::telemetry::Telemetry;
+
+/// Largest broadcast stride a viewer can hold a cell at and still be sent
+/// deltas (a viewer at a third of the snapshot rate, at 3).
+pub const MAX_STRIDE: u64 = 3;
+
+/// One broadcast's cell frames.
+#[derive(Debug)]
+pub struct CellFrames {
+    /// The broadcast's sequence number.
+    pub seq: u64,
+    /// The tick it shows.
+    pub tick: u64,
+    /// The grid the cells are cut by.
+    pub grid: CellGrid,
+    /// The quantisation box.
+    pub quant: QuantBox,
+    /// Each cell's boids, in id order.
+    pub cells: Vec<Frame>,
+    /// The summary of every cell holding boids, ascending by cell.
+    pub summaries: Vec<CellSummary>,
+}
+
+/// How a viewer holds a cell: the seqs of the last two broadcasts it was
+/// sent this cell from (newest first).
+pub type Held = [Option<u64>; 2];
+
+/// One broadcast's cells and their lazily encoded updates.
+#[derive(Debug)]
+pub struct CellSet {
+    /// This broadcast's frames.
+    pub now: Arc<CellFrames>,
+    /// The frames of the broadcasts before, newest first (`past[j]` is
+    /// seq − 1 − j), as far back as deltas reach (2 · [`MAX_STRIDE`]).
+    past: Vec<Arc<CellFrames>>,
+    /// Each cell's full update.
+    full: Vec<OnceLock<Option<Bytes>>>,
+    /// Each cell's linear update at stride k (index k − 1); None when it
+    /// would not be smaller than the full one.
+    linear: Vec<[OnceLock<Option<Bytes>>; MAX_STRIDE as usize]>,
+    telemetry: Arc<Telemetry>,
+}
+
+impl CellSet {
+    /// The broadcast's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.now.seq
+    }
+
+    fn frames_at(&self, seq: u64) -> Option<&CellFrames> {
+        if seq == self.now.seq {
+            return Some(&self.now);
+        }
+        let back = self.now.seq.checked_sub(seq)?.checked_sub(1)? as usize;
+        self.past.get(back).map(|f| &**f)
+    }
+
+    fn encode(&self, base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> Option<Bytes> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
+        }
+        SCRATCH.with_borrow_mut(|(scratch, out)| {
+            match encode_cell_update(base, base2, next, scratch, out) {
+                Ok(()) => {
+                    self.telemetry.cell_updates_encoded.inc();
+                    Some(Bytes::copy_from_slice(out))
+                }
+                Err(e) => {
+                    // Our own frames: this would be a bug, not bad input.
+                    tracing::error!(error = %e, "cell update not encoded");
+                    None
+                }
+            }
+        })
+    }
+
+    /// The cell's full update.
+    pub fn full(&self, cell: u32) -> Option<&Bytes> {
+        let c = cell as usize;
+        let next = self.now.cells.get(c)?;
+        self.full
+            .get(c)?
+            .get_or_init(|| self.encode(None, None, next))
+            .as_ref()
+    }
+
+    /// The cheapest update that brings a viewer holding the cell as `held`
+    /// to this broadcast, and how it then holds it.
+    pub fn update_for(&self, cell: u32, held: Held) -> Option<(&Bytes, Held)> {
+        let seq = self.now.seq;
+        let c = cell as usize;
+        if let [Some(a), Some(b)] = held {
+            let k = seq.saturating_sub(a);
+            if (1..=MAX_STRIDE).contains(&k) && a.checked_sub(k) == Some(b) {
+                let slot = &self.linear.get(c)?[(k - 1) as usize];
+                let linear = slot.get_or_init(|| {
+                    let base = self.frames_at(a)?.cells.get(c)?;
+                    let base2 = self.frames_at(b)?.cells.get(c)?;
+                    let bytes = self.encode(Some(base), Some(base2), &self.now.cells[c])?;
+                    // Smaller than the full update, or not worth it.
+                    let full = self.full(cell)?;
+                    (bytes.len() < full.len()).then_some(bytes)
+                });
+                if let Some(bytes) = linear {
+                    return Some((bytes, [Some(seq), Some(a)]));
+                }
+            }
+        }
+        // The receiver keeps the frame it held as the one before.
+        Some((self.full(cell)?, [Some(seq), held[0]]))
+    }
+}
+
+/// Splits each broadcast into cells and keeps the frames deltas need.
+#[derive(Debug, Default)]
+pub struct CellBuilder {
+    /// Frames of recent broadcasts, newest first.
+    ring: VecDeque<Arc<CellFrames>>,
+    /// Reused split buffers (moved into each `CellFrames`).
+    spare: Vec<Frame>,
+}
+
+impl CellBuilder {
+    /// Forgets the recent frames: the next set starts a new chain (after a
+    /// jump no delta can describe).
+    pub fn restart(&mut self) {
+        self.ring.clear();
+    }
+
+    /// Builds the cells of broadcast `seq` from its whole frame.
+    pub fn build(
+        &mut self,
+        seq: u64,
+        whole: &Frame,
+        world_m: [f32; 3],
+        dims: u8,
+        telemetry: &Arc<Telemetry>,
+    ) -> Option<Arc<CellSet>> {
+        let quant = whole.quant?;
+        let grid = CellGrid::for_world(world_m, dims);
+        // A new chain when the grid, the box or the clock changed.
+        if self.ring.front().is_some_and(|f| {
+            f.grid != grid || f.quant != quant || f.tick >= whole.tick || f.seq + 1 != seq
+        }) {
+            self.ring.clear();
+        }
+        let mut cells = std::mem::take(&mut self.spare);
+        grid.split(whole, &mut cells);
+        let summaries = (0..grid.len() as u32)
+            .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant))
+            .collect();
+        let now = Arc::new(CellFrames {
+            seq,
+            tick: whole.tick,
+            grid,
+            quant,
+            cells,
+            summaries,
+        });
+        let n = grid.len();
+        let set = CellSet {
+            now: now.clone(),
+            past: self.ring.iter().cloned().collect(),
+            full: (0..n).map(|_| OnceLock::new()).collect(),
+            linear: (0..n).map(|_| Default::default()).collect(),
+            telemetry: telemetry.clone(),
+        };
+        self.ring.push_front(now);
+        self.ring.truncate(2 * MAX_STRIDE as usize);
+        Some(Arc::new(set))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starling_protocol::interest::{CellMirror, begin_batch, push_update};
+
+    fn whole(tick: u64, xs: &[(u32, u16)]) -> Frame {
+        Frame {
+            tick,
+            quant: Some(QuantBox::around_world([100.0, 100.0, 50.0], 3)),
+            ids: xs.iter().map(|b| b.0).collect(),
+            pos: xs.iter().flat_map(|b| [b.1, 100, 100]).collect(),
+            heading: xs.iter().flat_map(|_| [128, 128]).collect(),
+        }
+    }
+
+    #[test]
+    fn viewers_at_any_stride_are_sent_updates_their_mirror_applies() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let grid = CellGrid::for_world([100.0, 100.0, 50.0], 3);
+        let quant = QuantBox::around_world([100.0, 100.0, 50.0], 3);
+        // Viewers sent every broadcast, every second and every fourth.
+        let strides = [1u64, 2, 4];
+        let mut mirrors: Vec<CellMirror> = strides
+            .iter()
+            .map(|_| CellMirror::new(grid, quant))
+            .collect();
+        let mut held: Vec<Vec<Held>> = strides
+            .iter()
+            .map(|_| vec![[None, None]; grid.len()])
+            .collect();
+        let mut batch = Vec::new();
+        let mut kinds = [0usize; 2];
+        for seq in 1..=24u64 {
+            // Boids fly along x through the cells, one by one.
+            let f = whole(
+                seq * 2,
+                &[
+                    (1, (seq * 700) as u16),
+                    (2, (seq * 900 + 50) as u16),
+                    (5, 30_000),
+                ],
+            );
+            let set = b.build(seq, &f, [100.0, 100.0, 50.0], 3, &tel).unwrap();
+            for (v, &stride) in strides.iter().enumerate() {
+                if seq % stride != 0 {
+                    continue;
+                }
+                begin_batch(f.tick, &set.now.summaries, true, &[], &mut batch);
+                for c in 0..grid.len() as u32 {
+                    let h = &mut held[v][c as usize];
+                    if set.now.cells[c as usize].is_empty() && h[0].is_none() {
+                        continue;
+                    }
+                    let (bytes, now) = set.update_for(c, *h).unwrap();
+                    let linear = h[0].is_some_and(|a| now[1] == Some(a))
+                        && bytes.len() < set.full(c).unwrap().len();
+                    kinds[usize::from(linear)] += 1;
+                    *h = now;
+                    push_update(c, bytes, &mut batch);
+                }
+                mirrors[v].apply(&batch).unwrap();
+                for c in 0..grid.len() as u32 {
+                    if held[v][c as usize][0].is_some() {
+                        assert_eq!(
+                            mirrors[v].cell(c),
+                            Some(&set.now.cells[c as usize]),
+                            "viewer {v} cell {c} seq {seq}"
+                        );
+                    }
+                }
+            }
+        }
+        // Strides 1 and 2 reach deltas; stride 4 is beyond MAX_STRIDE.
+        assert!(kinds[1] > 0 && kinds[0] > 0, "{kinds:?}");
+        // Encodings are shared: far fewer than viewers × cells × sends.
+        assert!(tel.cell_updates_encoded.get() > 0);
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_starts_a_new_chain() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        for seq in 1..=3 {
+            b.build(
+                seq,
+                &whole(10 * seq, &[(1, 500)]),
+                [100.0, 100.0, 50.0],
+                3,
+                &tel,
+            );
+        }
+        let set = b
+            .build(4, &whole(5, &[(1, 500)]), [100.0, 100.0, 50.0], 3, &tel)
+            .unwrap();
+        assert!(set.past.is_empty());
+        let c = set.now.grid.cell_of([500, 100, 100]);
+        let (_, held) = set.update_for(c, [Some(3), Some(2)]).unwrap();
+        assert_eq!(held, [Some(4), Some(3)], "a full update after the jump");
+    }
+}

@@ -1,0 +1,170 @@
+//! One interest viewer's byte budget: the rate it declared, capped by what
+//! its link drains, measured from the socket's backpressure, with a floor
+//! ([`MIN_VIEW_BUDGET`]). Sending is paced by a token bucket at that rate.
+//!
+//! The drain estimate: over each [`WINDOW`], if sends spent more than
+//! [`BLOCKED_FRACTION`] of it waiting for the socket, the link is the
+//! limit, and the estimate becomes 90 % of what it carried; if the sends
+//! used most of the budget without waiting, the estimate grows by half, so
+//! a link that got faster is found again. A slow link adapts on its own.
+
+use std::time::Duration;
+
+use starling_protocol::limits::{MAX_VIEW_BUDGET, MIN_VIEW_BUDGET};
+
+/// How often the drain estimate is revised.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// The share of a window spent waiting on the socket that marks the link
+/// as the limit.
+pub const BLOCKED_FRACTION: f64 = 0.2;
+/// The drain estimate a new viewer starts from, bytes per second.
+pub const START_DRAIN: f64 = 1_000_000.0;
+/// Tokens the bucket holds at most, in seconds of the rate.
+const BURST_S: f64 = 0.2;
+
+/// A viewer's budget and its link's measured drain.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    declared: Option<u32>,
+    drain: f64,
+    tokens: f64,
+    last_refill: Duration,
+    window_start: Duration,
+    window_bytes: u64,
+    window_blocked: Duration,
+}
+
+impl Budget {
+    /// A budget for a viewer that declared `declared` bytes per second (or
+    /// none), at connection time `now`.
+    pub fn new(declared: Option<u32>, now: Duration) -> Self {
+        Self {
+            declared,
+            drain: START_DRAIN,
+            tokens: 0.0,
+            last_refill: now,
+            window_start: now,
+            window_bytes: 0,
+            window_blocked: Duration::ZERO,
+        }
+    }
+
+    /// A new declared rate (from a view update).
+    pub fn declare(&mut self, declared: Option<u32>) {
+        self.declared = declared;
+    }
+
+    /// The rate sends are paced at, bytes per second.
+    pub fn rate(&self) -> u32 {
+        let wanted = f64::from(self.declared.unwrap_or(MAX_VIEW_BUDGET));
+        wanted
+            .min(self.drain)
+            .clamp(f64::from(MIN_VIEW_BUDGET), f64::from(MAX_VIEW_BUDGET)) as u32
+    }
+
+    /// Adds the tokens earned since the last refill.
+    pub fn refill(&mut self, now: Duration) {
+        let rate = f64::from(self.rate());
+        let dt = now.saturating_sub(self.last_refill).as_secs_f64();
+        self.last_refill = now;
+        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S);
+    }
+
+    /// Whether the bucket allows another send (it may go into debt by one
+    /// message, paid back before the next).
+    pub fn can_send(&self) -> bool {
+        self.tokens > 0.0
+    }
+
+    /// Takes a message's bytes from the bucket.
+    pub fn spend(&mut self, bytes: usize) {
+        self.tokens -= bytes as f64;
+    }
+
+    /// Records a send of `bytes` that took `took` to be accepted by the
+    /// socket, and revises the drain estimate at the end of a window.
+    pub fn sent(&mut self, bytes: usize, took: Duration, now: Duration) {
+        self.window_bytes += bytes as u64;
+        self.window_blocked += took;
+        let elapsed = now.saturating_sub(self.window_start);
+        if elapsed < WINDOW {
+            return;
+        }
+        let secs = elapsed.as_secs_f64();
+        let carried = self.window_bytes as f64 / secs;
+        if self.window_blocked.as_secs_f64() > BLOCKED_FRACTION * secs {
+            self.drain = (0.9 * carried).max(f64::from(MIN_VIEW_BUDGET));
+        } else if carried > 0.5 * f64::from(self.rate()) {
+            self.drain = (self.drain * 1.5).min(f64::from(MAX_VIEW_BUDGET));
+        }
+        self.window_start = now;
+        self.window_bytes = 0;
+        self.window_blocked = Duration::ZERO;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Sends every 33 ms as the bucket allows, over a link that drains
+    /// `link` bytes per second (a send waits while the link is busy).
+    fn simulate(declared: Option<u32>, link: f64, seconds: u32) -> (Budget, f64) {
+        let mut b = Budget::new(declared, Duration::ZERO);
+        let (mut busy_until, mut sent_last_s) = (0.0f64, 0u64);
+        let mut t = Duration::ZERO;
+        let total = Duration::from_secs(u64::from(seconds));
+        while t < total {
+            b.refill(t);
+            let mut took = Duration::ZERO;
+            let mut bytes = 0;
+            while b.can_send() {
+                let n = 4000;
+                b.spend(n);
+                bytes += n;
+                let now = t.as_secs_f64() + took.as_secs_f64();
+                busy_until = busy_until.max(now) + n as f64 / link;
+                // The socket accepts once the link has room (a small buffer).
+                let wait = (busy_until - now - 0.05).max(0.0);
+                took += Duration::from_secs_f64(wait);
+            }
+            if t >= total - Duration::from_secs(1) {
+                sent_last_s += bytes as u64;
+            }
+            t += 33 * MS + took;
+            b.sent(bytes, took, t);
+        }
+        (b, sent_last_s as f64)
+    }
+
+    #[test]
+    fn a_declared_budget_is_kept_on_a_fast_link() {
+        let (b, carried) = simulate(Some(250_000), 1e9, 10);
+        assert_eq!(b.rate(), 250_000);
+        assert!(carried <= 250_000.0 * 1.1 + 4000.0, "{carried}");
+        assert!(carried >= 250_000.0 * 0.8, "{carried}");
+    }
+
+    #[test]
+    fn a_slow_link_brings_the_budget_down_to_what_it_drains() {
+        let (b, _) = simulate(Some(2_000_000), 100_000.0, 12);
+        let rate = f64::from(b.rate());
+        assert!(
+            rate <= 110_000.0 && rate >= f64::from(MIN_VIEW_BUDGET),
+            "{rate}"
+        );
+    }
+
+    #[test]
+    fn the_floor_and_the_cap_hold() {
+        let (b, _) = simulate(None, 1_000.0, 8);
+        assert_eq!(b.rate(), MIN_VIEW_BUDGET);
+        let mut b = Budget::new(None, Duration::ZERO);
+        for s in 1..40 {
+            b.sent(b.rate() as usize, Duration::ZERO, Duration::from_secs(s));
+        }
+        assert_eq!(b.rate(), MAX_VIEW_BUDGET);
+    }
+}

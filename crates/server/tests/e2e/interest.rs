@@ -1,0 +1,161 @@
+//! The interest stream (protocol 1.2) against a running server: a viewer
+//! that subscribes with a view gets the cells it looks at in full and the
+//! whole flock as summaries, within its byte budget; moving the view moves
+//! the cells; bad views are refused naming the field.
+
+use std::time::Instant;
+
+use starling_protocol::interest::CellMirror;
+use starling_protocol::{ClientMsg, ErrorCode, View};
+use starling_server::config::Config;
+
+use crate::common::{TestServer, Viewer, test_config};
+
+/// Every held cell lies in `view`, and its boids lie in their cell.
+fn check_held(m: &CellMirror, view: &View) {
+    let grid = m.grid();
+    for c in m.held_cells() {
+        let f = m.cell(c).unwrap();
+        let quant = f.quant.unwrap();
+        let (lo, hi) = grid.bounds_m(c, &quant);
+        assert!(
+            (0..3).all(|a| hi[a] >= view.min[a] && lo[a] <= view.max[a]),
+            "cell {c} ({lo:?} .. {hi:?}) is held but not in view"
+        );
+        for i in 0..f.len() {
+            assert_eq!(
+                grid.cell_of(f.position(i)),
+                c,
+                "boid {} is in another cell",
+                f.ids[i]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_budget() {
+    let server = TestServer::start(Config {
+        population: 5_000,
+        ..test_config()
+    })
+    .await;
+    let budget = 64_000;
+    // A corner of the 160 × 160 × 80 m world.
+    let corner = View {
+        min: [0.0, 0.0, 0.0],
+        max: [60.0, 60.0, 80.0],
+        eye: Some([30.0, 30.0, 120.0]),
+        budget_bytes_per_s: Some(budget),
+    };
+    let mut v = Viewer::connect_view(server.addr, None, 30, Some(corner)).await;
+    let start = Instant::now();
+    let (mut batches, mut updates) = (0, 0);
+    let bytes_before = v.bytes;
+    while start.elapsed().as_secs_f64() < 3.0 {
+        updates += v.next_cells().await.updates;
+        batches += 1;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let bytes = (v.bytes - bytes_before) as f64;
+    let info = v.interest.expect("an Interest message");
+    assert_eq!(info.budget_bytes_per_s, budget);
+    let m = v.mirror.as_ref().unwrap();
+    // The whole flock as summaries; the corner in full.
+    let summarised: u32 = m.summaries().map(|s| s.count).sum();
+    assert_eq!(summarised, 5_000, "the summaries cover the flock");
+    assert!(m.held_cells().count() > 0 && updates > 0, "no cell in full");
+    check_held(m, &corner);
+    // Within the budget (paced from an empty bucket, bursts of 0.2 s),
+    // with one batch's slack.
+    assert!(
+        bytes <= f64::from(budget) * (elapsed + 0.2) * 1.1 + 8_000.0,
+        "{bytes} bytes in {elapsed:.2} s over a budget of {budget} B/s"
+    );
+    assert!(batches > 10, "{batches} batches");
+
+    // The view moves to the opposite corner: the old cells are dropped.
+    let far = View {
+        min: [100.0, 100.0, 0.0],
+        max: [160.0, 160.0, 80.0],
+        eye: None,
+        budget_bytes_per_s: Some(budget),
+    };
+    v.send(&ClientMsg::SetView(far)).await;
+    for _ in 0..60 {
+        v.next_cells().await;
+    }
+    check_held(v.mirror.as_ref().unwrap(), &far);
+    assert!(v.mirror.as_ref().unwrap().held_cells().count() > 0);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_views_are_refused_naming_the_field() {
+    let server = TestServer::start(test_config()).await;
+    let good = View {
+        min: [0.0; 3],
+        max: [50.0; 3],
+        eye: None,
+        budget_bytes_per_s: None,
+    };
+    let mut v = Viewer::connect_view(server.addr, None, 30, Some(good)).await;
+    v.next_cells().await;
+    for (view, field) in [
+        (
+            View {
+                min: [f32::NAN, 0.0, 0.0],
+                ..good
+            },
+            "view.min[0]",
+        ),
+        (
+            View {
+                max: [50.0, -1.0, 50.0],
+                ..good
+            },
+            "view.max[1]",
+        ),
+        (
+            View {
+                eye: Some([0.0, 0.0, f32::INFINITY]),
+                ..good
+            },
+            "view.eye[2]",
+        ),
+        (
+            View {
+                budget_bytes_per_s: Some(10),
+                ..good
+            },
+            "view.budget_bytes_per_s",
+        ),
+    ] {
+        v.send(&ClientMsg::SetView(view)).await;
+        assert!(
+            v.until(|s| s.errors.iter().any(|e| e.field.as_deref() == Some(field)))
+                .await,
+            "no error naming {field}"
+        );
+    }
+    // Too many view updates are refused, and the connection goes on.
+    for _ in 0..60 {
+        v.send(&ClientMsg::SetView(good)).await;
+    }
+    assert!(
+        v.until(|s| s.errors.iter().any(|e| e.code == ErrorCode::RateLimited))
+            .await,
+        "a flood of view updates was not limited"
+    );
+    v.next_cells().await;
+    // A viewer on the whole-world stream cannot send views.
+    let mut whole = Viewer::connect(server.addr, None, 30).await;
+    whole.next_frame().await;
+    whole.send(&ClientMsg::SetView(good)).await;
+    assert!(
+        whole
+            .until(|s| s.errors.iter().any(|e| e.code == ErrorCode::Unsupported))
+            .await
+    );
+    server.stop().await.unwrap();
+}
