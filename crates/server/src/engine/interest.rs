@@ -12,7 +12,9 @@
 //! many viewers there are: the encode cost is flat in the viewer count.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use starling_protocol::interest::{CellGrid, CellScratch, CellSummary, encode_cell_update};
@@ -58,6 +60,8 @@ pub struct CellSet {
     /// Each cell's linear update at stride k (index k − 1); None when it
     /// would not be smaller than the full one.
     linear: Vec<[OnceLock<Option<Bytes>>; MAX_STRIDE as usize]>,
+    /// Time spent encoding this set's updates, nanoseconds.
+    encode_ns: AtomicU64,
     telemetry: Arc<Telemetry>,
 }
 
@@ -65,6 +69,12 @@ impl CellSet {
     /// The broadcast's sequence number.
     pub fn seq(&self) -> u64 {
         self.now.seq
+    }
+
+    /// Time spent so far encoding this broadcast's cell updates (on
+    /// whichever viewer tasks needed them first).
+    pub fn encode_time(&self) -> Duration {
+        Duration::from_nanos(self.encode_ns.load(Ordering::Relaxed))
     }
 
     fn frames_at(&self, seq: u64) -> Option<&CellFrames> {
@@ -79,7 +89,8 @@ impl CellSet {
         thread_local! {
             static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
         }
-        SCRATCH.with_borrow_mut(|(scratch, out)| {
+        let t0 = Instant::now();
+        let bytes = SCRATCH.with_borrow_mut(|(scratch, out)| {
             match encode_cell_update(base, base2, next, scratch, out) {
                 Ok(()) => {
                     self.telemetry.cell_updates_encoded.inc();
@@ -91,7 +102,10 @@ impl CellSet {
                     None
                 }
             }
-        })
+        });
+        let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.encode_ns.fetch_add(ns, Ordering::Relaxed);
+        bytes
     }
 
     /// The cell's full update.
@@ -183,6 +197,7 @@ impl CellBuilder {
             past: self.ring.iter().cloned().collect(),
             full: (0..n).map(|_| OnceLock::new()).collect(),
             linear: (0..n).map(|_| Default::default()).collect(),
+            encode_ns: AtomicU64::new(0),
             telemetry: telemetry.clone(),
         };
         self.ring.push_front(now);

@@ -53,6 +53,12 @@ pub enum Scenario {
     /// (keyframe, deltas), quantisation error, encode time. `--ticks` is the
     /// number of deltas; threads do not apply.
     Wire,
+    /// The interest stream on a formed default-density flock, in process:
+    /// a probe viewer looking at a tenth of the world within `--budget`,
+    /// plus random viewers (1, 10, 100 ... up to `--viewers`): bytes per
+    /// second, in-view update rate, summaries, encode cost per broadcast
+    /// and CPU per viewer. `--seconds` of simulated time.
+    Interest,
 }
 
 /// What to run: every scenario at every population and thread count.
@@ -79,9 +85,13 @@ pub struct Plan {
     /// Viewers for the `fanout` scenario.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub viewers: u64,
-    /// Measured seconds for the `fanout` scenario (after 2 s of warm-up).
+    /// Measured seconds for the `fanout` and `interest` scenarios (after
+    /// 2 s of warm-up for `fanout`, `--warmup` ticks for `interest`).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
+    /// Each viewer's declared budget for the `interest` scenario, bytes per second.
+    #[arg(long, default_value_t = 250_000, value_parser = clap::value_parser!(u32).range(32_000..=64_000_000))]
+    pub budget: u32,
     /// The neighbour kernel to run (scenarios A, B and swarm): the
     /// fastest this CPU has, or one to compare against it. Results are
     /// the same bits on every path; only speed differs.
@@ -97,6 +107,14 @@ pub fn run(plan: &Plan) -> Result<()> {
         for &n in &plan.population {
             if matches!(s, Scenario::Wire) {
                 bench_wire(n, ticks, warmup, fps)?;
+                continue;
+            }
+            if matches!(s, Scenario::Interest) {
+                anyhow::ensure!(
+                    seconds.is_finite() && (0.1..=600.0).contains(&seconds),
+                    "--seconds {seconds}: allowed 0.1 ..= 600"
+                );
+                bench_interest(n, plan, warmup)?;
                 continue;
             }
             if matches!(s, Scenario::Swarm) {
@@ -133,9 +151,11 @@ pub fn run(plan: &Plan) -> Result<()> {
 fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
-        Scenario::Full | Scenario::Wire | Scenario::Fanout | Scenario::Swarm => {
-            ("B-full", scenarios::full_b(n))
-        }
+        Scenario::Full
+        | Scenario::Wire
+        | Scenario::Fanout
+        | Scenario::Swarm
+        | Scenario::Interest => ("B-full", scenarios::full_b(n)),
     };
     let peak_is_this_run = peak_rss::reset();
     let mut flock = Flock::new(config).context("benchmark config")?;
@@ -181,6 +201,33 @@ fn bench_wire(n: usize, deltas: u64, warmup: u64, fps: u32) -> Result<()> {
     let mut line = serde_json::to_value(&stats)?;
     line["scenario"] = "wire".into();
     println!("{line}");
+    Ok(())
+}
+
+/// The interest scenario at 1, 10, 100 ... viewers up to `--viewers`, on
+/// the same flock carried on (each count a fresh grid of viewers).
+fn bench_interest(n: usize, plan: &Plan, warmup: u64) -> Result<()> {
+    let mut flock = Flock::new(scenarios::full_b(n)).context("benchmark config")?;
+    for _ in 0..warmup {
+        flock.step();
+    }
+    let mut counts = vec![1usize];
+    while counts
+        .last()
+        .is_some_and(|&c| c * 10 <= plan.viewers as usize)
+    {
+        counts.push(counts.last().unwrap_or(&1) * 10);
+    }
+    if counts.last() != Some(&(plan.viewers as usize)) {
+        counts.push(plan.viewers as usize);
+    }
+    for viewers in counts {
+        let stats =
+            super::interest::measure(&mut flock, viewers, plan.fps, plan.seconds, plan.budget)?;
+        let mut line = serde_json::to_value(&stats)?;
+        line["scenario"] = "interest".into();
+        println!("{line}");
+    }
     Ok(())
 }
 

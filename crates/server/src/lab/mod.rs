@@ -2,12 +2,15 @@
 //! `scenario.rs` reads scenario files; `headless.rs` is `starling run`
 //! (CSV and JSON outputs, seed batches); `bench.rs` is `starling bench`
 //! (scenarios A, B and the swarm metrics' cost); `wire.rs` measures the
-//! protocol on a live flock; `fanout.rs` is benchmark C (many viewers of a
-//! child server); `peak_rss.rs` reads the process's peak memory.
+//! protocol on a live flock; `interest.rs` measures the interest stream
+//! (a probe viewer's budget and update rate, encode cost against the
+//! viewer count); `fanout.rs` is benchmark C (many viewers of a child
+//! server); `peak_rss.rs` reads the process's peak memory.
 
 pub mod bench;
 pub mod fanout;
 pub mod headless;
+pub mod interest;
 pub mod peak_rss;
 pub mod scenario;
 pub mod wire;

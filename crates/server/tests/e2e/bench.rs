@@ -80,3 +80,50 @@ fn every_kernel_path_gives_the_same_flock_and_is_named() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("sse9") && err.contains("avx512"), "{err}");
 }
+
+/// The interest scenario reports a probe that stays within its budget,
+/// sees the whole flock as summaries, and is sent its view; one line per
+/// viewer count, with a bounded number of encodes per broadcast.
+#[test]
+fn the_interest_bench_keeps_the_budget_and_shares_encodes() {
+    let out = starling_bench(&[
+        "--scenario",
+        "interest",
+        "--population",
+        "5000",
+        "--viewers",
+        "10",
+        "--seconds",
+        "2",
+        "--warmup",
+        "30",
+        "--budget",
+        "64000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let viewers: Vec<u64> = lines
+        .iter()
+        .map(|l| l["viewers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(viewers, [1, 10]);
+    for l in &lines {
+        assert_eq!(l["scenario"], "interest");
+        assert_eq!(l["summaries_cover"], 1.0, "{l}");
+        assert!(l["probe_budget_ratio"].as_f64().unwrap() <= 1.1, "{l}");
+        assert!(l["in_view_update_hz_mean"].as_f64().unwrap() > 0.0, "{l}");
+        // At most a full and three linear forms of each cell.
+        let cells = l["cells"].as_f64().unwrap();
+        assert!(
+            l["encodes_per_broadcast"].as_f64().unwrap() <= 4.0 * cells,
+            "{l}"
+        );
+    }
+}

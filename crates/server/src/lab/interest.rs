@@ -1,0 +1,236 @@
+//! The interest stream on a live flock, in process (no sockets): the
+//! server's cell building and per-viewer batches, with the reference
+//! client applying what one probe viewer is sent. Used by `starling bench
+//! --scenario interest`.
+//!
+//! The probe looks at a tenth of the world (a box around its centre, full
+//! height, the camera above it) with a declared budget; the other viewers
+//! look at random tenths. Links are taken to drain whatever is sent, so
+//! each viewer's budget is its declared one. Reported: the probe's bytes
+//! per second against its budget, how often the boids in its view are
+//! updated, whether the summaries cover the flock; and, across viewer
+//! counts, the cell updates encoded and the time spent per broadcast.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use starling_protocol::interest::CellMirror;
+use starling_protocol::{Frame, FrameBuilder, QuantBox, View};
+use starling_sim::Flock;
+
+use crate::engine::interest::CellBuilder;
+use crate::http::ws::interest::ViewerInterest;
+use crate::telemetry::Telemetry;
+
+/// What one run found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InterestStats {
+    /// Boids in the flock.
+    pub population: usize,
+    /// Viewers served (the probe and random ones).
+    pub viewers: usize,
+    /// Broadcasts per second.
+    pub fps: u32,
+    /// Simulated seconds measured.
+    pub seconds: f64,
+    /// Cells in the grid.
+    pub cells: usize,
+    /// Declared budget of every viewer, bytes per second.
+    pub budget_bytes_per_s: u32,
+    /// Share of the world's volume the probe looks at.
+    pub view_fraction: f64,
+    /// Boids in the probe's view (mean over broadcasts).
+    pub boids_in_view_mean: f64,
+    /// The probe's bytes per second.
+    pub probe_bytes_per_s: f64,
+    /// The probe's bytes per second over its budget.
+    pub probe_budget_ratio: f64,
+    /// How often the probe's in-view boids are updated in full, per
+    /// second: mean over boids (weighted by the boids in each cell).
+    pub in_view_update_hz_mean: f64,
+    /// The same, for the worst-served tenth of the in-view boids.
+    pub in_view_update_hz_p10: f64,
+    /// Share of in-view boids updated at 20 Hz or more.
+    pub in_view_share_at_20hz: f64,
+    /// Boids the probe's summaries count, over the population (1: the
+    /// whole flock is visible as summaries).
+    pub summaries_cover: f64,
+    /// Cell updates encoded per broadcast (shared by every viewer).
+    pub encodes_per_broadcast: f64,
+    /// Median time to split a broadcast into cells and summarise them, ms.
+    pub build_ms_p50: f64,
+    /// Median time spent encoding cell updates per broadcast, ms.
+    pub encode_ms_p50: f64,
+    /// Median time per viewer per send (priority, batch, copies; the
+    /// encodes it triggers excluded), microseconds.
+    pub viewer_us_per_send_p50: f64,
+    /// One core's share per viewer at this rate: `viewer_us_per_send · fps`.
+    pub core_share_per_viewer: f64,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A tenth of the world's volume around `centre` (full height in 3-D),
+/// seen from above.
+fn tenth(world: [f32; 3], centre: [f32; 2], budget: u32) -> View {
+    let side = 0.1f32.sqrt();
+    let half = [0.5 * side * world[0], 0.5 * side * world[1]];
+    View {
+        min: [centre[0] - half[0], centre[1] - half[1], 0.0],
+        max: [centre[0] + half[0], centre[1] + half[1], world[2]],
+        eye: Some([centre[0], centre[1], world[2] * 1.5]),
+        budget_bytes_per_s: Some(budget),
+    }
+}
+
+/// Runs the flock for `seconds` (after `warmup` ticks) serving `viewers`
+/// viewers (the probe first) at `fps`.
+pub fn measure(
+    flock: &mut Flock,
+    viewers: usize,
+    fps: u32,
+    seconds: f64,
+    budget: u32,
+) -> Result<InterestStats> {
+    let p = *flock.params();
+    let stride = (p.tick_hz / fps.max(1)).max(1);
+    let quant = QuantBox::around_world(p.world_m, p.dims);
+    let telemetry = Arc::new(Telemetry::default());
+    let (mut builder, mut cells) = (FrameBuilder::default(), CellBuilder::default());
+    let mut whole = Frame::default();
+    let world = p.world_m;
+    let probe_view = tenth(world, [0.5 * world[0], 0.5 * world[1]], budget);
+    let mut rnd = {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f32 / (1u64 << 53) as f32
+        }
+    };
+    let mut clients: Vec<ViewerInterest> = (0..viewers.max(1))
+        .map(|v| {
+            let view = if v == 0 {
+                probe_view
+            } else {
+                tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
+            };
+            ViewerInterest::new(view, Duration::ZERO)
+        })
+        .collect();
+    let mut mirror: Option<CellMirror> = None;
+    let broadcasts = (seconds * f64::from(fps)).ceil().max(1.0) as u64;
+    // Per cell: updates the probe got, and boid-broadcasts in view.
+    let mut probe_updates: Vec<u64> = Vec::new();
+    let mut in_view_boids: Vec<u64> = Vec::new();
+    let (mut probe_bytes, mut boids_in_view) = (0usize, 0u64);
+    let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
+    let encoded_before = telemetry.cell_updates_encoded.get();
+    let mut cover = 0.0;
+    for seq in 1..=broadcasts {
+        for _ in 0..stride {
+            flock.step();
+        }
+        let (ids, boids) = (flock.ids(), flock.boids());
+        builder.build(&mut whole, flock.tick(), quant, flock.len(), |i| {
+            (ids[i], boids[i].p.to_array(), boids[i].v.to_array())
+        })?;
+        let t0 = Instant::now();
+        let set = cells
+            .build(seq, &whole, p.world_m, p.dims, &telemetry)
+            .context("cells of a frame with a box")?;
+        build_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let grid = set.now.grid;
+        if probe_updates.len() != grid.len() {
+            probe_updates = vec![0; grid.len()];
+            in_view_boids = vec![0; grid.len()];
+        }
+        let now = Duration::from_secs_f64(seq as f64 / f64::from(fps));
+        let t0 = Instant::now();
+        let mut batch_of_probe = None;
+        for (v, c) in clients.iter_mut().enumerate() {
+            let out = c.send(&set, now);
+            if v == 0 {
+                batch_of_probe = Some(out);
+            }
+        }
+        let total = t0.elapsed();
+        let encoding = set.encode_time();
+        encode_ms.push(encoding.as_secs_f64() * 1e3);
+        viewer_us.push(total.saturating_sub(encoding).as_secs_f64() * 1e6 / clients.len() as f64);
+        // The probe: apply what it was sent, count what is in its view.
+        let m = mirror.get_or_insert_with(|| CellMirror::new(grid, set.now.quant));
+        if let Some(b) = batch_of_probe.and_then(|out| out.batch) {
+            probe_bytes += b.len();
+            m.apply(&b).context("the probe's batch applies")?;
+        }
+        for c in 0..grid.len() as u32 {
+            let (lo, hi) = grid.bounds_m(c, &set.now.quant);
+            let in_view = (0..3).all(|a| hi[a] >= probe_view.min[a] && lo[a] <= probe_view.max[a]);
+            if !in_view {
+                continue;
+            }
+            let n = set.now.cells[c as usize].len() as u64;
+            in_view_boids[c as usize] += n;
+            boids_in_view += n;
+            if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
+                probe_updates[c as usize] += 1;
+            }
+        }
+        cover = m.summaries().map(|s| f64::from(s.count)).sum::<f64>() / flock.len().max(1) as f64;
+    }
+    let secs = broadcasts as f64 / f64::from(fps);
+    // Per in-view boid: its cell's update rate, weighted by boid-broadcasts.
+    let mut rates: Vec<(f64, u64)> = (0..probe_updates.len())
+        .filter(|&c| in_view_boids[c] > 0)
+        .map(|c| (probe_updates[c] as f64 / secs, in_view_boids[c]))
+        .collect();
+    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let weight: u64 = rates.iter().map(|r| r.1).sum();
+    let mean = rates.iter().map(|r| r.0 * r.1 as f64).sum::<f64>() / weight.max(1) as f64;
+    let p10 = {
+        let mut acc = 0;
+        rates
+            .iter()
+            .find(|r| {
+                acc += r.1;
+                acc * 10 >= weight
+            })
+            .map_or(0.0, |r| r.0)
+    };
+    let at_20 = rates
+        .iter()
+        .filter(|r| r.0 >= 20.0)
+        .map(|r| r.1)
+        .sum::<u64>() as f64
+        / weight.max(1) as f64;
+    let per_send = median(viewer_us.clone());
+    let grid_len = probe_updates.len();
+    Ok(InterestStats {
+        population: flock.len(),
+        viewers: clients.len(),
+        fps,
+        seconds: secs,
+        cells: grid_len,
+        budget_bytes_per_s: budget,
+        view_fraction: 0.1,
+        boids_in_view_mean: boids_in_view as f64 / broadcasts as f64,
+        probe_bytes_per_s: probe_bytes as f64 / secs,
+        probe_budget_ratio: probe_bytes as f64 / secs / f64::from(budget),
+        in_view_update_hz_mean: mean,
+        in_view_update_hz_p10: p10,
+        in_view_share_at_20hz: at_20,
+        summaries_cover: cover,
+        encodes_per_broadcast: (telemetry.cell_updates_encoded.get() - encoded_before) as f64
+            / broadcasts as f64,
+        build_ms_p50: median(build_ms),
+        encode_ms_p50: median(encode_ms),
+        viewer_us_per_send_p50: per_send,
+        core_share_per_viewer: per_send * f64::from(fps) / 1e6,
+    })
+}
