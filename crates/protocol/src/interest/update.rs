@@ -10,7 +10,9 @@
 //! `base_s` is the base frame without the left boids, and `base2_s` gives
 //! each stayed boid its position in `base2` when it was there, else its
 //! position in `base` (so a boid new to the cell since `base2` is predicted
-//! to stand still). The new frame is the stayed boids after the delta,
+//! to stand still), scaled in time so that the prediction continues each
+//! boid's motion over steps of any length (a viewer is sent a cell when its
+//! budget allows, not at a fixed stride). The new frame is the stayed boids after the delta,
 //! merged with the entered boids in id order.
 
 use crate::error::{DecodeError, EncodeError};
@@ -69,20 +71,37 @@ fn without(base: &Frame, left: &[u32], out: &mut Frame) {
 }
 
 /// `base_s`'s boids where `base2` had them (else where `base_s` has them),
-/// at `base2`'s tick.
-fn project(base2: &Frame, base_s: &Frame, out: &mut Frame) {
+/// at `base2`'s tick, with the motion from `base2` to `base` scaled to the
+/// step from `base` to `next`: each coordinate becomes
+/// `clamp(b − round(d · num / den), 0, 65535)`, with `b` the base
+/// coordinate, `d = b − b2`, `num = tick − base_tick`,
+/// `den = base_tick − base2_tick` and rounding half up, so that the linear
+/// prediction `2·b − b2'` continues the motion over unequal steps. With
+/// equal steps it is `b2` itself.
+fn project(base2: &Frame, base_s: &Frame, tick: u64, out: &mut Frame) {
     out.tick = base2.tick;
     out.quant = base_s.quant;
     out.ids.clone_from(&base_s.ids);
     out.pos.clone_from(&base_s.pos);
     out.heading.clone_from(&base_s.heading);
+    let num = i128::from(tick.saturating_sub(base_s.tick));
+    let den = i128::from(base_s.tick.saturating_sub(base2.tick)).max(1);
     let mut j = 0;
     for (i, &id) in base_s.ids.iter().enumerate() {
         while j < base2.len() && base2.ids[j] < id {
             j += 1;
         }
         if j < base2.len() && base2.ids[j] == id {
-            out.pos[3 * i..3 * i + 3].copy_from_slice(&base2.pos[3 * j..3 * j + 3]);
+            for a in 0..3 {
+                let b = i128::from(base_s.pos[3 * i + a]);
+                let d = b - i128::from(base2.pos[3 * j + a]);
+                let scaled = if num == den {
+                    d
+                } else {
+                    (2 * d * num + den).div_euclid(2 * den)
+                };
+                out.pos[3 * i + a] = (b - scaled).clamp(0, i128::from(u16::MAX)) as u16;
+            }
         }
     }
 }
@@ -138,7 +157,7 @@ pub fn encode_cell_update(
             without(base, &s.left, &mut s.base);
             match base2 {
                 Some(b2) if b2.tick < base.tick && b2.quant == base.quant => {
-                    project(b2, &s.base, &mut s.base2);
+                    project(b2, &s.base, next.tick, &mut s.base2);
                     Predict::Linear
                 }
                 Some(_) => return Err(EncodeError::NotDeltaCompatible("second base frame")),
@@ -358,7 +377,7 @@ impl<'a> CellUpdateView<'a> {
         let base2_s = match (self.base2_tick, base2) {
             (None, _) => None,
             (Some(want), Some(b2)) if b2.tick == want => {
-                project(b2, &s.base, &mut s.base2);
+                project(b2, &s.base, self.tick, &mut s.base2);
                 Some(&s.base2)
             }
             (Some(want), b2) => {
@@ -483,6 +502,26 @@ mod tests {
         assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 2 * 4);
         roundtrip(Some(&c), Some(&b), &frame(16, &[]));
         roundtrip(Some(&frame(16, &[])), None, &frame(18, &[(4, [1, 1, 1])]));
+    }
+
+    #[test]
+    fn linear_prediction_continues_the_motion_over_unequal_steps() {
+        // Boid 1 moves 10 steps a tick: ticks 10, 12, then 18 (three times
+        // the step before): predicted exactly, a residual of 0.
+        let a = frame(10, &[(1, [100, 100, 100])]);
+        let b = frame(12, &[(1, [120, 100, 100])]);
+        let c = frame(18, &[(1, [180, 100, 100])]);
+        let n = roundtrip(Some(&b), Some(&a), &c);
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 3 + 1);
+        let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
+        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
+        assert_eq!(&bytes[48..51], &[0, 0, 0], "residuals of a predicted boid");
+        // A shorter step than the one before, and motion towards 0.
+        let d = frame(19, &[(1, [190, 100, 100])]);
+        roundtrip(Some(&c), Some(&b), &d);
+        let e = frame(30, &[(1, [0, 100, 65535])]);
+        let f = frame(31, &[(1, [3, 90, 65535])]);
+        roundtrip(Some(&f), Some(&e), &frame(40, &[(1, [30, 0, 65535])]));
     }
 
     #[test]

@@ -5,15 +5,18 @@
 //! viewer's task that needs it, and shared by every viewer after. What
 //! one viewer is sent, and when, is `http/ws/interest.rs`.
 //!
-//! A cell update is either full, or linear against the frames of the cell
-//! at broadcasts `seq − k` and `seq − 2k` (a viewer sent the cell every
-//! k-th broadcast holds exactly those), for k up to [`MAX_STRIDE`]. So a
-//! cell has at most `1 + MAX_STRIDE` encodings per broadcast, however
-//! many viewers there are: the encode cost is flat in the viewer count.
+//! A cell update is either full, or linear against the two frames of the
+//! cell a viewer holds, when both are within the last [`HISTORY`]
+//! broadcasts. A cell keeps at most [`LINEAR_FORMS`] linear encodings per
+//! broadcast (the first pairs of held frames asked for; viewers at the
+//! same cadence share them); a viewer holding another pair gets the full
+//! update. So a cell has at most `1 + LINEAR_FORMS` encodings per
+//! broadcast, however many viewers there are: the encode cost is flat in
+//! the viewer count.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -22,9 +25,12 @@ use starling_protocol::{Frame, QuantBox};
 
 use crate::telemetry::Telemetry;
 
-/// Largest broadcast stride a viewer can hold a cell at and still be sent
-/// deltas (a viewer at a third of the snapshot rate, at 3).
-pub const MAX_STRIDE: u64 = 3;
+/// Broadcasts back that linear updates reach: a viewer whose older held
+/// frame of a cell is further back is sent the cell in full. Longer gaps
+/// predict poorly anyway (half a second at 30 Hz).
+pub const HISTORY: u64 = 40;
+/// Linear encodings a cell keeps per broadcast, at most.
+pub const LINEAR_FORMS: usize = 4;
 
 /// One broadcast's cell frames.
 #[derive(Debug)]
@@ -43,6 +49,10 @@ pub struct CellFrames {
     pub summaries: Vec<CellSummary>,
 }
 
+/// A linear update of one cell: the held pair `(a, b)` it applies to, and
+/// its bytes (None when it is not smaller than the full update).
+type LinearForm = (u64, u64, Option<Bytes>);
+
 /// How a viewer holds a cell: the seqs of the last two broadcasts it was
 /// sent this cell from (newest first).
 pub type Held = [Option<u64>; 2];
@@ -53,13 +63,13 @@ pub struct CellSet {
     /// This broadcast's frames.
     pub now: Arc<CellFrames>,
     /// The frames of the broadcasts before, newest first (`past[j]` is
-    /// seq − 1 − j), as far back as deltas reach (2 · [`MAX_STRIDE`]).
+    /// seq − 1 − j), as far back as deltas reach ([`HISTORY`]).
     past: Vec<Arc<CellFrames>>,
     /// Each cell's full update.
     full: Vec<OnceLock<Option<Bytes>>>,
-    /// Each cell's linear update at stride k (index k − 1); None when it
-    /// would not be smaller than the full one.
-    linear: Vec<[OnceLock<Option<Bytes>>; MAX_STRIDE as usize]>,
+    /// Each cell's linear updates by the held pair `(a, b)` they apply
+    /// to; None when it would not be smaller than the full one.
+    linear: Vec<Mutex<Vec<LinearForm>>>,
     /// Time spent encoding this set's updates, nanoseconds.
     encode_ns: AtomicU64,
     telemetry: Arc<Telemetry>,
@@ -120,28 +130,42 @@ impl CellSet {
 
     /// The cheapest update that brings a viewer holding the cell as `held`
     /// to this broadcast, and how it then holds it.
-    pub fn update_for(&self, cell: u32, held: Held) -> Option<(&Bytes, Held)> {
+    pub fn update_for(&self, cell: u32, held: Held) -> Option<(Bytes, Held)> {
         let seq = self.now.seq;
         let c = cell as usize;
-        if let [Some(a), Some(b)] = held {
-            let k = seq.saturating_sub(a);
-            if (1..=MAX_STRIDE).contains(&k) && a.checked_sub(k) == Some(b) {
-                let slot = &self.linear.get(c)?[(k - 1) as usize];
-                let linear = slot.get_or_init(|| {
-                    let base = self.frames_at(a)?.cells.get(c)?;
-                    let base2 = self.frames_at(b)?.cells.get(c)?;
-                    let bytes = self.encode(Some(base), Some(base2), &self.now.cells[c])?;
-                    // Smaller than the full update, or not worth it.
-                    let full = self.full(cell)?;
-                    (bytes.len() < full.len()).then_some(bytes)
-                });
-                if let Some(bytes) = linear {
-                    return Some((bytes, [Some(seq), Some(a)]));
-                }
-            }
+        if let [Some(a), Some(b)] = held
+            && b < a
+            && a < seq
+            && seq - b <= HISTORY
+            && let Some(bytes) = self.linear(c, a, b)
+        {
+            return Some((bytes, [Some(seq), Some(a)]));
         }
         // The receiver keeps the frame it held as the one before.
-        Some((self.full(cell)?, [Some(seq), held[0]]))
+        Some((self.full(cell)?.clone(), [Some(seq), held[0]]))
+    }
+
+    /// The linear update of cell `c` against its frames at `a` and `b`
+    /// (encoded once; None when not kept or not smaller than the full one).
+    fn linear(&self, c: usize, a: u64, b: u64) -> Option<Bytes> {
+        let mut forms = self
+            .linear
+            .get(c)?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, bytes)) = forms.iter().find(|f| f.0 == a && f.1 == b) {
+            return bytes.clone();
+        }
+        if forms.len() >= LINEAR_FORMS {
+            return None;
+        }
+        let base = self.frames_at(a)?.cells.get(c)?;
+        let base2 = self.frames_at(b)?.cells.get(c)?;
+        let bytes = self
+            .encode(Some(base), Some(base2), &self.now.cells[c])
+            .filter(|l| self.full(c as u32).is_some_and(|f| l.len() < f.len()));
+        forms.push((a, b, bytes.clone()));
+        bytes
     }
 }
 
@@ -196,12 +220,12 @@ impl CellBuilder {
             now: now.clone(),
             past: self.ring.iter().cloned().collect(),
             full: (0..n).map(|_| OnceLock::new()).collect(),
-            linear: (0..n).map(|_| Default::default()).collect(),
+            linear: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             encode_ns: AtomicU64::new(0),
             telemetry: telemetry.clone(),
         };
         self.ring.push_front(now);
-        self.ring.truncate(2 * MAX_STRIDE as usize);
+        self.ring.truncate(HISTORY as usize);
         Some(Arc::new(set))
     }
 }
@@ -227,8 +251,8 @@ mod tests {
         let mut b = CellBuilder::default();
         let grid = CellGrid::for_world([100.0, 100.0, 50.0], 3);
         let quant = QuantBox::around_world([100.0, 100.0, 50.0], 3);
-        // Viewers sent every broadcast, every second and every fourth.
-        let strides = [1u64, 2, 4];
+        // Viewers sent every broadcast, every second and every fifth.
+        let strides = [1u64, 2, 5];
         let mut mirrors: Vec<CellMirror> = strides
             .iter()
             .map(|_| CellMirror::new(grid, quant))
@@ -238,7 +262,7 @@ mod tests {
             .map(|_| vec![[None, None]; grid.len()])
             .collect();
         let mut batch = Vec::new();
-        let mut kinds = [0usize; 2];
+        let mut kinds = vec![[0usize; 2]; strides.len()];
         for seq in 1..=24u64 {
             // Boids fly along x through the cells, one by one.
             let f = whole(
@@ -261,11 +285,10 @@ mod tests {
                         continue;
                     }
                     let (bytes, now) = set.update_for(c, *h).unwrap();
-                    let linear = h[0].is_some_and(|a| now[1] == Some(a))
-                        && bytes.len() < set.full(c).unwrap().len();
-                    kinds[usize::from(linear)] += 1;
+                    let linear = bytes.len() < set.full(c).unwrap().len();
+                    kinds[v][usize::from(linear)] += 1;
                     *h = now;
-                    push_update(c, bytes, &mut batch);
+                    push_update(c, &bytes, &mut batch);
                 }
                 mirrors[v].apply(&batch).unwrap();
                 for c in 0..grid.len() as u32 {
@@ -279,8 +302,8 @@ mod tests {
                 }
             }
         }
-        // Strides 1 and 2 reach deltas; stride 4 is beyond MAX_STRIDE.
-        assert!(kinds[1] > 0 && kinds[0] > 0, "{kinds:?}");
+        // Every stride reaches deltas after two full updates.
+        assert!(kinds.iter().all(|k| k[1] > 0 && k[0] > 0), "{kinds:?}");
         // Encodings are shared: far fewer than viewers × cells × sends.
         assert!(tel.cell_updates_encoded.get() > 0);
     }

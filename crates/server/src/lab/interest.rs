@@ -46,6 +46,8 @@ pub struct InterestStats {
     pub probe_bytes_per_s: f64,
     /// The probe's bytes per second over its budget.
     pub probe_budget_ratio: f64,
+    /// The probe's bytes per boid it was sent in full (summaries included).
+    pub probe_bytes_per_boid_update: f64,
     /// How often the probe's in-view boids are updated in full, per
     /// second: mean over boids (weighted by the boids in each cell).
     pub in_view_update_hz_mean: f64,
@@ -53,6 +55,10 @@ pub struct InterestStats {
     pub in_view_update_hz_p10: f64,
     /// Share of in-view boids updated at 20 Hz or more.
     pub in_view_share_at_20hz: f64,
+    /// Boids the probe holds in full (its level of detail), mean over broadcasts.
+    pub full_boids_mean: f64,
+    /// How often the boids it holds in full are updated, per second.
+    pub full_update_hz: f64,
     /// Boids the probe's summaries count, over the population (1: the
     /// whole flock is visible as summaries).
     pub summaries_cover: f64,
@@ -128,7 +134,8 @@ pub fn measure(
     // Per cell: updates the probe got, and boid-broadcasts in view.
     let mut probe_updates: Vec<u64> = Vec::new();
     let mut in_view_boids: Vec<u64> = Vec::new();
-    let (mut probe_bytes, mut boids_in_view) = (0usize, 0u64);
+    let (mut probe_bytes, mut probe_boids, mut boids_in_view) = (0usize, 0usize, 0u64);
+    let mut held_boids = 0usize;
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
     let encoded_before = telemetry.cell_updates_encoded.get();
     let mut cover = 0.0;
@@ -155,6 +162,9 @@ pub fn measure(
         let mut batch_of_probe = None;
         for (v, c) in clients.iter_mut().enumerate() {
             let out = c.send(&set, now);
+            // A link that drains whatever is sent: the budget is the declared one.
+            let sent = out.batch.as_ref().map_or(0, |b| b.len());
+            c.budget.sent(sent, Duration::ZERO, now);
             if v == 0 {
                 batch_of_probe = Some(out);
             }
@@ -167,7 +177,7 @@ pub fn measure(
         let m = mirror.get_or_insert_with(|| CellMirror::new(grid, set.now.quant));
         if let Some(b) = batch_of_probe.and_then(|out| out.batch) {
             probe_bytes += b.len();
-            m.apply(&b).context("the probe's batch applies")?;
+            probe_boids += m.apply(&b).context("the probe's batch applies")?.boids;
         }
         for c in 0..grid.len() as u32 {
             let (lo, hi) = grid.bounds_m(c, &set.now.quant);
@@ -182,6 +192,11 @@ pub fn measure(
                 probe_updates[c as usize] += 1;
             }
         }
+        held_boids += m
+            .held_cells()
+            .filter_map(|c| m.cell(c))
+            .map(Frame::len)
+            .sum::<usize>();
         cover = m.summaries().map(|s| f64::from(s.count)).sum::<f64>() / flock.len().max(1) as f64;
     }
     let secs = broadcasts as f64 / f64::from(fps);
@@ -222,9 +237,12 @@ pub fn measure(
         boids_in_view_mean: boids_in_view as f64 / broadcasts as f64,
         probe_bytes_per_s: probe_bytes as f64 / secs,
         probe_budget_ratio: probe_bytes as f64 / secs / f64::from(budget),
+        probe_bytes_per_boid_update: probe_bytes as f64 / probe_boids.max(1) as f64,
         in_view_update_hz_mean: mean,
         in_view_update_hz_p10: p10,
         in_view_share_at_20hz: at_20,
+        full_boids_mean: held_boids as f64 / broadcasts as f64,
+        full_update_hz: probe_boids as f64 / held_boids.max(1) as f64 * f64::from(fps),
         summaries_cover: cover,
         encodes_per_broadcast: (telemetry.cell_updates_encoded.get() - encoded_before) as f64
             / broadcasts as f64,

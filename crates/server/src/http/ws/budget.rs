@@ -5,8 +5,8 @@
 //! The drain estimate: over each [`WINDOW`], if sends spent more than
 //! [`BLOCKED_FRACTION`] of it waiting for the socket, the link is the
 //! limit, and the estimate becomes 90 % of what it carried; if the sends
-//! used most of the budget without waiting, the estimate grows by half, so
-//! a link that got faster is found again. A slow link adapts on its own.
+//! used most of the budget without waiting, the estimate doubles, so a
+//! link that got faster is found again. A slow link adapts on its own.
 
 use std::time::Duration;
 
@@ -95,7 +95,7 @@ impl Budget {
         if self.window_blocked.as_secs_f64() > BLOCKED_FRACTION * secs {
             self.drain = (0.9 * carried).max(f64::from(MIN_VIEW_BUDGET));
         } else if carried > 0.5 * f64::from(self.rate()) {
-            self.drain = (self.drain * 1.5).min(f64::from(MAX_VIEW_BUDGET));
+            self.drain = (self.drain * 2.0).min(f64::from(MAX_VIEW_BUDGET));
         }
         self.window_start = now;
         self.window_bytes = 0;

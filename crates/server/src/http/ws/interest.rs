@@ -1,19 +1,22 @@
 //! One viewer's half of the interest stream: what it looks at, which cells
 //! it holds and since when, and the batch it is sent at each send.
 //!
-//! Each send: the summaries of every cell when they are due
-//! ([`SUMMARY_HZ`]); the cells it holds that left its view, to forget; then
-//! the cells in view by priority, while the budget allows. A cell's
-//! priority is its staleness (broadcasts since it was last sent) over its
-//! distance from the camera in cell edges, so near cells come first and
-//! far ones still come now and then. The updates themselves are the shared
-//! ones of `engine/interest.rs`.
+//! Level of detail: the cells in view nearest the camera, as many as the
+//! budget can update at every send (at the bytes per boid this viewer's
+//! updates measure), are held in full; the rest of the flock, in view or
+//! not, is drawn from summaries. Each send: the summaries of every cell
+//! when they are due ([`SUMMARY_HZ`]); the held cells that left the view
+//! or the full set, to forget; then the full set's updates, stalest and
+//! nearest first (staleness in broadcasts over distance in cell edges),
+//! while the budget allows. The updates themselves are the shared ones of
+//! `engine/interest.rs`.
 
 use std::time::Duration;
 
 use axum::body::Bytes;
 use starling_protocol::interest::{
-    BATCH_HEADER_BYTES, CellGrid, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
+    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, SUMMARY_BYTES, UPDATE_HEADER_BYTES,
+    begin_batch, push_update,
 };
 use starling_protocol::{InterestInfo, QuantBox, View};
 
@@ -22,6 +25,17 @@ use crate::engine::interest::{CellSet, Held};
 
 /// How often the summaries of every cell are sent, per second.
 pub const SUMMARY_HZ: f32 = 2.0;
+/// The share of the budget the full set is sized to (the rest pays for
+/// summaries and the full updates of cells joining the set).
+const FULL_SHARE: f32 = 0.8;
+/// Held cells stay in the full set up to this much over its size, so a
+/// cell at the edge does not join and leave at every send.
+const HYSTERESIS: f32 = 1.15;
+/// Bytes per boid a linear update is assumed to cost before any is measured.
+const START_BYTES_PER_BOID: f32 = 5.0;
+/// Bytes of a cell update besides its boids (the batch's entry and the
+/// update's header).
+const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
 
 /// The interest state of one viewer.
 #[derive(Debug)]
@@ -32,8 +46,15 @@ pub struct ViewerInterest {
     held: Vec<Held>,
     /// The seq each cell was last sent in full at (0: never).
     last_sent: Vec<u64>,
-    /// Cells in view with their nearness weight (1 / (1 + distance in cell edges)).
+    /// Cells in view with their nearness weight (1 / (1 + distance in cell
+    /// edges)), nearest first.
     in_view: Vec<(u32, f32)>,
+    /// Sends per second, measured (a moving average).
+    send_hz: f32,
+    /// The time of the last send.
+    last_send: Option<Duration>,
+    /// Bytes per boid of this viewer's linear updates, measured (a moving average).
+    bytes_per_boid: f32,
     /// Whether each cell is in view.
     in_view_mark: Vec<bool>,
     last_summary: Option<Duration>,
@@ -43,6 +64,8 @@ pub struct ViewerInterest {
     announced: Option<(InterestInfo, Duration)>,
     order: Vec<(f32, u32)>,
     dropped: Vec<u32>,
+    /// Whether each cell is in the full set (reused).
+    full: Vec<bool>,
     buf: Vec<u8>,
 }
 
@@ -70,12 +93,16 @@ impl ViewerInterest {
             held: Vec::new(),
             last_sent: Vec::new(),
             in_view: Vec::new(),
+            send_hz: 30.0,
+            last_send: None,
+            bytes_per_boid: START_BYTES_PER_BOID,
             in_view_mark: Vec::new(),
             last_summary: None,
             budget: Budget::new(view.budget_bytes_per_s, now),
             announced: None,
             order: Vec::new(),
             dropped: Vec::new(),
+            full: Vec::new(),
             buf: Vec::new(),
         }
     }
@@ -154,6 +181,38 @@ impl ViewerInterest {
             self.in_view.push((c, 1.0 / (1.0 + d2.sqrt() / edge)));
             self.in_view_mark[c as usize] = true;
         }
+        self.in_view
+            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
+
+    /// Marks the full set in `full`: the nearest cells in view whose
+    /// updates at every send fit the budget (held ones with some slack),
+    /// and at least the nearest cell that holds boids.
+    fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
+        full.clear();
+        full.resize(self.held.len(), false);
+        let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * SUMMARY_HZ;
+        let allowance =
+            (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / self.send_hz;
+        let mut used = 0.0;
+        for &(c, _) in &self.in_view {
+            let boids = set.now.cells[c as usize].len() as f32;
+            if boids == 0.0 {
+                continue;
+            }
+            let cost = UPDATE_OVERHEAD + boids * self.bytes_per_boid;
+            let held = self.held[c as usize][0].is_some();
+            let limit = if held {
+                allowance * HYSTERESIS
+            } else {
+                allowance
+            };
+            if used > 0.0 && used + cost > limit {
+                break; // nearest first: no farther cell jumps the queue
+            }
+            full[c as usize] = true;
+            used += cost;
+        }
     }
 
     /// This send's batch for broadcast `set` at connection time `now`.
@@ -182,25 +241,31 @@ impl ViewerInterest {
         } else {
             &[]
         };
-        // Held cells that left the view are forgotten.
+        // The full set; held cells outside it are forgotten.
+        if let Some(last) = self.last_send {
+            let dt = now.saturating_sub(last).as_secs_f32();
+            if dt > 0.0 {
+                self.send_hz = 0.9 * self.send_hz + 0.1 * (1.0 / dt).min(1000.0);
+            }
+        }
+        self.last_send = Some(now);
+        let mut full = std::mem::take(&mut self.full);
+        self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
         for &(c, near) in &self.in_view {
-            let h = self.held[c as usize];
-            if frames.cells[c as usize].is_empty() && h[0].is_none() {
-                continue;
+            if full[c as usize] {
+                let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20) as f32;
+                self.order.push((age * near, c));
             }
-            let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20) as f32;
-            self.order.push((age * near, c));
         }
         for (c, h) in self.held.iter_mut().enumerate() {
-            if h[0].is_some() && !self.in_view_mark[c] {
+            if h[0].is_some() && !full[c] {
                 *h = [None, None];
                 self.dropped.push(c as u32);
             }
         }
-        self.order
-            .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        self.full = full;
         begin_batch(
             frames.tick,
             summaries,
@@ -217,8 +282,18 @@ impl ViewerInterest {
             let Some((bytes, now_held)) = set.update_for(c, self.held[c as usize]) else {
                 continue;
             };
-            push_update(c, bytes, &mut self.buf);
+            push_update(c, &bytes, &mut self.buf);
             self.budget.spend(UPDATE_HEADER_BYTES + bytes.len());
+            let boids = set.now.cells[c as usize].len();
+            if now_held[1] == self.held[c as usize][0]
+                && boids >= 16
+                && bytes.len() < set.full(c).map_or(usize::MAX, |f| f.len())
+            {
+                // A linear update: learn what a boid costs.
+                let per_boid =
+                    (bytes.len() as f32 - CELL_UPDATE_HEADER_BYTES as f32) / boids as f32;
+                self.bytes_per_boid = 0.95 * self.bytes_per_boid + 0.05 * per_boid;
+            }
             self.held[c as usize] = now_held;
             self.last_sent[c as usize] = seq;
             out.updates += 1;
@@ -227,5 +302,101 @@ impl ViewerInterest {
             out.batch = Some(Bytes::copy_from_slice(&self.buf));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use starling_protocol::interest::CellMirror;
+    use starling_protocol::{Frame, QuantBox};
+
+    use super::*;
+    use crate::engine::interest::CellBuilder;
+    use crate::telemetry::Telemetry;
+
+    /// 4000 boids spread evenly over a 100 × 100 × 50 m world, drifting in x.
+    fn frame(tick: u64) -> Frame {
+        let quant = QuantBox::around_world([100.0, 100.0, 50.0], 3);
+        let n = 4000u32;
+        let mut f = Frame {
+            tick,
+            quant: Some(quant),
+            ..Frame::default()
+        };
+        for id in 0..n {
+            let p = [
+                (id % 20) as f32 * 5.0 + tick as f32 * 0.05,
+                ((id / 20) % 20) as f32 * 5.0,
+                (id / 400) as f32 * 5.0,
+            ];
+            f.ids.push(id);
+            f.pos.extend_from_slice(&quant.quantize(p));
+            f.heading.extend_from_slice(&[200, 128]);
+        }
+        f
+    }
+
+    /// Runs a viewer for two seconds at 30 sends a second: what it held at
+    /// the end, and the boids it held in full.
+    fn run(view: View) -> (CellMirror, usize) {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let mut vi = ViewerInterest::new(view, Duration::ZERO);
+        let mut mirror = None;
+        for seq in 1..=60u64 {
+            let set = b
+                .build(seq, &frame(2 * seq), [100.0, 100.0, 50.0], 3, &tel)
+                .unwrap();
+            let now = Duration::from_secs_f64(seq as f64 / 30.0);
+            let out = vi.send(&set, now);
+            let m = mirror.get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
+            if let Some(batch) = out.batch {
+                vi.budget.sent(batch.len(), Duration::ZERO, now);
+                m.apply(&batch).unwrap();
+            }
+        }
+        let m = mirror.unwrap();
+        let held = m
+            .held_cells()
+            .filter_map(|c| m.cell(c))
+            .map(Frame::len)
+            .sum();
+        (m, held)
+    }
+
+    #[test]
+    fn the_budget_decides_how_much_of_the_view_is_held_in_full_nearest_first() {
+        let view = |budget| View {
+            min: [0.0, 0.0, 0.0],
+            max: [100.0, 100.0, 50.0],
+            eye: Some([0.0, 0.0, 0.0]),
+            budget_bytes_per_s: Some(budget),
+        };
+        let (small, held_small) = run(view(40_000));
+        let (large, held_large) = run(view(2_000_000));
+        // Both see the whole flock as summaries.
+        for m in [&small, &large] {
+            assert_eq!(m.summaries().map(|s| s.count).sum::<u32>(), 4000);
+        }
+        assert!(held_small > 0, "the nearest cell is always held");
+        assert!(held_large > 3 * held_small, "{held_small} vs {held_large}");
+        assert_eq!(held_large, 4000, "a large budget holds the whole view");
+        // The small budget holds the cells nearest the eye at the origin.
+        let grid = small.grid();
+        let far: Vec<_> = small
+            .held_cells()
+            .map(|c| grid.coords(c))
+            .filter(|k| k.iter().any(|&i| i > 3))
+            .collect();
+        assert!(
+            far.is_empty(),
+            "{far:?} of {:?}",
+            small
+                .held_cells()
+                .map(|c| grid.coords(c))
+                .collect::<Vec<_>>()
+        );
     }
 }
