@@ -8,7 +8,8 @@
 
 use crate::frame::{Frame, FrameBuilder, encode_delta, encode_keyframe};
 use crate::interest::{
-    CellGrid, CellScratch, CellSummary, begin_batch, encode_cell_update, push_update,
+    CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, begin_batch, encode_cell_update,
+    push_update,
 };
 use crate::quant::QuantBox;
 
@@ -38,7 +39,7 @@ pub fn encode_cells() -> Vec<u8> {
         .filter_map(|k| CellSummary::of(k, &cc[k as usize], &quant))
         .collect();
     let (mut batch, mut update, mut scratch) = (Vec::new(), Vec::new(), CellScratch::default());
-    begin_batch(c.tick, &summaries, true, &[], &mut batch);
+    begin_batch(c.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
     for k in 0..2 {
         encode_cell_update(
             Some(&cb[k]),

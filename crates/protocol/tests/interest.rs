@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 use starling_protocol::interest::{
-    CellGrid, CellMirror, CellScratch, CellSummary, begin_batch, encode_cell_update, push_update,
+    CellGrid, CellMirror, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, begin_batch,
+    encode_cell_update, push_update,
 };
 use starling_protocol::{Frame, QuantBox};
 
@@ -86,7 +87,7 @@ proptest! {
             let summaries: Vec<CellSummary> = (0..grid.len() as u32)
                 .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant()))
                 .collect();
-            begin_batch(w.tick, &summaries, true, &[], &mut batch);
+            begin_batch(w.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
             for c in 0..grid.len() {
                 bits = bits.rotate_left(1) ^ 0x9e37_79b9;
                 if bits % 3 == 0 {
@@ -124,17 +125,21 @@ proptest! {
         let mut with_kind = noise.clone();
         with_kind.insert(0, 0x12);
         let _ = mirror.apply(&with_kind);
-        let whole = flock(seed, 40, 3);
+        let whole = flock(seed, 40, 4);
         let (mut cells, mut scratch, mut update, mut batch) =
             (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
-        let mut held: Vec<Option<Frame>> = vec![None; grid.len()];
+        // Per cell, the frames sent (newest last): updates are linear
+        // from the third on, so the mutations reach the time scaling too.
+        let mut held: Vec<Vec<Frame>> = vec![Vec::new(); grid.len()];
         for w in &whole {
             grid.split(w, &mut cells);
-            begin_batch(w.tick, &[], false, &[], &mut batch);
+            begin_batch(w.tick, &[], 0, &[], &mut batch);
             for c in 0..grid.len() {
-                encode_cell_update(held[c].as_ref(), None, &cells[c], &mut scratch, &mut update).unwrap();
+                let h = &held[c];
+                let base2 = (h.len() >= 2).then(|| &h[h.len() - 2]);
+                encode_cell_update(h.last(), base2, &cells[c], &mut scratch, &mut update).unwrap();
                 push_update(c as u32, &update, &mut batch);
-                held[c] = Some(cells[c].clone());
+                held[c].push(cells[c].clone());
             }
             let mut bad = batch.clone();
             for &(at, x) in &flips {
@@ -146,4 +151,37 @@ proptest! {
             let _ = mirror.apply(&batch);
         }
     }
+}
+
+/// After an update fails, the mirror ignores updates (built for cells as
+/// the server thought it held them) until a batch with the reset flag.
+#[test]
+fn after_an_error_updates_wait_for_the_servers_reset() {
+    use starling_protocol::interest::FLAG_RESET;
+    let grid = CellGrid { cells: [1, 1, 1] };
+    let whole = flock(7, 50, 4);
+    let (mut cells, mut s, mut update, mut batch) =
+        (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
+    let mut m = CellMirror::new(grid, quant());
+    let mut send = |m: &mut CellMirror, f: &Frame, base: Option<&Frame>, flags: u8| {
+        grid.split(f, &mut cells);
+        encode_cell_update(base, None, &cells[0], &mut s, &mut update).unwrap();
+        begin_batch(f.tick, &[], flags, &[], &mut batch);
+        push_update(0, &update, &mut batch);
+        m.apply(&batch)
+    };
+    send(&mut m, &whole[0], None, FLAG_RESET).unwrap();
+    // An update against a frame the mirror never held fails...
+    let mut other = Vec::new();
+    grid.split(&whole[1], &mut other);
+    assert!(send(&mut m, &whole[2], Some(&other[0]), 0).is_err());
+    assert!(m.cell(0).is_none());
+    // ...a full update still on its way is ignored...
+    let applied = send(&mut m, &whole[2], None, 0).unwrap();
+    assert_eq!(applied.updates, 0);
+    assert!(m.cell(0).is_none());
+    // ...and the reset starts the cells over.
+    send(&mut m, &whole[3], None, FLAG_RESET).unwrap();
+    grid.split(&whole[3], &mut cells);
+    assert_eq!(m.cell(0), Some(&cells[0]));
 }

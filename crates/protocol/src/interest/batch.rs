@@ -17,17 +17,20 @@ pub const UPDATE_HEADER_BYTES: usize = 8;
 /// Flag: the summaries list every cell that holds boids; a receiver
 /// forgets the summaries of cells not listed.
 pub const FLAG_COMPLETE_SUMMARIES: u8 = 1;
+/// Flag: the receiver forgets every cell it holds before applying the
+/// batch (the first batch of a stream, and the first after a `Resync`).
+pub const FLAG_RESET: u8 = 2;
 
 /// Starts a batch in `out` (cleared first); add updates with [`push_update`].
+/// `flags` is a combination of [`FLAG_COMPLETE_SUMMARIES`] and [`FLAG_RESET`].
 pub fn begin_batch(
     tick: u64,
     summaries: &[CellSummary],
-    complete: bool,
+    flags: u8,
     dropped: &[u32],
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    let flags = if complete { FLAG_COMPLETE_SUMMARIES } else { 0 };
     out.extend_from_slice(&[KIND_CELLS, flags, 0, 0]);
     put_u32(out, summaries.len() as u32);
     put_u64(out, tick);
@@ -53,6 +56,8 @@ pub struct BatchView<'a> {
     pub tick: u64,
     /// Whether the summaries list every cell that holds boids.
     pub complete: bool,
+    /// Whether the receiver forgets every held cell first.
+    pub reset: bool,
     summaries: &'a [u8],
     dropped: &'a [u8],
     updates: &'a [u8],
@@ -69,8 +74,8 @@ impl<'a> BatchView<'a> {
             return Err(DecodeError::UnknownKind(kind));
         }
         let flags = r.u8("batch flags")?;
-        if flags & !FLAG_COMPLETE_SUMMARIES != 0 {
-            return Err(invalid("batch flags", flags, "bit 0 only"));
+        if flags & !(FLAG_COMPLETE_SUMMARIES | FLAG_RESET) != 0 {
+            return Err(invalid("batch flags", flags, "bits 0 and 1 only"));
         }
         reserved(&mut r, "batch reserved", 2)?;
         let n_summaries = count(&mut r, "n_summaries", MAX_CELLS)?;
@@ -111,6 +116,7 @@ impl<'a> BatchView<'a> {
         Ok(Self {
             tick,
             complete: flags & FLAG_COMPLETE_SUMMARIES != 0,
+            reset: flags & FLAG_RESET != 0,
             summaries,
             dropped,
             updates,

@@ -9,6 +9,7 @@ use super::summary::CellSummary;
 use super::update::{CellScratch, CellUpdateView};
 use crate::error::DecodeError;
 use crate::frame::Frame;
+use crate::limits::MAX_BOIDS;
 use crate::quant::QuantBox;
 
 /// The frames held for one cell.
@@ -29,14 +30,25 @@ pub struct Applied {
     pub boids: usize,
 }
 
-/// A viewer's copy of the cells it was sent.
+/// A viewer's copy of the cells it was sent. A new `Interest` message
+/// whose grid or box differs starts a new mirror.
 #[derive(Debug)]
 pub struct CellMirror {
+    /// The grid and box of the stream (from `Interest`).
     grid: CellGrid,
     quant: QuantBox,
+    /// Per cell, the frames updates apply to.
     held: Vec<Held>,
+    /// Per cell, its latest summary.
     summaries: Vec<Option<CellSummary>>,
+    /// Boids in the newest frames of all held cells (at most `MAX_BOIDS`).
+    held_boids: usize,
+    /// After an error or a `Resync`: updates are ignored until a batch
+    /// with the reset flag (batches already on their way were built for
+    /// the cells as the server thought we held them).
+    awaiting_reset: bool,
     scratch: CellScratch,
+    /// Where an update is rebuilt before it replaces the cell's newest frame.
     spare: Frame,
     /// The tick of the last batch applied.
     pub tick: u64,
@@ -52,6 +64,8 @@ impl CellMirror {
             quant,
             held: (0..n).map(|_| Held::default()).collect(),
             summaries: vec![None; n],
+            held_boids: 0,
+            awaiting_reset: false,
             scratch: CellScratch::default(),
             spare: Frame::default(),
             tick: 0,
@@ -63,16 +77,28 @@ impl CellMirror {
         self.grid
     }
 
-    /// Forgets every held cell (after sending `Resync`).
-    pub fn drop_all(&mut self) {
+    fn forget_all(&mut self) {
         self.held.iter_mut().for_each(|h| h.valid = 0);
+        self.held_boids = 0;
     }
 
-    /// Applies a cell batch. On an error the cell it concerns is dropped
-    /// and the receiver should send `Resync` (and [`Self::drop_all`]).
+    /// Forgets every held cell and ignores updates until the server's
+    /// reset (call it when sending `Resync`; [`Self::apply`] does after an
+    /// error).
+    pub fn start_resync(&mut self) {
+        self.forget_all();
+        self.awaiting_reset = true;
+    }
+
+    /// Applies a cell batch. On an error the mirror starts a resync: send
+    /// `Resync`; updates are ignored until the server's reset arrives.
     pub fn apply(&mut self, bytes: &[u8]) -> Result<Applied, DecodeError> {
         let batch = BatchView::parse(bytes, self.held.len())?;
         self.tick = batch.tick;
+        if batch.reset {
+            self.forget_all();
+            self.awaiting_reset = false;
+        }
         if batch.complete {
             self.summaries.iter_mut().for_each(|s| *s = None);
         }
@@ -80,15 +106,33 @@ impl CellMirror {
             self.summaries[s.cell as usize] = Some(s);
         }
         for c in batch.dropped() {
-            self.held[c as usize].valid = 0;
+            let h = &mut self.held[c as usize];
+            if h.valid > 0 {
+                self.held_boids -= h.frames[0].len();
+                h.valid = 0;
+            }
         }
         let mut applied = Applied::default();
+        if self.awaiting_reset {
+            return Ok(applied);
+        }
         for (cell, body) in batch.updates() {
             let h = &mut self.held[cell as usize];
             let result = CellUpdateView::parse(body).and_then(|u| {
                 let base = (h.valid >= 1).then_some(&h.frames[0]);
                 let base2 = (h.valid >= 2).then_some(&h.frames[1]);
-                u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)
+                u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)?;
+                let before = if h.valid > 0 { h.frames[0].len() } else { 0 };
+                let total = self.held_boids - before + self.spare.len();
+                if total > MAX_BOIDS {
+                    return Err(DecodeError::Invalid {
+                        field: "held boids",
+                        value: total.to_string(),
+                        allowed: "at most MAX_BOIDS in all held cells",
+                    });
+                }
+                self.held_boids = total;
+                Ok(())
             });
             match result {
                 Ok(()) => {
@@ -102,7 +146,7 @@ impl CellMirror {
                     applied.boids += h.frames[0].len();
                 }
                 Err(e) => {
-                    h.valid = 0;
+                    self.start_resync();
                     return Err(e);
                 }
             }

@@ -19,8 +19,8 @@ mod summary;
 mod update;
 
 pub use batch::{
-    BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, KIND_CELLS, UPDATE_HEADER_BYTES,
-    begin_batch, push_update,
+    BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, KIND_CELLS,
+    UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
 pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
 pub use mirror::{Applied, CellMirror};

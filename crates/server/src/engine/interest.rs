@@ -27,8 +27,8 @@ use crate::telemetry::Telemetry;
 
 /// Broadcasts back that linear updates reach: a viewer whose older held
 /// frame of a cell is further back is sent the cell in full. Longer gaps
-/// predict poorly anyway (half a second at 30 Hz).
-pub const HISTORY: u64 = 40;
+/// predict poorly anyway, and each broadcast kept costs 12 bytes a boid.
+pub const HISTORY: u64 = 8;
 /// Linear encodings a cell keeps per broadcast, at most.
 pub const LINEAR_FORMS: usize = 4;
 
@@ -174,7 +174,8 @@ impl CellSet {
 pub struct CellBuilder {
     /// Frames of recent broadcasts, newest first.
     ring: VecDeque<Arc<CellFrames>>,
-    /// Reused split buffers (moved into each `CellFrames`).
+    /// Split buffers to reuse: the cells of the oldest frames, when nothing
+    /// referred to them as they left the ring (else the split allocates).
     spare: Vec<Frame>,
 }
 
@@ -225,7 +226,13 @@ impl CellBuilder {
             telemetry: telemetry.clone(),
         };
         self.ring.push_front(now);
-        self.ring.truncate(HISTORY as usize);
+        while self.ring.len() > HISTORY as usize {
+            // The oldest frames' buffers become the next split's, once no
+            // cell set refers to them any more.
+            if let Some(Ok(old)) = self.ring.pop_back().map(Arc::try_unwrap) {
+                self.spare = old.cells;
+            }
+        }
         Some(Arc::new(set))
     }
 }
@@ -233,7 +240,9 @@ impl CellBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use starling_protocol::interest::{CellMirror, begin_batch, push_update};
+    use starling_protocol::interest::{
+        CellMirror, FLAG_COMPLETE_SUMMARIES, begin_batch, push_update,
+    };
 
     fn whole(tick: u64, xs: &[(u32, u16)]) -> Frame {
         Frame {
@@ -251,8 +260,9 @@ mod tests {
         let mut b = CellBuilder::default();
         let grid = CellGrid::for_world([100.0, 100.0, 50.0], 3);
         let quant = QuantBox::around_world([100.0, 100.0, 50.0], 3);
-        // Viewers sent every broadcast, every second and every fifth.
-        let strides = [1u64, 2, 5];
+        // Viewers sent every broadcast, every second and every fourth (the
+        // longest stride whose two held frames are within HISTORY).
+        let strides = [1u64, 2, HISTORY / 2];
         let mut mirrors: Vec<CellMirror> = strides
             .iter()
             .map(|_| CellMirror::new(grid, quant))
@@ -278,7 +288,13 @@ mod tests {
                 if seq % stride != 0 {
                     continue;
                 }
-                begin_batch(f.tick, &set.now.summaries, true, &[], &mut batch);
+                begin_batch(
+                    f.tick,
+                    &set.now.summaries,
+                    FLAG_COMPLETE_SUMMARIES,
+                    &[],
+                    &mut batch,
+                );
                 for c in 0..grid.len() as u32 {
                     let h = &mut held[v][c as usize];
                     if set.now.cells[c as usize].is_empty() && h[0].is_none() {

@@ -220,7 +220,11 @@ impl Viewer {
             }
             ServerFrame::Control(c) => match c {
                 ServerMsg::Interest(i) => {
-                    if self.mirror.as_ref().is_none_or(|m| m.grid() != i.grid) {
+                    // A new grid or box starts the stream over.
+                    let same = self
+                        .interest
+                        .is_some_and(|was| was.grid == i.grid && was.quant == i.quant);
+                    if self.mirror.is_none() || !same {
                         self.mirror = Some(starling_protocol::interest::CellMirror::new(
                             i.grid, i.quant,
                         ));

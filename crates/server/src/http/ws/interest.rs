@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use starling_protocol::interest::{
-    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, SUMMARY_BYTES, UPDATE_HEADER_BYTES,
-    begin_batch, push_update,
+    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
+    SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
 use starling_protocol::{InterestInfo, QuantBox, View};
 
@@ -57,15 +57,22 @@ pub struct ViewerInterest {
     bytes_per_boid: f32,
     /// Whether each cell is in view.
     in_view_mark: Vec<bool>,
+    /// When the summaries were last sent.
     last_summary: Option<Duration>,
+    /// The next batch tells the client to forget every cell (the stream
+    /// is new, or the client sent `Resync`).
+    reset_next: bool,
     /// The viewer's byte budget.
     pub budget: Budget,
     /// The last `Interest` announced (None: the grid is new, announce it).
     announced: Option<(InterestInfo, Duration)>,
+    /// This send's full-set cells with their priority (reused).
     order: Vec<(f32, u32)>,
+    /// This send's cells to forget (reused).
     dropped: Vec<u32>,
     /// Whether each cell is in the full set (reused).
     full: Vec<bool>,
+    /// The batch being built (reused; each batch is copied out).
     buf: Vec<u8>,
 }
 
@@ -98,6 +105,7 @@ impl ViewerInterest {
             bytes_per_boid: START_BYTES_PER_BOID,
             in_view_mark: Vec::new(),
             last_summary: None,
+            reset_next: true,
             budget: Budget::new(view.budget_bytes_per_s, now),
             announced: None,
             order: Vec::new(),
@@ -116,10 +124,13 @@ impl ViewerInterest {
         }
     }
 
-    /// The client dropped every cell (it sent `Resync`).
+    /// The client dropped every cell (it sent `Resync`): start over, and
+    /// say so in the next batch (batches it gets before that one were
+    /// built for the cells it no longer holds, and it ignores them).
     pub fn resync(&mut self) {
         self.held.iter_mut().for_each(|h| *h = [None, None]);
         self.last_sent.iter_mut().for_each(|s| *s = 0);
+        self.reset_next = true;
     }
 
     /// What the viewer is told about the stream now.
@@ -228,13 +239,14 @@ impl ViewerInterest {
             self.locate(frames.grid, frames.quant);
             self.last_summary = None;
             self.announced = None;
+            self.reset_next = true;
         }
         self.budget.refill(now);
         let seq = set.seq();
         // Summaries when due: the whole flock's shape, always.
         let summaries_due = self
             .last_summary
-            .is_none_or(|t| (now - t).as_secs_f32() >= 1.0 / SUMMARY_HZ);
+            .is_none_or(|t| now.saturating_sub(t).as_secs_f32() >= 1.0 / SUMMARY_HZ);
         let summaries: &[_] = if summaries_due {
             self.last_summary = Some(now);
             &frames.summaries
@@ -266,13 +278,16 @@ impl ViewerInterest {
             }
         }
         self.full = full;
-        begin_batch(
-            frames.tick,
-            summaries,
-            summaries_due,
-            &self.dropped,
-            &mut self.buf,
-        );
+        self.order
+            .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut flags = 0;
+        if summaries_due {
+            flags |= FLAG_COMPLETE_SUMMARIES;
+        }
+        if std::mem::take(&mut self.reset_next) {
+            flags |= FLAG_RESET;
+        }
+        begin_batch(frames.tick, summaries, flags, &self.dropped, &mut self.buf);
         self.budget
             .spend(BATCH_HEADER_BYTES + SUMMARY_BYTES * summaries.len() + 4 * self.dropped.len());
         for &(_, c) in &self.order {
@@ -298,7 +313,7 @@ impl ViewerInterest {
             self.last_sent[c as usize] = seq;
             out.updates += 1;
         }
-        if out.updates > 0 || summaries_due || !self.dropped.is_empty() {
+        if out.updates > 0 || flags != 0 || !self.dropped.is_empty() {
             out.batch = Some(Bytes::copy_from_slice(&self.buf));
         }
         out
