@@ -94,7 +94,7 @@ fn sign_not_zero(x: f32) -> f32 {
 
 /// Folds the lower half of the octahedron over the upper (its own inverse).
 #[inline]
-fn fold(x: f32, y: f32) -> (f32, f32) {
+pub(crate) fn fold(x: f32, y: f32) -> (f32, f32) {
     (
         (1.0 - y.abs()) * sign_not_zero(x),
         (1.0 - x.abs()) * sign_not_zero(y),

@@ -4,7 +4,17 @@
 //! Twenty bytes a cell, so every cell's summary fits any budget.
 
 use crate::frame::{Frame, put_u16s, put_u32};
-use crate::quant::{QuantBox, oct_decode, oct_encode};
+use crate::quant::{QuantBox, fold, oct_encode};
+
+/// An octahedral heading as a point on the octahedron (|x| + |y| + |z| = 1),
+/// unfolded but not normalised: [`crate::oct_decode`] without the square root.
+fn oct_unnormalised(h: [u8; 2]) -> [f32; 3] {
+    let x = f32::from(h[0]) / 255.0 * 2.0 - 1.0;
+    let y = f32::from(h[1]) / 255.0 * 2.0 - 1.0;
+    let z = 1.0 - x.abs() - y.abs();
+    let (x, y) = if z < 0.0 { fold(x, y) } else { (x, y) };
+    [x, y, z]
+}
 
 /// Bytes of one summary record.
 pub const SUMMARY_BYTES: usize = 20;
@@ -38,7 +48,10 @@ impl CellSummary {
             for a in 0..3 {
                 sum[a] += u64::from(p[a]);
             }
-            let h = oct_decode(f.heading_of(i));
+            // PERF: the unfolded octahedral vector, not normalised: each
+            // heading weighs a little by where it lies on the octahedron,
+            // which a summary's mean heading can afford.
+            let h = oct_unnormalised(f.heading_of(i));
             for a in 0..3 {
                 dir[a] += h[a];
             }
@@ -110,7 +123,7 @@ mod tests {
         let s = CellSummary::of(3, &f, &quant).unwrap();
         assert_eq!((s.cell, s.count, s.centroid), (3, 2, [102, 200, 300]));
         assert!((s.spread_m - 2.0).abs() < 1e-4, "{}", s.spread_m);
-        let h = oct_decode(s.heading);
+        let h = crate::quant::oct_decode(s.heading);
         assert!((h[0] - h[1]).abs() < 0.02 && h[2].abs() < 0.02, "{h:?}");
         let mut bytes = Vec::new();
         s.put(&mut bytes);
