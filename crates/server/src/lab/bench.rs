@@ -89,7 +89,12 @@ pub struct Plan {
     /// 2 s of warm-up for `fanout`, `--warmup` ticks for `interest`).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Each viewer's declared budget for the `interest` scenario, bytes per second.
+    /// `fanout` viewers subscribe with a view of a random tenth of the
+    /// world and `--budget` (the interest stream).
+    #[arg(long)]
+    pub interest: bool,
+    /// Each viewer's declared budget for the `interest` scenario (and
+    /// `fanout --interest`), bytes per second.
     #[arg(long, default_value_t = 250_000, value_parser = clap::value_parser!(u32).range(32_000..=64_000_000))]
     pub budget: u32,
     /// The neighbour kernel to run (scenarios A, B and swarm): the
@@ -134,6 +139,7 @@ pub fn run(plan: &Plan) -> Result<()> {
                     plan.viewers as usize,
                     seconds,
                     fps as u16,
+                    plan.interest.then_some(plan.budget),
                 ))?;
                 let mut line = serde_json::to_value(&stats)?;
                 line["scenario"] = "C-fanout".into();

@@ -3,7 +3,9 @@
 //! CPU time is measured apart from the viewers'. Viewers validate every
 //! snapshot's header and sizes (as a decoder must) but do not apply deltas:
 //! on a 2-core machine, applying 500 × 30 deltas a second would measure the
-//! load generator, not the server.
+//! load generator, not the server. With `--interest`, every viewer
+//! subscribes with a view of a random tenth of the world and the plan's
+//! budget, and counts the cell batches it receives as frames.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -11,7 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
-use starling_protocol::{ClientMsg, PROTOCOL_MAJOR, ServerFrame, decode_server, encode_client};
+use starling_protocol::{
+    ClientMsg, PROTOCOL_MAJOR, ServerFrame, ServerMsg, View, decode_server, encode_client,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -22,6 +26,11 @@ pub struct FanoutStats {
     pub population: usize,
     /// Viewers connected.
     pub viewers: usize,
+    /// Each viewer's declared budget on the interest stream (None: the
+    /// whole-world stream).
+    pub interest_budget: Option<u32>,
+    /// Bytes per second a viewer received, median.
+    pub viewer_bytes_per_s_median: f64,
     /// Viewers still connected at the end.
     pub viewers_alive: usize,
     /// Length of the measured window, seconds.
@@ -87,21 +96,47 @@ async fn http_get(addr: &str, path: &str) -> Result<String> {
         .unwrap_or_default())
 }
 
+/// A tenth of the world's floor (full height), placed by `k`.
+fn random_tenth(world: [f32; 3], k: usize, budget: u32) -> View {
+    let mut h = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut unit = || {
+        h ^= h >> 29;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        (h >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let side = 0.1f32.sqrt();
+    let (w, d) = (side * world[0], side * world[1]);
+    let (x, y) = (unit() * (world[0] - w), unit() * (world[1] - d));
+    View {
+        min: [x, y, 0.0],
+        max: [x + w, y + d, world[2]],
+        eye: Some([x + 0.5 * w, y + 0.5 * d, 1.5 * world[2]]),
+        budget_bytes_per_s: Some(budget),
+    }
+}
+
 async fn viewer(
     addr: String,
     fps: u16,
+    interest: Option<(usize, u32)>,
     counts: std::sync::Arc<std::sync::Mutex<Counts>>,
     measuring: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await?;
-    ws.next().await.context("hello")??;
+    let Message::Binary(first) = ws.next().await.context("hello")?? else {
+        bail!("the first message is not binary");
+    };
+    let ServerFrame::Control(ServerMsg::Hello(hello)) = decode_server(&first)? else {
+        bail!("the first message is not Hello");
+    };
+    let region = interest.map(|(k, budget)| random_tenth(hello.world.world_m, k, budget));
     let mut sub = Vec::new();
     encode_client(
         &ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
-            minor: 0,
+            minor: 2,
             max_fps: fps,
-            region: None,
+            region,
         },
         &mut sub,
     )?;
@@ -114,8 +149,8 @@ async fn viewer(
         let Message::Binary(b) = msg? else { continue };
         let kind = match decode_server(&b)? {
             ServerFrame::Keyframe(_) => Some(true),
-            ServerFrame::Delta(_) => Some(false),
-            ServerFrame::Control(_) | ServerFrame::Cells(_) => None,
+            ServerFrame::Delta(_) | ServerFrame::Cells(_) => Some(false),
+            ServerFrame::Control(_) => None,
         };
         if let (Some(key), true) = (kind, *measuring.borrow()) {
             let mut c = counts.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -133,7 +168,15 @@ async fn viewer(
 
 /// Runs `viewers` viewers of a flock of `population` boids for `seconds` (after a
 /// two-second warm-up) against a `starling serve` child process.
-pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> Result<FanoutStats> {
+/// With `interest`, each viewer subscribes with a random tenth of the
+/// world and that budget.
+pub async fn run(
+    population: usize,
+    viewers: usize,
+    seconds: f64,
+    fps: u16,
+    interest: Option<u32>,
+) -> Result<FanoutStats> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
         .args([
@@ -174,10 +217,11 @@ pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> R
 
     let (measure_tx, measure_rx) = tokio::sync::watch::channel(false);
     let mut counts = Vec::new();
-    for _ in 0..viewers {
+    for k in 0..viewers {
         let c = std::sync::Arc::new(std::sync::Mutex::new(Counts::default()));
         counts.push(c.clone());
-        tokio::spawn(viewer(addr.clone(), fps, c, measure_rx.clone()));
+        let view = interest.map(|budget| (k, budget));
+        tokio::spawn(viewer(addr.clone(), fps, view, c, measure_rx.clone()));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = http_get(&addr, "/metrics").await?;
@@ -200,6 +244,8 @@ pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> R
     }
     let mut rates: Vec<f64> = snap.iter().map(|c| c.frames as f64 / wall).collect();
     rates.sort_by(f64::total_cmp);
+    let mut byte_rates: Vec<f64> = snap.iter().map(|c| c.bytes as f64 / wall).collect();
+    byte_rates.sort_by(f64::total_cmp);
     let frames: u64 = snap.iter().map(|c| c.frames).sum();
     let bytes: u64 = snap.iter().map(|c| c.bytes).sum();
     let keys: u64 = snap.iter().map(|c| c.keyframes).sum();
@@ -208,6 +254,8 @@ pub async fn run(population: usize, viewers: usize, seconds: f64, fps: u16) -> R
     Ok(FanoutStats {
         population,
         viewers,
+        interest_budget: interest,
+        viewer_bytes_per_s_median: byte_rates[byte_rates.len() / 2],
         viewers_alive: snap.iter().filter(|c| c.alive).count(),
         seconds: wall,
         fps_min: rates[0],

@@ -207,8 +207,8 @@ impl ViewerInterest {
         full.clear();
         full.resize(self.held.len(), false);
         let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * SUMMARY_HZ;
-        let allowance =
-            (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / self.send_hz.min(FULL_HZ);
+        let allowance = (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0)
+            / self.send_hz.min(FULL_HZ);
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
             let boids = set.now.cells[c as usize].len() as f32;
