@@ -377,3 +377,54 @@ test('a served replay shows a seek bar that moves the recording', async () => {
   await shot(page, 'replay');
   await page.close();
 });
+
+test('on a 2 Mbit/s link the interest stream keeps the page live within its budget', async () => {
+  const server = await startServer(['--population', '20000']);
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  // The page's link: 2 Mbit/s each way, 40 ms of latency.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions', {
+    offline: false, latency: 40, downloadThroughput: 250_000, uploadThroughput: 250_000,
+  });
+  const budget = 250_000;
+  await page.goto(`${server.url}/?budget=${budget}`);
+  const cells = async () => (await page.locator('body').getAttribute('data-cells') ?? '0 0').split(' ').map(Number);
+  await until('cells held in full and summaries', async () => {
+    const [held, blobs] = await cells();
+    return held > 0 && blobs > 0;
+  });
+  assert.deepEqual(errors, [], 'no script errors');
+  // Over ten seconds the page keeps up: its tick rises and stays close to
+  // the server's (no growing backlog), within its budget.
+  const lags = [];
+  let last = 0;
+  for (let i = 0; i < 5; i++) {
+    await new Promise((r) => setTimeout(r, 2000));
+    const shown = await number(page, '#st-tick');
+    const live = (await rest(server, '/state')).tick;
+    assert.ok(shown > last, `the page's tick went from ${last} to ${shown}`);
+    last = shown;
+    lags.push(live - shown);
+    const kbps = Number(await page.locator('body').getAttribute('data-kbps'));
+    assert.ok(kbps <= (budget / 1000) * 1.1, `${kbps} kB/s over a budget of ${budget / 1000}`);
+  }
+  // At 60 ticks a second, two seconds behind at most, and not growing.
+  assert.ok(Math.max(...lags) < 120, `lag in ticks: ${lags}`);
+  assert.ok(lags[4] <= lags[0] + 60, `the lag grows: ${lags}`);
+  assert.match(await page.locator('#st-kbps').innerText(), / \/ 250$/);
+  assert.equal(await page.locator('#stream').inputValue(), String(budget));
+  await shot(page, 'interest-2mbit');
+  await page.close();
+  // The bandwidth control switches a whole-world page to the interest stream.
+  const plain = await openViewer(server);
+  assert.equal(await plain.locator('body').getAttribute('data-cells'), null);
+  await plain.selectOption('#stream', '62500');
+  await until('the interest stream after choosing it', async () => {
+    const [held] = (await plain.locator('body').getAttribute('data-cells') ?? '0 0').split(' ').map(Number);
+    return held > 0 && / \/ 6[23]$/.test(await plain.locator('#st-kbps').innerText());
+  });
+  await plain.close();
+});

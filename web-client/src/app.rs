@@ -13,6 +13,7 @@ use starling_protocol::{
 };
 
 use crate::camera::Camera;
+use crate::interest::Interest;
 use crate::net::{NetEvent, Socket, backoff_ms};
 use crate::render::{Renderer, Scene};
 use crate::stats::{History, Rate, TickLog};
@@ -135,11 +136,15 @@ pub(crate) struct App {
     replay: Option<(u64, u64)>,
     /// The seek bar is being dragged: don't move it under the pointer.
     seeking: bool,
+    /// On the interest stream (`?budget=` on the page URL), else None.
+    interest: Option<Interest>,
 }
 
 impl App {
-    /// A viewer for the page `dom`, connecting to `url`.
-    pub(crate) fn new(dom: Dom, url: String) -> Self {
+    /// A viewer for the page `dom`, connecting to `url`; on the interest
+    /// stream with this budget when `interest` is set (an inner None: as
+    /// much as the link drains).
+    pub(crate) fn new(dom: Dom, url: String, interest: Option<Option<u32>>) -> Self {
         Self {
             dom,
             url,
@@ -178,6 +183,7 @@ impl App {
             state_fetch: false,
             replay: None,
             seeking: false,
+            interest: interest.map(Interest::new),
         }
     }
 
@@ -199,13 +205,12 @@ impl App {
         match ev {
             NetEvent::Open => {
                 self.dom.connection("connected", true);
-                let sub = ClientMsg::Subscribe {
-                    major: PROTOCOL_MAJOR,
-                    minor: PROTOCOL_MINOR,
-                    max_fps: WANT_FPS,
-                    region: None,
-                };
-                self.send(&sub);
+                if let Some(i) = self.interest.as_mut() {
+                    // The view needs the world: subscribe on Hello.
+                    i.clear();
+                } else {
+                    self.subscribe(None);
+                }
                 None
             }
             NetEvent::Message(buf) => {
@@ -215,6 +220,9 @@ impl App {
             NetEvent::Closed { code, reason } => {
                 self.dead_socket = self.socket.take();
                 self.stream.clear();
+                if let Some(i) = self.interest.as_mut() {
+                    i.clear();
+                }
                 if let Some(r) = &mut self.renderer {
                     r.clear_boids();
                 }
@@ -263,8 +271,22 @@ impl App {
                 }
             },
             Ok(ServerFrame::Control(msg)) => self.on_control(msg, now_ms),
-            // Only sent to viewers that subscribe with a view.
-            Ok(ServerFrame::Cells(_)) => {}
+            Ok(ServerFrame::Cells(b)) => {
+                let applied = self.interest.as_mut().map(|i| i.on_batch(b));
+                match applied {
+                    Some(Ok((tick, aligned))) => {
+                        self.frame_arrived(tick, aligned, inbox.len(), now_ms)
+                    }
+                    Some(Err(_)) => {
+                        // A batch that does not apply: start the cells over.
+                        if let Some(i) = self.interest.as_mut() {
+                            i.start_resync();
+                        }
+                        self.send(&ClientMsg::Resync);
+                    }
+                    None => {}
+                }
+            }
             Err(e) => self
                 .dom
                 .message(&format!("undecodable message from the server: {e}"), true),
@@ -281,9 +303,36 @@ impl App {
         self.frames.add(now_ms, bytes as f64);
         self.frames_total += 1;
         self.ticks.push(tick);
-        if let (Some(r), Some(f)) = (&mut self.renderer, self.stream.newest()) {
+        let shown = match &self.interest {
+            Some(i) => Some(&i.merged),
+            None => self.stream.newest(),
+        };
+        if let (Some(r), Some(f)) = (&mut self.renderer, shown) {
             r.upload(f, aligned);
         }
+    }
+
+    /// Sends `Subscribe` with this view (None: the whole-world stream).
+    fn subscribe(&mut self, region: Option<starling_protocol::View>) {
+        let sub = ClientMsg::Subscribe {
+            major: PROTOCOL_MAJOR,
+            minor: PROTOCOL_MINOR,
+            max_fps: WANT_FPS,
+            region,
+        };
+        self.send(&sub);
+    }
+
+    /// The camera's view when it should be sent (interest stream only).
+    fn view_to_send(&mut self, now_ms: f64) -> Option<starling_protocol::View> {
+        let (cam, h, i) = (
+            self.camera.as_ref()?,
+            self.hello.as_ref()?,
+            self.interest.as_mut()?,
+        );
+        let (lo, hi) = cam.view_box();
+        let extent = h.world.world_m.iter().copied().fold(1.0, f32::max);
+        i.view_to_send(lo, hi, cam.eye(), extent, now_ms)
     }
 
     fn on_control(&mut self, msg: ServerMsg, now_ms: f64) {
@@ -350,9 +399,11 @@ impl App {
             ServerMsg::Pong { nonce, .. } => {
                 self.latency_ms = Some(now_ms - nonce as f64 / 1000.0);
             }
-            // Only sent to viewers that subscribe with a view; this viewer
-            // subscribes to the whole-world stream.
-            ServerMsg::Interest(_) => {}
+            ServerMsg::Interest(info) => {
+                if let Some(i) = self.interest.as_mut() {
+                    i.on_info(info);
+                }
+            }
             ServerMsg::Close(c) => {
                 if matches!(
                     c.reason,
@@ -395,6 +446,17 @@ impl App {
         self.dom.connection(&format!("live · {}", h.server), true);
         self.params = h.params.clone();
         self.hello = Some(h);
+        if let Some(budget) = self.interest.as_ref().map(|i| i.budget) {
+            // The camera's view, or the whole world if it has none yet.
+            let world = self.hello.as_ref().map_or([1.0; 3], |h| h.world.world_m);
+            let view = self.view_to_send(0.0).unwrap_or(starling_protocol::View {
+                min: [0.0; 3],
+                max: world,
+                eye: None,
+                budget_bytes_per_s: budget,
+            });
+            self.subscribe(Some(view));
+        }
     }
 
     fn take_pending(&mut self, id: u32) -> Option<Pending> {
@@ -779,22 +841,36 @@ impl App {
             world: h.world.world_m,
             dims: h.world.dims,
             agents: self.agents.as_ref(),
+            blobs: self.interest.as_ref().map_or(&[], |i| &i.blobs),
             picked,
             flee_radius_m: self.param("flee_radius_m").unwrap_or(0.0),
         };
         r.draw(&scene);
         self.rendered.add(now_ms, 1.0);
+        if let Some(view) = self.view_to_send(now_ms) {
+            self.send(&ClientMsg::SetView(view));
+        }
     }
 
     /// Twice a second: the status line, and a latency probe every 2 s.
     pub(crate) fn status_tick(&mut self, now_ms: f64) {
         let (fps, _) = self.rendered.per_second(now_ms);
         let (_, bytes) = self.frames.per_second(now_ms);
+        let shown = match &self.interest {
+            Some(i) => i.info.map(|_| &i.merged),
+            None => self.stream.newest(),
+        };
         self.dom.status(&Status {
             fps,
-            tick: self.stream.newest().map(|f| f.tick),
-            boids: self.stream.newest().map(|f| f.len()),
+            tick: shown.map(|f| f.tick),
+            boids: shown.map(|f| f.len()),
             kbps: bytes / 1000.0,
+            budget_kbps: self
+                .interest
+                .as_ref()
+                .and_then(|i| i.info)
+                .map(|i| f64::from(i.budget_bytes_per_s) / 1000.0),
+            cells: self.interest.as_ref().map(Interest::counts),
             latency_ms: self.latency_ms,
             frames: self.frames_total,
             role: self.hello.as_ref().map(|h| h.role),

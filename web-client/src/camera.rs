@@ -70,6 +70,49 @@ impl Camera {
         proj * view::look_at_mat4(eye, self.target, up)
     }
 
+    /// The box the camera can see within the world (plus the quantisation
+    /// margin): the bounds of the frustum's four edges clipped to that box,
+    /// and of the box's corners the camera sees (what the interest stream's
+    /// view asks for).
+    pub(crate) fn view_box(&self) -> (Vec3, Vec3) {
+        let margin = self.world * 0.125;
+        let (wlo, whi) = (-margin, self.world + margin);
+        let vp = self.view_proj();
+        let inv = vp.inverse();
+        let unproject = |x: f32, y: f32, z: f32| {
+            let p = inv * Vec4::new(x, y, z, 1.0);
+            p.truncate() / p.w
+        };
+        let (mut lo, mut hi) = (Vec3::splat(f32::INFINITY), Vec3::splat(f32::NEG_INFINITY));
+        let mut add = |p: Vec3| {
+            lo = lo.min(p);
+            hi = hi.max(p);
+        };
+        for (x, y) in [(-1.0, -1.0), (1.0, -1.0), (-1.0, 1.0), (1.0, 1.0)] {
+            let (a, b) = (unproject(x, y, -1.0), unproject(x, y, 1.0));
+            if let Some((t0, t1)) = clip(a, b - a, wlo, whi) {
+                add(a + (b - a) * t0);
+                add(a + (b - a) * t1);
+            }
+        }
+        for k in 0..8 {
+            let c = Vec3::new(
+                if k & 1 == 0 { wlo.x } else { whi.x },
+                if k & 2 == 0 { wlo.y } else { whi.y },
+                if k & 4 == 0 { wlo.z } else { whi.z },
+            );
+            let p = vp * c.extend(1.0);
+            if p.w > 0.0 && (p.truncate() / p.w).abs().max_element() <= 1.0 {
+                add(c);
+            }
+        }
+        if lo.x > hi.x {
+            // Nothing of the world in view: ask for all of it.
+            return (wlo, whi);
+        }
+        (lo.clamp(wlo, whi), hi.clamp(wlo, whi))
+    }
+
     /// A drag of `dx`, `dy` pixels on a canvas `height` pixels tall: orbits
     /// in 3-D, pans in 2-D.
     pub(crate) fn drag(&mut self, dx: f32, dy: f32, height: f32) {
@@ -122,6 +165,24 @@ impl Camera {
     }
 }
 
+/// The part `t0 ..= t1` (within 0 ..= 1) of the segment `a + t·d` inside
+/// the box `lo ..= hi`, if any (Liang–Barsky).
+fn clip(a: Vec3, d: Vec3, lo: Vec3, hi: Vec3) -> Option<(f32, f32)> {
+    let (mut t0, mut t1) = (0.0f32, 1.0f32);
+    for k in 0..3 {
+        if d[k].abs() < 1e-12 {
+            if a[k] < lo[k] || a[k] > hi[k] {
+                return None;
+            }
+            continue;
+        }
+        let (u, v) = ((lo[k] - a[k]) / d[k], (hi[k] - a[k]) / d[k]);
+        t0 = t0.max(u.min(v));
+        t1 = t1.min(u.max(v));
+    }
+    (t0 <= t1).then_some((t0, t1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +221,22 @@ mod tests {
             (centre.x - 100.0).abs() < 1e-2,
             "panned to the edge, not past it"
         );
+    }
+
+    #[test]
+    fn the_view_box_is_the_world_when_framed_and_shrinks_from_above() {
+        let world = [160.0, 160.0, 80.0];
+        let cam = Camera::framing(world, 2);
+        let (lo, hi) = cam.view_box();
+        assert!(
+            lo.x <= 0.0 && lo.y <= 0.0 && hi.x >= 160.0 && hi.y >= 160.0,
+            "{lo} {hi}"
+        );
+        let mut near = Camera::framing(world, 2);
+        near.zoom(0.05);
+        let (lo2, hi2) = near.view_box();
+        assert!(hi2.x - lo2.x < hi.x - lo.x, "zoomed in: {lo2} {hi2}");
+        assert!(lo2.x <= 80.0 && hi2.x >= 80.0, "still around the target");
     }
 
     #[test]

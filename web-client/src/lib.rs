@@ -17,6 +17,7 @@
 
 mod app;
 mod camera;
+mod interest;
 mod net;
 mod render;
 mod stats;
@@ -45,7 +46,11 @@ pub fn start() -> Result<(), JsValue> {
     let window = web_sys::window().ok_or("no window")?;
     let doc = window.document().ok_or("no document")?;
     let dom = ui::Dom::find(doc).map_err(|e| JsValue::from_str(&e))?;
-    let app: Shared = Rc::new(RefCell::new(App::new(dom, socket_url(&window)?)));
+    let app: Shared = Rc::new(RefCell::new(App::new(
+        dom,
+        socket_url(&window)?,
+        interest_budget(&window)?,
+    )));
     wire_controls(&app)?;
     wire_canvas(&app)?;
     wire_keys(&app, &window)?;
@@ -71,6 +76,15 @@ fn socket_url(window: &Window) -> Result<String, JsValue> {
         url.push_str(&String::from(js_sys::encode_uri_component(&t)));
     }
     Ok(url)
+}
+
+/// `?budget=` on the page URL: the interest stream, with that budget in
+/// bytes per second, or `auto` for as much as the link drains.
+fn interest_budget(window: &Window) -> Result<Option<Option<u32>>, JsValue> {
+    let params = web_sys::UrlSearchParams::new_with_str(&window.location().search()?)?;
+    Ok(params
+        .get("budget")
+        .map(|b| b.parse::<u32>().ok().filter(|&n| n > 0)))
 }
 
 fn now() -> f64 {

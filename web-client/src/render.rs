@@ -116,6 +116,9 @@ pub(crate) struct Scene<'a> {
     pub(crate) dims: u8,
     /// Predators, goals and obstacles.
     pub(crate) agents: Option<&'a AgentList>,
+    /// Interest stream: the cells not held in full, as soft blobs at
+    /// their centroids (centre, radius).
+    pub(crate) blobs: &'a [(Vec3, f32)],
     /// The picked boid's position and its (separation, cohesion) radii.
     pub(crate) picked: Option<(Vec3, f32, f32)>,
     /// Flee radius around predators, metres.
@@ -362,6 +365,28 @@ impl Renderer {
         );
         if let Some(agents) = scene.agents {
             self.agents(agents, scene);
+        }
+        if !scene.blobs.is_empty() {
+            // Translucent, unlit, and not hiding what is behind them.
+            gl.enable(Gl::BLEND);
+            gl.blend_func(Gl::SRC_ALPHA, Gl::ONE_MINUS_SRC_ALPHA);
+            gl.depth_mask(false);
+            for &(at, radius) in scene.blobs {
+                let scale = if scene.dims == 2 {
+                    Vec3::new(radius, radius, 0.01)
+                } else {
+                    Vec3::splat(radius)
+                };
+                self.shape(
+                    Gl::TRIANGLES,
+                    self.shapes.octahedron,
+                    at,
+                    scale,
+                    [0.55, 0.7, 1.0, 0.18],
+                );
+            }
+            gl.depth_mask(true);
+            gl.disable(Gl::BLEND);
         }
         if let Some((p, sep, coh)) = scene.picked {
             self.sphere(p, sep, [1.0, 0.45, 0.3, 1.0], scene.dims);

@@ -35,6 +35,10 @@ pub(crate) struct Status {
     pub(crate) tick: Option<u64>,
     pub(crate) boids: Option<usize>,
     pub(crate) kbps: f64,
+    /// The interest stream's budget, kB/s.
+    pub(crate) budget_kbps: Option<f64>,
+    /// The interest stream's cells: held in full, drawn as summaries.
+    pub(crate) cells: Option<(usize, usize)>,
     pub(crate) latency_ms: Option<f64>,
     pub(crate) frames: u64,
     pub(crate) role: Option<Role>,
@@ -93,13 +97,21 @@ impl Dom {
             format!("{:.0}", s.fps),
             s.tick.map_or_else(dash, |t| t.to_string()),
             s.boids.map_or_else(dash, |n| n.to_string()),
-            format!("{:.1}", s.kbps),
+            match s.budget_kbps {
+                Some(b) => format!("{:.1} / {b:.0}", s.kbps),
+                None => format!("{:.1}", s.kbps),
+            },
             s.latency_ms.map_or_else(dash, |l| format!("{l:.0} ms")),
             s.frames.to_string(),
             s.role.map_or_else(dash, |r| r.name().to_owned()),
         ];
         for (el, text) in self.fields.iter().zip(texts) {
             el.set_text_content(Some(&text));
+        }
+        // For tests: the interest stream's figures on <body>.
+        if let (Some(body), Some((held, blobs))) = (self.doc.body(), s.cells) {
+            let _ = body.set_attribute("data-cells", &format!("{held} {blobs}"));
+            let _ = body.set_attribute("data-kbps", &format!("{:.1}", s.kbps));
         }
     }
 

@@ -1,0 +1,229 @@
+//! The viewer on the interest stream (protocol 1.2, `?budget=` on the page
+//! URL): the cells it holds in full merged into one frame for the
+//! renderer, the other cells' summaries as soft blobs, and the view sent
+//! as the camera moves, at most [`VIEW_INTERVAL_MS`] apart.
+//!
+//! Pure Rust, no browser: tested natively.
+
+use glam::Vec3;
+use starling_protocol::interest::CellMirror;
+use starling_protocol::{DecodeError, Frame, InterestInfo, View};
+
+/// Least time between two view updates sent, ms (the server takes 20 a
+/// second; a camera drag would send more).
+pub(crate) const VIEW_INTERVAL_MS: f64 = 100.0;
+/// A view is sent again when a corner moves by more than this share of
+/// the world's largest extent.
+const VIEW_MOVE: f32 = 0.02;
+
+/// A summary as drawn: centre, radius, and whether it is held in full.
+pub(crate) type Blob = (Vec3, f32);
+
+/// The interest stream's state in the viewer.
+#[derive(Debug, Default)]
+pub(crate) struct Interest {
+    /// The declared budget (None: as much as the link drains).
+    pub(crate) budget: Option<u32>,
+    /// The stream's grid, box and budget, from the server.
+    pub(crate) info: Option<InterestInfo>,
+    mirror: Option<CellMirror>,
+    /// The held cells' boids in one frame (what the renderer draws).
+    pub(crate) merged: Frame,
+    /// Summaries of the cells not held in full (rebuilt per batch).
+    pub(crate) blobs: Vec<Blob>,
+    last_view: Option<View>,
+    last_view_ms: f64,
+}
+
+impl Interest {
+    /// The stream with a declared budget.
+    pub(crate) fn new(budget: Option<u32>) -> Self {
+        Self {
+            budget,
+            last_view_ms: f64::NEG_INFINITY,
+            ..Self::default()
+        }
+    }
+
+    /// Forgets everything (a new connection).
+    pub(crate) fn clear(&mut self) {
+        *self = Self::new(self.budget);
+    }
+
+    /// The server's `Interest`: a new grid or box starts over.
+    pub(crate) fn on_info(&mut self, info: InterestInfo) {
+        let same = self
+            .info
+            .is_some_and(|i| i.grid == info.grid && i.quant == info.quant);
+        if !same || self.mirror.is_none() {
+            self.mirror = Some(CellMirror::new(info.grid, info.quant));
+            self.merged = Frame::default();
+            self.blobs.clear();
+        }
+        self.info = Some(info);
+    }
+
+    /// Applies a batch; returns the tick shown and whether the merged
+    /// frame lists the same boids as before (so the renderer may
+    /// interpolate). On an error the caller sends `Resync`.
+    pub(crate) fn on_batch(&mut self, bytes: &[u8]) -> Result<(u64, bool), DecodeError> {
+        let Some(m) = self.mirror.as_mut() else {
+            return Err(DecodeError::Malformed("cells before Interest".into()));
+        };
+        m.apply(bytes)?;
+        let before = std::mem::take(&mut self.merged.ids);
+        let f = &mut self.merged;
+        f.tick = m.tick;
+        f.quant = self.info.map(|i| i.quant);
+        f.pos.clear();
+        f.heading.clear();
+        for c in m.held_cells() {
+            if let Some(cell) = m.cell(c) {
+                f.ids.extend_from_slice(&cell.ids);
+                f.pos.extend_from_slice(&cell.pos);
+                f.heading.extend_from_slice(&cell.heading);
+            }
+        }
+        let aligned = before == f.ids;
+        self.blobs.clear();
+        if let Some(quant) = f.quant {
+            for s in m.summaries() {
+                if m.cell(s.cell).is_none() {
+                    let at = Vec3::from(quant.dequantize(s.centroid));
+                    self.blobs.push((at, s.spread_m.max(0.5)));
+                }
+            }
+        }
+        Ok((m.tick, aligned))
+    }
+
+    /// Forgets the held cells after a failed batch (the caller sends `Resync`).
+    pub(crate) fn start_resync(&mut self) {
+        if let Some(m) = self.mirror.as_mut() {
+            m.start_resync();
+        }
+    }
+
+    /// Cells held in full and cells drawn as summaries.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let held = self.mirror.as_ref().map_or(0, |m| m.held_cells().count());
+        (held, self.blobs.len())
+    }
+
+    /// The view for a camera showing `min ..= max` from `eye`, when it
+    /// should be sent at `now_ms` (first, or moved and not too soon).
+    pub(crate) fn view_to_send(
+        &mut self,
+        min: Vec3,
+        max: Vec3,
+        eye: Vec3,
+        world_extent: f32,
+        now_ms: f64,
+    ) -> Option<View> {
+        let view = View {
+            min: min.into(),
+            max: max.into(),
+            eye: Some(eye.into()),
+            budget_bytes_per_s: self.budget,
+        };
+        let moved = self.last_view.is_none_or(|last| {
+            let far = |a: [f32; 3], b: [f32; 3]| {
+                (Vec3::from(a) - Vec3::from(b)).abs().max_element() > VIEW_MOVE * world_extent
+            };
+            far(last.min, view.min)
+                || far(last.max, view.max)
+                || far(last.eye.unwrap_or_default(), view.eye.unwrap_or_default())
+        });
+        if !moved || now_ms - self.last_view_ms < VIEW_INTERVAL_MS || view.check().is_err() {
+            return None;
+        }
+        self.last_view = Some(view);
+        self.last_view_ms = now_ms;
+        Some(view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starling_protocol::QuantBox;
+    use starling_protocol::interest::{
+        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, begin_batch,
+        encode_cell_update, push_update,
+    };
+
+    fn info() -> InterestInfo {
+        InterestInfo {
+            grid: CellGrid { cells: [2, 1, 1] },
+            quant: QuantBox::around_world([100.0, 100.0, 50.0], 3),
+            budget_bytes_per_s: 64_000,
+            summary_hz: 2.0,
+        }
+    }
+
+    #[test]
+    fn held_cells_merge_into_one_frame_and_the_rest_are_blobs() {
+        let info = info();
+        let q = info.quant;
+        let whole = Frame {
+            tick: 8,
+            quant: Some(q),
+            ids: vec![1, 2, 3],
+            pos: [
+                q.quantize([10.0, 50.0, 25.0]),
+                q.quantize([12.0, 50.0, 25.0]),
+                q.quantize([90.0, 50.0, 25.0]),
+            ]
+            .concat(),
+            heading: vec![200, 128, 200, 128, 200, 128],
+        };
+        let mut cells = Vec::new();
+        info.grid.split(&whole, &mut cells);
+        let summaries: Vec<CellSummary> = (0..2)
+            .filter_map(|c| CellSummary::of(c, &cells[c as usize], &q))
+            .collect();
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), CellScratch::default());
+        begin_batch(
+            8,
+            &summaries,
+            FLAG_COMPLETE_SUMMARIES | FLAG_RESET,
+            &[],
+            &mut batch,
+        );
+        encode_cell_update(None, None, &cells[0], &mut s, &mut update).unwrap();
+        push_update(0, &update, &mut batch);
+        let mut i = Interest::new(Some(64_000));
+        i.on_info(info);
+        let (tick, aligned) = i.on_batch(&batch).unwrap();
+        assert_eq!((tick, aligned), (8, false));
+        assert_eq!(i.merged.ids, vec![1, 2]);
+        assert_eq!(i.blobs.len(), 1, "cell 1 is drawn from its summary");
+        assert!((i.blobs[0].0.x - 90.0).abs() < 0.1);
+        assert_eq!(i.counts(), (1, 1));
+        // The same cells again: aligned.
+        begin_batch(9, &[], 0, &[], &mut batch);
+        assert!(i.on_batch(&batch).unwrap().1);
+    }
+
+    #[test]
+    fn views_are_sent_when_the_camera_moves_and_not_too_often() {
+        let mut i = Interest::new(None);
+        let (min, max, eye) = (Vec3::ZERO, Vec3::splat(100.0), Vec3::new(50.0, 50.0, 150.0));
+        assert!(i.view_to_send(min, max, eye, 100.0, 0.0).is_some());
+        assert!(
+            i.view_to_send(min, max, eye, 100.0, 500.0).is_none(),
+            "unchanged"
+        );
+        let eye2 = eye + Vec3::X * 10.0;
+        assert!(
+            i.view_to_send(min, max, eye2, 100.0, 50.0).is_none(),
+            "too soon"
+        );
+        assert!(i.view_to_send(min, max, eye2, 100.0, 600.0).is_some());
+        assert!(
+            i.view_to_send(min, Vec3::splat(f32::NAN), eye, 100.0, 900.0)
+                .is_none(),
+            "never an invalid view"
+        );
+    }
+}
