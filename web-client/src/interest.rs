@@ -31,6 +31,8 @@ pub(crate) struct Interest {
     pub(crate) merged: Frame,
     /// Summaries of the cells not held in full (rebuilt per batch).
     pub(crate) blobs: Vec<Blob>,
+    /// The merged frame's ids before the last batch (reused).
+    before: Vec<u32>,
     last_view: Option<View>,
     last_view_ms: f64,
 }
@@ -71,8 +73,9 @@ impl Interest {
             return Err(DecodeError::Malformed("cells before Interest".into()));
         };
         m.apply(bytes)?;
-        let before = std::mem::take(&mut self.merged.ids);
+        std::mem::swap(&mut self.before, &mut self.merged.ids);
         let f = &mut self.merged;
+        f.ids.clear();
         f.tick = m.tick;
         f.quant = self.info.map(|i| i.quant);
         f.pos.clear();
@@ -84,7 +87,7 @@ impl Interest {
                 f.heading.extend_from_slice(&cell.heading);
             }
         }
-        let aligned = before == f.ids;
+        let aligned = self.before == f.ids;
         self.blobs.clear();
         if let Some(quant) = f.quant {
             for s in m.summaries() {
