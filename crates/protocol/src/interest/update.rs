@@ -2,9 +2,10 @@
 //! against the frames of that cell the receiver holds. Boids cross cells,
 //! so an update lists the boids that *left* the cell (by their index in
 //! the base frame) and those that *entered* it (in full: id, position,
-//! heading); the boids that *stayed* are coded exactly as a delta codes a
-//! whole frame (residuals against a prediction, heading steps,
-//! exceptions), using the same code.
+//! heading); the boids that *stayed* are coded as a delta codes a whole
+//! frame (residuals against a prediction, heading steps, exceptions),
+//! using the same code, with the residuals then packed into fields of the
+//! width (2 ..= 8 bits) that makes the update smallest.
 //!
 //! Both ends compute the stayed boids' bases the same way:
 //! `base_s` is the base frame without the left boids, and `base2_s` gives
@@ -17,8 +18,8 @@
 
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
-    EXCEPTION_BYTES, Frame, Reader, apply_residuals, count, invalid, over, put_residuals, put_u16s,
-    put_u32, put_u64, reserved,
+    EXCEPTION_BYTES, Frame, RESIDUAL_ESCAPE, Reader, apply_residuals, count, invalid, over,
+    put_residuals, put_u16s, put_u32, put_u64, reserved,
 };
 use crate::limits::{MAX_BOIDS, MAX_MESSAGE_BYTES};
 use crate::quant::QuantBox;
@@ -48,6 +49,8 @@ pub struct CellScratch {
     next: Frame,
     left: Vec<u32>,
     entered: Vec<u32>,
+    /// A delta body before packing, or residuals after unpacking.
+    body: Vec<u8>,
 }
 
 /// `base` without the boids at the (strictly ascending) indices `left`.
@@ -222,10 +225,126 @@ pub fn encode_cell_update(
         0
     } else {
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
-        put_residuals(base2_s, &s.base, &s.next, out)
+        s.body.clear();
+        put_residuals(base2_s, &s.base, &s.next, &mut s.body);
+        let (bits, n) = pack(&s.body, &s.next, out);
+        out[2] = bits;
+        n
     };
     out[40..44].copy_from_slice(&exceptions.to_le_bytes());
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
+}
+
+/// The escape value of a `bits`-wide residual field: its most negative value.
+fn escape(bits: u32) -> i32 {
+    -(1 << (bits - 1))
+}
+
+/// Repacks a delta body of `next.len()` boids (byte residuals, steps,
+/// exception records) into `out`: residuals as `bits`-wide fields, the
+/// width that makes the update smallest (boids whose residuals do not fit
+/// it become exceptions too). Returns the width and the exception count.
+fn pack(body: &[u8], next: &Frame, out: &mut Vec<u8>) -> (u8, u32) {
+    let n = next.len();
+    let (resid, steps, records) = (&body[..3 * n], &body[3 * n..4 * n], &body[4 * n..]);
+    let escaped = |i: usize| resid[3 * i] as i8 == RESIDUAL_ESCAPE;
+    // The width each boid needs: |r| ≤ 2^(bits−1) − 1.
+    let need = |i: usize| -> usize {
+        let m = (0..3)
+            .map(|a| i32::from(resid[3 * i + a] as i8).abs())
+            .max()
+            .unwrap_or(0);
+        (2..=8).find(|&b| m < (1 << (b - 1))).unwrap_or(9)
+    };
+    let mut hist = [0usize; 10];
+    let mut base_exc = 0usize;
+    for i in 0..n {
+        if escaped(i) {
+            base_exc += 1;
+        } else {
+            hist[need(i)] += 1;
+        }
+    }
+    let size = |b: usize| {
+        let extra: usize = hist[b + 1..].iter().sum();
+        (3 * b * n).div_ceil(8) + EXCEPTION_BYTES * (base_exc + extra)
+    };
+    let bits = (2..=8).min_by_key(|&b| (size(b), b)).unwrap_or(8);
+    // Residual fields, LSB first.
+    let (mut acc, mut filled) = (0u64, 0u32);
+    let mask = (1u64 << bits) - 1;
+    let is_exc = |i: usize| escaped(i) || need(i) > bits;
+    for i in 0..n {
+        let fields = if is_exc(i) {
+            [escape(bits as u32), 0, 0]
+        } else {
+            [0, 1, 2].map(|a| i32::from(resid[3 * i + a] as i8))
+        };
+        for f in fields {
+            acc |= (f as u64 & mask) << filled;
+            filled += bits as u32;
+            while filled >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                filled -= 8;
+            }
+        }
+    }
+    if filled > 0 {
+        out.push(acc as u8);
+    }
+    for (i, &step) in steps.iter().enumerate() {
+        out.push(if is_exc(i) { 0 } else { step });
+    }
+    // Exception records in index order: the delta's own, and the boids
+    // that do not fit the width.
+    let mut own = records.chunks_exact(EXCEPTION_BYTES);
+    let mut count = 0u32;
+    for i in (0..n).filter(|&i| is_exc(i)) {
+        if escaped(i) {
+            out.extend_from_slice(own.next().unwrap_or(&[0; EXCEPTION_BYTES]));
+        } else {
+            put_u32(out, i as u32);
+            put_u16s(out, &next.pos[3 * i..3 * i + 3]);
+            out.extend_from_slice(&next.heading_of(i));
+        }
+        count += 1;
+    }
+    (bits as u8, count)
+}
+
+/// Unpacks `n` boids' `bits`-wide residual fields into byte residuals
+/// (an escaped boid as `[RESIDUAL_ESCAPE, 0, 0]`), as a delta carries them.
+fn unpack(packed: &[u8], bits: u32, n: usize, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    out.clear();
+    let (mut acc, mut filled, mut bytes) = (0u64, 0u32, packed.iter());
+    let mut field = || -> i32 {
+        while filled < bits {
+            acc |= u64::from(*bytes.next().unwrap_or(&0)) << filled;
+            filled += 8;
+        }
+        let raw = (acc & ((1 << bits) - 1)) as i32;
+        acc >>= bits;
+        filled -= bits;
+        // Sign-extend from `bits`.
+        (raw << (32 - bits)) >> (32 - bits)
+    };
+    for _ in 0..n {
+        let f = [field(), field(), field()];
+        if f[0] == escape(bits) {
+            out.extend_from_slice(&[RESIDUAL_ESCAPE as u8, 0, 0]);
+        } else {
+            out.extend(f.map(|v| v as i8 as u8));
+        }
+    }
+    if acc != 0 {
+        return Err(invalid(
+            "residual padding",
+            acc,
+            "0 (the bits after the last field)",
+        ));
+    }
+    Ok(())
 }
 
 /// A cell update whose header and sizes are validated, borrowing the
@@ -246,6 +365,8 @@ pub struct CellUpdateView<'a> {
     entered_ids: &'a [u8],
     entered_pos: &'a [u8],
     entered_headings: &'a [u8],
+    /// Width of each residual field (0 in a full update).
+    bits: u32,
     residuals: &'a [u8],
     steps: &'a [u8],
     exceptions: &'a [u8],
@@ -275,7 +396,15 @@ impl<'a> CellUpdateView<'a> {
                 ));
             }
         };
-        reserved(&mut r, "cell update flags", 2)?;
+        let bits = r.u8("bits")?;
+        let bits_ok = match predict {
+            Predict::Full => bits == 0,
+            _ => (2..=8).contains(&bits),
+        };
+        if !bits_ok {
+            return Err(invalid("bits", bits, "2 ..= 8 (0 for a full update)"));
+        }
+        reserved(&mut r, "cell update flags", 1)?;
         let n_boids = count(&mut r, "n_boids", MAX_BOIDS)?;
         let tick = r.u64("tick")?;
         let base_tick = r.u64("base_tick")?;
@@ -320,7 +449,8 @@ impl<'a> CellUpdateView<'a> {
             entered_ids: r.take("entered ids", 4 * n_entered)?,
             entered_pos: r.take("entered positions", 6 * n_entered)?,
             entered_headings: r.take("entered headings", 2 * n_entered)?,
-            residuals: r.take("residuals", 3 * stayed)?,
+            bits: u32::from(bits),
+            residuals: r.take("residuals", (3 * usize::from(bits) * stayed).div_ceil(8))?,
             steps: r.take("heading steps", stayed)?,
             exceptions: r.take("exceptions", EXCEPTION_BYTES * n_exc)?,
         };
@@ -393,8 +523,13 @@ impl<'a> CellUpdateView<'a> {
         next_s.ids.clone_from(&s.base.ids);
         next_s.pos.resize(3 * stayed, 0);
         next_s.heading.resize(2 * stayed, 0);
+        if self.bits > 0 {
+            unpack(self.residuals, self.bits, stayed, &mut s.body)?;
+        } else {
+            s.body.clear();
+        }
         apply_residuals(
-            self.residuals,
+            &s.body,
             self.steps,
             self.exceptions,
             base2_s,
@@ -499,7 +634,8 @@ mod tests {
         // Linear: boid 3 is predicted exactly (a residual of 0), boid 7 from
         // its base alone (it was not in the cell two frames ago).
         let n = roundtrip(Some(&b), Some(&a), &c);
-        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 2 * 4);
+        // Residuals 0 and 10 pack into 5-bit fields: 30 bits, 4 bytes.
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 4 + 2);
         roundtrip(Some(&c), Some(&b), &frame(16, &[]));
         roundtrip(Some(&frame(16, &[])), None, &frame(18, &[(4, [1, 1, 1])]));
     }
@@ -512,16 +648,50 @@ mod tests {
         let b = frame(12, &[(1, [120, 100, 100])]);
         let c = frame(18, &[(1, [180, 100, 100])]);
         let n = roundtrip(Some(&b), Some(&a), &c);
-        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 3 + 1);
+        // Three 2-bit fields of 0 in one byte, and the heading step.
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 1 + 1);
         let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
         encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
-        assert_eq!(&bytes[48..51], &[0, 0, 0], "residuals of a predicted boid");
+        assert_eq!((bytes[2], bytes[48]), (2, 0), "2-bit residuals of 0");
         // A shorter step than the one before, and motion towards 0.
         let d = frame(19, &[(1, [190, 100, 100])]);
         roundtrip(Some(&c), Some(&b), &d);
         let e = frame(30, &[(1, [0, 100, 65535])]);
         let f = frame(31, &[(1, [3, 90, 65535])]);
         roundtrip(Some(&f), Some(&e), &frame(40, &[(1, [30, 0, 65535])]));
+    }
+
+    #[test]
+    fn residual_widths_trade_field_bits_against_exceptions() {
+        // 40 boids with small residuals and one with a large one: narrow
+        // fields, the large one an exception.
+        let boids = |t: u64, jump: u16| -> Vec<(u32, [u16; 3])> {
+            (0..41u32)
+                .map(|id| {
+                    let x =
+                        1000 + 50 * id as u16 + 10 * t as u16 + u16::from(id % 3 == 0 && t == 3);
+                    (id, [x + if id == 40 { jump } else { 0 }, 2000, 3000])
+                })
+                .collect()
+        };
+        let (a, b, c) = (
+            frame(1, &boids(1, 0)),
+            frame(2, &boids(2, 0)),
+            frame(3, &boids(3, 90)),
+        );
+        let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
+        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
+        assert_eq!(bytes[2], 2, "2-bit fields");
+        assert_eq!(
+            u32::from_le_bytes(bytes[40..44].try_into().unwrap()),
+            1,
+            "one exception"
+        );
+        assert_eq!(
+            bytes.len(),
+            CELL_UPDATE_HEADER_BYTES + (3 * 2 * 41_usize).div_ceil(8) + 41 + 12
+        );
+        roundtrip(Some(&b), Some(&a), &c);
     }
 
     #[test]
