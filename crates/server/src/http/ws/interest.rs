@@ -2,8 +2,8 @@
 //! it holds and since when, and the batch it is sent at each send.
 //!
 //! Level of detail: the cells in view nearest the camera, as many as the
-//! budget can update [`FULL_HZ`] times a second (at the bytes per boid
-//! this viewer's updates measure), are held in full; the rest of the flock, in view or
+//! budget can update at a regular cadence of [`FULL_HZ`] or more (at the
+//! bytes per boid this viewer's updates measure), are held in full; the rest of the flock, in view or
 //! not, is drawn from summaries. Each send: the summaries of every cell
 //! when they are due ([`SUMMARY_HZ`]); the held cells that left the view
 //! or the full set, to forget; then the full set's updates, stalest and
@@ -28,9 +28,11 @@ pub const SUMMARY_HZ: f32 = 2.0;
 /// The share of the budget the full set is sized to (the rest pays for
 /// summaries and the full updates of cells joining the set).
 const FULL_SHARE: f32 = 0.8;
-/// The update rate the full set is sized for, per second (or the send
-/// rate, when lower): cells held in full are updated at least this often
-/// on average, the stalest first, rather than at every send.
+/// The least update rate the full set is sized for, per second: cells held
+/// in full are updated at every k-th send, the largest k that keeps them
+/// at this rate or more (k = 1 at 30 sends a second). A regular cadence
+/// keeps the pairs of frames viewers hold few, so cell encodings stay
+/// shared (see `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
 /// Held cells stay in the full set up to this much over its size, so a
 /// cell at the edge does not join and leave at every send.
@@ -200,15 +202,22 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
+    /// The rate the full set is updated at: the send rate over the largest
+    /// whole stride that keeps it at [`FULL_HZ`] or more.
+    fn full_hz(&self) -> f32 {
+        let stride = (self.send_hz / FULL_HZ).floor().max(1.0);
+        self.send_hz / stride
+    }
+
     /// Marks the full set in `full`: the nearest cells in view whose
-    /// updates [`FULL_HZ`] times a second fit the budget (held ones with some slack),
-    /// and at least the nearest cell that holds boids.
+    /// updates at [`Self::full_hz`] fit the budget (held ones with some
+    /// slack), and at least the nearest cell that holds boids.
     fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
         full.clear();
         full.resize(self.held.len(), false);
         let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * SUMMARY_HZ;
-        let allowance = (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0)
-            / self.send_hz.min(FULL_HZ);
+        let allowance =
+            (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / self.full_hz();
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
             let boids = set.now.cells[c as usize].len() as f32;
