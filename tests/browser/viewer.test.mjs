@@ -427,4 +427,12 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
     return held > 0 && / \/ 6[23]$/.test(await plain.locator('#st-kbps').innerText());
   });
   await plain.close();
+  // A budget under the protocol's floor is raised to it, not refused.
+  const low = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await low.goto(`${server.url}/?budget=1000`);
+  await until('the interest stream at the floor', async () => {
+    const [held] = (await low.locator('body').getAttribute('data-cells') ?? '0 0').split(' ').map(Number);
+    return held > 0 && / \/ 32$/.test(await low.locator('#st-kbps').innerText());
+  });
+  await low.close();
 });

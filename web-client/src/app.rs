@@ -312,6 +312,15 @@ impl App {
         }
     }
 
+    /// The frame the canvas shows: the merged cells on the interest
+    /// stream, else the newest snapshot.
+    fn shown(&self) -> Option<&starling_protocol::Frame> {
+        match &self.interest {
+            Some(i) => i.info.map(|_| &i.merged),
+            None => self.stream.newest(),
+        }
+    }
+
     /// Sends `Subscribe` with this view (None: the whole-world stream).
     fn subscribe(&mut self, region: Option<starling_protocol::View>) {
         let sub = ClientMsg::Subscribe {
@@ -456,6 +465,9 @@ impl App {
                 budget_bytes_per_s: budget,
             });
             self.subscribe(Some(view));
+            if let Some(i) = self.interest.as_mut() {
+                i.subscribed();
+            }
         }
     }
 
@@ -731,7 +743,7 @@ impl App {
     /// its perception radii; a click on empty space clears the pick.
     fn pick(&mut self, x: f64, y: f64) {
         self.picked = None;
-        let (Some(cam), Some(f)) = (&self.camera, self.stream.newest()) else {
+        let (Some(cam), Some(f)) = (&self.camera, self.shown()) else {
             return;
         };
         let Some(q) = f.quant else { return };
@@ -818,13 +830,13 @@ impl App {
 
     /// Draws a frame. Allocates nothing.
     pub(crate) fn render(&mut self, now_ms: f64, device_pixel_ratio: f64) {
-        let (Some(r), Some(cam), Some(h)) = (&self.renderer, &mut self.camera, &self.hello) else {
-            return;
-        };
-        cam.set_aspect(r.fit(device_pixel_ratio));
         let picked = self.picked.and_then(|id| {
-            let i = self.stream.index_of(id)?;
-            let f = self.stream.newest()?;
+            let f = self.shown()?;
+            let i = match &self.interest {
+                // The merged cells are in cell order, not id order.
+                Some(_) => f.ids.iter().position(|&x| x == id)?,
+                None => self.stream.index_of(id)?,
+            };
             let p = Vec3::from(f.quant?.dequantize(f.position(i)));
             let sep = self.params.iter().find(|p| p.name == "sep_radius_m");
             let coh = self.params.iter().find(|p| p.name == "coh_radius_m");
@@ -834,6 +846,10 @@ impl App {
             };
             Some((p, num(sep), num(coh)))
         });
+        let (Some(r), Some(cam), Some(h)) = (&self.renderer, &mut self.camera, &self.hello) else {
+            return;
+        };
+        cam.set_aspect(r.fit(device_pixel_ratio));
         let scene = Scene {
             view_proj: cam.view_proj(),
             alpha: ((now_ms - self.arrived_ms) / self.frame_interval_ms) as f32,
@@ -847,7 +863,10 @@ impl App {
         };
         r.draw(&scene);
         self.rendered.add(now_ms, 1.0);
-        if let Some(view) = self.view_to_send(now_ms) {
+        // Views follow the camera once subscribed (Subscribe goes first).
+        if self.interest.as_ref().is_some_and(Interest::is_subscribed)
+            && let Some(view) = self.view_to_send(now_ms)
+        {
             self.send(&ClientMsg::SetView(view));
         }
     }
@@ -856,10 +875,7 @@ impl App {
     pub(crate) fn status_tick(&mut self, now_ms: f64) {
         let (fps, _) = self.rendered.per_second(now_ms);
         let (_, bytes) = self.frames.per_second(now_ms);
-        let shown = match &self.interest {
-            Some(i) => i.info.map(|_| &i.merged),
-            None => self.stream.newest(),
-        };
+        let shown = self.shown();
         self.dom.status(&Status {
             fps,
             tick: shown.map(|f| f.tick),

@@ -35,6 +35,8 @@ pub(crate) struct Interest {
     before: Vec<u32>,
     last_view: Option<View>,
     last_view_ms: f64,
+    /// `Subscribe` went out on this connection (views may follow).
+    subscribed: bool,
 }
 
 impl Interest {
@@ -111,6 +113,16 @@ impl Interest {
     pub(crate) fn counts(&self) -> (usize, usize) {
         let held = self.mirror.as_ref().map_or(0, |m| m.held_cells().count());
         (held, self.blobs.len())
+    }
+
+    /// `Subscribe` went out: view updates may follow.
+    pub(crate) fn subscribed(&mut self) {
+        self.subscribed = true;
+    }
+
+    /// Whether a view update may be sent (after `Subscribe`).
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.subscribed
     }
 
     /// The view for a camera showing `min ..= max` from `eye`, when it

@@ -79,12 +79,17 @@ fn socket_url(window: &Window) -> Result<String, JsValue> {
 }
 
 /// `?budget=` on the page URL: the interest stream, with that budget in
-/// bytes per second, or `auto` for as much as the link drains.
+/// bytes per second (brought within the protocol's range), or any other
+/// word (`auto`) for as much as the link drains; absent or empty, the
+/// whole-world stream.
 fn interest_budget(window: &Window) -> Result<Option<Option<u32>>, JsValue> {
+    use starling_protocol::limits::{MAX_VIEW_BUDGET, MIN_VIEW_BUDGET};
     let params = web_sys::UrlSearchParams::new_with_str(&window.location().search()?)?;
-    Ok(params
-        .get("budget")
-        .map(|b| b.parse::<u32>().ok().filter(|&n| n > 0)))
+    Ok(params.get("budget").filter(|b| !b.is_empty()).map(|b| {
+        b.parse::<u32>()
+            .ok()
+            .map(|n| n.clamp(MIN_VIEW_BUDGET, MAX_VIEW_BUDGET))
+    }))
 }
 
 fn now() -> f64 {

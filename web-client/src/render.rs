@@ -469,7 +469,9 @@ impl Renderer {
         let u = &self.u_shape;
         gl.uniform3f(u.offset.as_ref(), offset.x, offset.y, offset.z);
         gl.uniform3f(u.scale.as_ref(), scale.x, scale.y, scale.z);
-        gl.uniform4fv_with_f32_array(u.color.as_ref(), &color);
+        // Four floats, not an array: no JS typed array per call.
+        let [r, g, b, a] = color;
+        gl.uniform4f(u.color.as_ref(), r, g, b, a);
         gl.draw_arrays(mode, first, count);
     }
 }
