@@ -53,7 +53,9 @@ pub struct CellScratch {
     body: Vec<u8>,
 }
 
-/// `base` without the boids at the (strictly ascending) indices `left`.
+/// `base` without the boids at the (strictly ascending) indices `left`:
+/// the stayed boids of a base (without those that left) or of a new frame
+/// (without those that entered).
 fn without(base: &Frame, left: &[u32], out: &mut Frame) {
     out.tick = base.tick;
     out.quant = base.quant;
@@ -168,28 +170,11 @@ pub fn encode_cell_update(
             }
         }
     };
-    // The stayed boids of `next`, in order.
-    let next_s = &mut s.next;
-    next_s.tick = next.tick;
-    next_s.quant = next.quant;
-    next_s.ids.clear();
-    next_s.pos.clear();
-    next_s.heading.clear();
-    let mut e = s.entered.iter().peekable();
-    for k in 0..next.len() {
-        if e.peek() == Some(&&(k as u32)) {
-            e.next();
-            continue;
-        }
-        next_s.ids.push(next.ids[k]);
-        next_s.pos.extend_from_slice(&next.pos[3 * k..3 * k + 3]);
-        next_s
-            .heading
-            .extend_from_slice(&next.heading[2 * k..2 * k + 2]);
-    }
+    // The stayed boids of `next`, in order: all but the entered.
+    without(next, &s.entered, &mut s.next);
     let n_entered = s.entered.len();
     out.clear();
-    out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 4 * next_s.len());
+    out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 4 * s.next.len());
     let predict_byte = match predict {
         Predict::Full => 0,
         Predict::FromBase => 1,

@@ -104,15 +104,14 @@ fn random_tenth(world: [f32; 3], k: usize, budget: u32) -> View {
         h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
         (h >> 40) as f32 / (1u64 << 24) as f32
     };
+    // The box's centre, so that the whole box lies in the world.
     let side = 0.1f32.sqrt();
     let (w, d) = (side * world[0], side * world[1]);
-    let (x, y) = (unit() * (world[0] - w), unit() * (world[1] - d));
-    View {
-        min: [x, y, 0.0],
-        max: [x + w, y + d, world[2]],
-        eye: Some([x + 0.5 * w, y + 0.5 * d, 1.5 * world[2]]),
-        budget_bytes_per_s: Some(budget),
-    }
+    let centre = [
+        0.5 * w + unit() * (world[0] - w),
+        0.5 * d + unit() * (world[1] - d),
+    ];
+    super::interest::tenth(world, centre, budget)
 }
 
 async fn viewer(

@@ -82,7 +82,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// A tenth of the world's volume around `centre` (full height in 3-D),
 /// seen from above.
-fn tenth(world: [f32; 3], centre: [f32; 2], budget: u32) -> View {
+pub(super) fn tenth(world: [f32; 3], centre: [f32; 2], budget: u32) -> View {
     let side = 0.1f32.sqrt();
     let half = [0.5 * side * world[0], 0.5 * side * world[1]];
     View {

@@ -19,6 +19,7 @@ use super::outbox::{Ending, Outbox};
 use super::{encode, error_msg};
 use crate::command::{Actor, Applied, op_from_command};
 use crate::http::error::ApiError;
+use crate::http::rate::RateBuckets;
 use crate::http::shared::Shared;
 
 /// Commands one connection may have waiting for the tick loop at once.
@@ -46,7 +47,9 @@ pub(super) async fn read_loop(
     to_writer: ToWriter,
 ) -> bool {
     let in_flight = Arc::new(Semaphore::new(MAX_COMMANDS_IN_FLIGHT));
-    let mut views = ViewRate::new();
+    // View updates: MAX_VIEW_UPDATES_PER_S a second, in bursts of as many.
+    let per_s = MAX_VIEW_UPDATES_PER_S as f32;
+    let views = RateBuckets::<()>::new(per_s, per_s);
     let ending = loop {
         let bytes = match stream.next().await {
             None | Some(Ok(Message::Close(_))) => break Ending::ClientLeft,
@@ -92,7 +95,7 @@ pub(super) async fn read_loop(
                 request_id,
                 command,
             }) => start_command(&s, actor, &outbox, &in_flight, request_id, command),
-            Ok(ClientMsg::SetView(v)) => set_view(to_writer.view.as_ref(), &mut views, v),
+            Ok(ClientMsg::SetView(v)) => set_view(to_writer.view.as_ref(), &views, v),
         };
         if let Some(r) = reply {
             outbox.push_or_end(r);
@@ -118,39 +121,10 @@ pub(super) async fn read_loop(
     }
 }
 
-/// View updates a connection may send: [`MAX_VIEW_UPDATES_PER_S`] a
-/// second, in bursts of as many.
-#[derive(Debug)]
-struct ViewRate {
-    tokens: f32,
-    last: std::time::Instant,
-}
-
-impl ViewRate {
-    fn new() -> Self {
-        Self {
-            tokens: MAX_VIEW_UPDATES_PER_S as f32,
-            last: std::time::Instant::now(),
-        }
-    }
-
-    fn take(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        let rate = MAX_VIEW_UPDATES_PER_S as f32;
-        self.tokens = (self.tokens + rate * (now - self.last).as_secs_f32()).min(rate);
-        self.last = now;
-        let ok = self.tokens >= 1.0;
-        if ok {
-            self.tokens -= 1.0;
-        }
-        ok
-    }
-}
-
 /// Hands a checked view to the writer, or says why not.
 fn set_view(
     to: Option<&watch::Sender<Option<View>>>,
-    rate: &mut ViewRate,
+    rate: &RateBuckets<()>,
     v: View,
 ) -> Option<axum::body::Bytes> {
     let Some(to) = to else {
@@ -161,7 +135,7 @@ fn set_view(
             "this connection is on the whole-world stream: subscribe with a view to use views",
         ));
     };
-    if !rate.take() {
+    if !rate.take(()) {
         return Some(error_msg(
             None,
             ErrorCode::RateLimited,
