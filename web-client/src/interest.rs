@@ -84,9 +84,13 @@ impl Interest {
         f.heading.clear();
         for c in m.held_cells() {
             if let Some(cell) = m.cell(c) {
+                // A coarse cell's boids are drawn at the middle of their steps.
+                let p = m.precision(c);
+                let (dq, dh) = (p.centre(), p.heading_centre());
                 f.ids.extend_from_slice(&cell.ids);
-                f.pos.extend_from_slice(&cell.pos);
-                f.heading.extend_from_slice(&cell.heading);
+                f.pos.extend(cell.pos.iter().map(|&q| q.saturating_add(dq)));
+                f.heading
+                    .extend(cell.heading.iter().map(|&h| h.saturating_add(dh)));
             }
         }
         let aligned = self.before == f.ids;
@@ -163,8 +167,8 @@ mod tests {
     use super::*;
     use starling_protocol::QuantBox;
     use starling_protocol::interest::{
-        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, begin_batch,
-        encode_cell_update, push_update,
+        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Precision,
+        begin_batch, encode_cell_update, push_update,
     };
 
     fn info() -> InterestInfo {
@@ -205,13 +209,21 @@ mod tests {
             &[],
             &mut batch,
         );
-        encode_cell_update(None, None, &cells[0], &mut s, &mut update).unwrap();
+        // Sent coarse: drawn at the middle of the coarse steps.
+        let p = Precision::new(4, 2).unwrap();
+        encode_cell_update(None, None, &cells[0], p, &mut s, &mut update).unwrap();
         push_update(0, &update, &mut batch);
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);
         let (tick, aligned) = i.on_batch(&batch).unwrap();
         assert_eq!((tick, aligned), (8, false));
         assert_eq!(i.merged.ids, vec![1, 2]);
+        let q = cells[0].position(0).map(|x| (x & 0xfff0) + 8);
+        assert_eq!(i.merged.position(0), q);
+        assert_eq!(
+            i.merged.heading_of(0),
+            cells[0].heading_of(0).map(|h| (h & 0xfc) + 2)
+        );
         assert_eq!(i.blobs.len(), 1, "cell 1 is drawn from its summary");
         assert!((i.blobs[0].0.x - 90.0).abs() < 0.1);
         assert_eq!(i.counts(), (1, 1));

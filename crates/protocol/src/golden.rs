@@ -8,8 +8,8 @@
 
 use crate::frame::{Frame, FrameBuilder, encode_delta, encode_keyframe};
 use crate::interest::{
-    CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, begin_batch, encode_cell_update,
-    push_update,
+    CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, Held, Precision, begin_batch,
+    encode_cell_update, push_update,
 };
 use crate::quant::QuantBox;
 
@@ -42,9 +42,10 @@ pub fn encode_cells() -> Vec<u8> {
     begin_batch(c.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
     for k in 0..2 {
         encode_cell_update(
-            Some(&cb[k]),
-            Some(&ca[k]),
+            Some(Held::exact(&cb[k])),
+            Some(Held::exact(&ca[k])),
             &cc[k],
+            Precision::EXACT,
             &mut scratch,
             &mut update,
         )

@@ -59,8 +59,15 @@ fn the_golden_cell_batch_moves_boid_9_between_cells() {
         let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), Default::default());
         starling_protocol::interest::begin_batch(f.tick, &[], 0, &[], &mut batch);
         for (k, cell) in cells.iter().enumerate() {
-            starling_protocol::interest::encode_cell_update(None, None, cell, &mut s, &mut update)
-                .unwrap();
+            starling_protocol::interest::encode_cell_update(
+                None,
+                None,
+                cell,
+                starling_protocol::interest::Precision::EXACT,
+                &mut s,
+                &mut update,
+            )
+            .unwrap();
             starling_protocol::interest::push_update(k as u32, &update, &mut batch);
         }
         m.apply(&batch).unwrap();

@@ -5,10 +5,17 @@
 
 use proptest::prelude::*;
 use starling_protocol::interest::{
-    CellGrid, CellMirror, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, begin_batch,
-    encode_cell_update, push_update,
+    CellGrid, CellMirror, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, Held,
+    MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision, begin_batch, encode_cell_update, push_update,
 };
 use starling_protocol::{Frame, QuantBox};
+
+fn as_held(h: &(Frame, Precision)) -> Held<'_> {
+    Held {
+        frame: &h.0,
+        precision: h.1,
+    }
+}
 
 fn quant() -> QuantBox {
     QuantBox::around_world([100.0, 100.0, 50.0], 3)
@@ -67,8 +74,9 @@ fn flock(seed: u64, n: usize, frames: usize) -> Vec<Frame> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Whichever cells the server sends when, the mirror's held cells
-    /// equal the server's frames of them at the tick they were sent.
+    /// Whichever cells the server sends when, at whichever precision, the
+    /// mirror's held cells equal the server's frames of them at the tick
+    /// they were sent, at the precision they were sent at.
     #[test]
     fn the_mirror_holds_exactly_the_cells_it_was_sent(
         seed in any::<u64>(), n in 0usize..300, frames in 2usize..12, pick in any::<u64>(),
@@ -77,8 +85,8 @@ proptest! {
         let whole = flock(seed, n, frames);
         let mut mirror = CellMirror::new(grid, quant());
         // What the server believes the viewer holds: per cell, the frames
-        // it sent last and before that.
-        let mut sent: Vec<Vec<Frame>> = vec![Vec::new(); grid.len()];
+        // it sent last and before that, and their precisions.
+        let mut sent: Vec<Vec<(Frame, Precision)>> = vec![Vec::new(); grid.len()];
         let (mut cells, mut scratch, mut update, mut batch) =
             (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
         let mut bits = pick;
@@ -99,13 +107,40 @@ proptest! {
                     1 => (held.last(), None),
                     _ => (held.last(), (bits % 5 != 0).then(|| &held[held.len() - 2])),
                 };
-                encode_cell_update(base, base2, &cells[c], &mut scratch, &mut update).unwrap();
+                // Mostly exact, else a random precision.
+                let p = if bits % 2 == 0 {
+                    Precision::EXACT
+                } else {
+                    let r = bits >> 8;
+                    Precision::new(
+                        (r % u64::from(MAX_POS_SHIFT + 1)) as u8,
+                        ((r >> 8) % u64::from(MAX_HEADING_SHIFT + 1)) as u8,
+                    )
+                    .unwrap()
+                };
+                encode_cell_update(
+                    base.map(as_held),
+                    base2.map(as_held),
+                    &cells[c],
+                    p,
+                    &mut scratch,
+                    &mut update,
+                )
+                .unwrap();
                 push_update(c as u32, &update, &mut batch);
-                sent[c].push(cells[c].clone());
+                sent[c].push((cells[c].clone(), p));
             }
             mirror.apply(&batch).unwrap();
             for c in 0..grid.len() {
-                prop_assert_eq!(mirror.cell(c as u32), sent[c].last());
+                let want = sent[c].last().map(|(f, p)| {
+                    let mut out = Frame::default();
+                    p.coarsen(f, &mut out);
+                    out
+                });
+                prop_assert_eq!(mirror.cell(c as u32), want.as_ref());
+                if let Some((_, p)) = sent[c].last() {
+                    prop_assert_eq!(mirror.precision(c as u32), *p);
+                }
                 let count = mirror.summary(c as u32).map_or(0, |s| s.count as usize);
                 prop_assert_eq!(count, cells[c].len());
             }
@@ -137,9 +172,21 @@ proptest! {
             for c in 0..grid.len() {
                 let h = &held[c];
                 let base2 = (h.len() >= 2).then(|| &h[h.len() - 2]);
-                encode_cell_update(h.last(), base2, &cells[c], &mut scratch, &mut update).unwrap();
+                // Coarse from the third frame on, so the mutations reach the shifts.
+                let p = if h.len() >= 2 { Precision::new(3, 2).unwrap() } else { Precision::EXACT };
+                encode_cell_update(
+                    h.last().map(|f| Held { frame: f, precision: Precision::EXACT }),
+                    base2.map(|f| Held { frame: f, precision: Precision::EXACT }),
+                    &cells[c],
+                    p,
+                    &mut scratch,
+                    &mut update,
+                )
+                .unwrap();
                 push_update(c as u32, &update, &mut batch);
-                held[c].push(cells[c].clone());
+                let mut kept = Frame::default();
+                p.coarsen(&cells[c], &mut kept);
+                held[c].push(kept);
             }
             let mut bad = batch.clone();
             for &(at, x) in &flips {
@@ -165,7 +212,15 @@ fn after_an_error_updates_wait_for_the_servers_reset() {
     let mut m = CellMirror::new(grid, quant());
     let mut send = |m: &mut CellMirror, f: &Frame, base: Option<&Frame>, flags: u8| {
         grid.split(f, &mut cells);
-        encode_cell_update(base, None, &cells[0], &mut s, &mut update).unwrap();
+        encode_cell_update(
+            base.map(Held::exact),
+            None,
+            &cells[0],
+            Precision::EXACT,
+            &mut s,
+            &mut update,
+        )
+        .unwrap();
         begin_batch(f.tick, &[], flags, &[], &mut batch);
         push_update(0, &update, &mut batch);
         m.apply(&batch)

@@ -184,13 +184,7 @@ pub fn encode_delta(
 /// Appends the body of a delta of `next` against `base` (and `base2`):
 /// residuals, heading steps, then exception records, and returns the number
 /// of exceptions. The frames must hold the same boids (callers check).
-/// Shared by [`encode_delta`] and the interest stream's cell updates.
-pub(crate) fn put_residuals(
-    base2: Option<&Frame>,
-    base: &Frame,
-    next: &Frame,
-    out: &mut Vec<u8>,
-) -> u32 {
+fn put_residuals(base2: Option<&Frame>, base: &Frame, next: &Frame, out: &mut Vec<u8>) -> u32 {
     let n = next.len();
     let resid_at = out.len();
     let steps_at = resid_at + 3 * n;

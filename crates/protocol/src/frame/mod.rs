@@ -23,10 +23,9 @@ mod keyframe;
 mod reader;
 
 pub use delta::encode_delta;
-pub(crate) use delta::put_residuals;
 pub use keyframe::encode_keyframe;
 pub use reader::{DeltaView, KeyframeView};
-pub(crate) use reader::{Reader, apply_residuals, count, invalid, reserved};
+pub(crate) use reader::{Reader, count, invalid, reserved};
 
 /// First byte of a keyframe message.
 pub const KIND_KEYFRAME: u8 = 0x10;

@@ -331,9 +331,8 @@ impl<'a> DeltaView<'a> {
 
 /// Rebuilds positions and headings of `out` (already sized to `base`'s
 /// boids) from a delta body: residuals (3 per boid), heading steps (1 per
-/// boid) and exception records. Shared by [`DeltaView::apply`] and the
-/// interest stream's cell updates.
-pub(crate) fn apply_residuals(
+/// boid) and exception records.
+fn apply_residuals(
     residuals: &[u8],
     steps: &[u8],
     exceptions: &[u8],

@@ -5,6 +5,7 @@
 
 use super::batch::BatchView;
 use super::grid::CellGrid;
+use super::precision::Precision;
 use super::summary::CellSummary;
 use super::update::{CellScratch, CellUpdateView};
 use crate::error::DecodeError;
@@ -19,6 +20,8 @@ struct Held {
     frames: [Frame; 2],
     /// How many of `frames` are valid (0 ..= 2).
     valid: usize,
+    /// The precision of the newest frame.
+    precision: Precision,
 }
 
 /// What applying one batch did.
@@ -118,7 +121,9 @@ impl CellMirror {
         }
         for (cell, body) in batch.updates() {
             let h = &mut self.held[cell as usize];
+            let mut precision = Precision::EXACT;
             let result = CellUpdateView::parse(body).and_then(|u| {
+                precision = u.precision;
                 let base = (h.valid >= 1).then_some(&h.frames[0]);
                 let base2 = (h.valid >= 2).then_some(&h.frames[1]);
                 u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)?;
@@ -142,6 +147,7 @@ impl CellMirror {
                     h.frames.swap(0, 1);
                     std::mem::swap(&mut h.frames[0], &mut self.spare);
                     h.valid = (h.valid + 1).min(2);
+                    h.precision = precision;
                     applied.updates += 1;
                     applied.boids += h.frames[0].len();
                 }
@@ -158,6 +164,14 @@ impl CellMirror {
     pub fn cell(&self, cell: u32) -> Option<&Frame> {
         let h = self.held.get(cell as usize)?;
         (h.valid > 0).then_some(&h.frames[0])
+    }
+
+    /// The precision of a held cell's newest frame: draw its coordinates
+    /// [`Precision::centre`] further on.
+    pub fn precision(&self, cell: u32) -> Precision {
+        self.held
+            .get(cell as usize)
+            .map_or(Precision::EXACT, |h| h.precision)
     }
 
     /// Cells held in full, ascending.

@@ -4,8 +4,10 @@
 //! batch per send (`batch.rs`): summaries of every cell (`summary.rs`) now
 //! and then, and full boids for the cells it looks at, as far as its byte
 //! budget goes, each as a cell update (`update.rs`) in full or against the
-//! two frames of that cell it holds. The server encodes each cell update
-//! once and shares it among viewers; `mirror.rs` is the receiving end.
+//! two frames of that cell it holds, at a precision (`precision.rs`) as
+//! coarse as the cell's distance from the camera allows. The server encodes
+//! each cell update once per form and shares it among viewers; `mirror.rs`
+//! is the receiving end.
 //!
 //! A boid belongs to exactly one cell in each tick's frames: the cell of
 //! its quantised position (an integer function both ends agree on). When
@@ -15,6 +17,7 @@
 mod batch;
 mod grid;
 mod mirror;
+mod precision;
 mod summary;
 mod update;
 
@@ -24,8 +27,9 @@ pub use batch::{
 };
 pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
 pub use mirror::{Applied, CellMirror};
+pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 pub use summary::{CellSummary, SUMMARY_BYTES};
 pub use update::{
-    CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, KIND_CELL_UPDATE, Predict,
+    CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE, Predict,
     encode_cell_update,
 };

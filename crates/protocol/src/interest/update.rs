@@ -1,11 +1,10 @@
 //! Cell updates (kind `0x13`): one cell's boids at one tick, in full, or
-//! against the frames of that cell the receiver holds. Boids cross cells,
-//! so an update lists the boids that *left* the cell (by their index in
-//! the base frame) and those that *entered* it (in full: id, position,
-//! heading); the boids that *stayed* are coded as a delta codes a whole
-//! frame (residuals against a prediction, heading steps, exceptions),
-//! using the same code, with the residuals then packed into fields of the
-//! width (2 ..= 8 bits) that makes the update smallest.
+//! against the frames of that cell the receiver holds, at a [`Precision`].
+//! Boids cross cells, so an update lists the boids that *left* the cell
+//! (by their index in the base frame) and those that *entered* it (in
+//! full: id, position, heading); the boids that *stayed* are coded as
+//! residuals against a prediction, packed into fields of the widths that
+//! make the update smallest.
 //!
 //! Both ends compute the stayed boids' bases the same way:
 //! `base_s` is the base frame without the left boids, and `base2_s` gives
@@ -13,21 +12,31 @@
 //! position in `base` (so a boid new to the cell since `base2` is predicted
 //! to stand still), scaled in time so that the prediction continues each
 //! boid's motion over steps of any length (a viewer is sent a cell when its
-//! budget allows, not at a fixed stride). The new frame is the stayed boids after the delta,
-//! merged with the entered boids in id order.
+//! budget allows, not at a fixed stride). With `s` the update's position
+//! shift, a stayed boid's coordinate is predicted as
+//! `clamp(2·(b >> s) − (b2 >> s), 0, 65535 >> s)` and sent as the residual
+//! from it; its heading bytes as the step from the base's (`>> heading
+//! shift` on both). The new frame is the stayed boids rebuilt (shifted
+//! back), merged with the entered boids in id order; a boid whose
+//! residuals or steps do not fit the fields is an *exception*, sent in
+//! full.
 
+use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
-    EXCEPTION_BYTES, Frame, RESIDUAL_ESCAPE, Reader, apply_residuals, count, invalid, over,
-    put_residuals, put_u16s, put_u32, put_u64, reserved,
+    EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_u64, reserved,
 };
 use crate::limits::{MAX_BOIDS, MAX_MESSAGE_BYTES};
-use crate::quant::QuantBox;
+use crate::quant::{Q_MAX, QuantBox};
 
 /// First byte of a cell update.
 pub const KIND_CELL_UPDATE: u8 = 0x13;
 /// Bytes before a cell update's left list.
 pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
+/// The field widths a delta update's residuals and steps may use, bits.
+const WIDTHS: std::ops::RangeInclusive<u32> = 2..=8;
+/// Residual fields per stayed boid: three coordinates, two heading bytes.
+const FIELDS: usize = 5;
 
 /// How an update's stayed boids are predicted (the `predict` byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +49,28 @@ pub enum Predict {
     Linear,
 }
 
+/// A frame of a cell as the receiver holds it: `frame` at `precision`.
+/// The server passes its exact frame and the precision the receiver got it
+/// at (the update clears the bits); the receiver passes the frame it holds
+/// with [`Precision::EXACT`] (its bits are already clear).
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    /// The frame.
+    pub frame: &'a Frame,
+    /// The precision it is held at.
+    pub precision: Precision,
+}
+
+impl<'a> Held<'a> {
+    /// A frame held as it is.
+    pub fn exact(frame: &'a Frame) -> Self {
+        Self {
+            frame,
+            precision: Precision::EXACT,
+        }
+    }
+}
+
 /// Reusable buffers for coding and applying cell updates (nothing is
 /// allocated once they have grown to the largest cell).
 #[derive(Debug, Default)]
@@ -49,14 +80,17 @@ pub struct CellScratch {
     next: Frame,
     left: Vec<u32>,
     entered: Vec<u32>,
-    /// A delta body before packing, or residuals after unpacking.
-    body: Vec<u8>,
+    /// Each stayed boid's [`FIELDS`] residuals and steps.
+    fields: Vec<i32>,
+    /// Each stayed boid's widths needed: (residuals, steps).
+    need: Vec<(u8, u8)>,
 }
 
-/// `base` without the boids at the (strictly ascending) indices `left`:
-/// the stayed boids of a base (without those that left) or of a new frame
-/// (without those that entered).
-fn without(base: &Frame, left: &[u32], out: &mut Frame) {
+/// `base` without the boids at the (strictly ascending) indices `left`,
+/// at precision `p`: the stayed boids of a base (without those that left)
+/// or of a new frame (without those that entered).
+fn without(base: &Frame, left: &[u32], p: Precision, out: &mut Frame) {
+    let (pm, hm) = (p.pos_mask(), p.heading_mask());
     out.tick = base.tick;
     out.quant = base.quant;
     out.ids.clear();
@@ -69,21 +103,23 @@ fn without(base: &Frame, left: &[u32], out: &mut Frame) {
             continue;
         }
         out.ids.push(base.ids[i]);
-        out.pos.extend_from_slice(&base.pos[3 * i..3 * i + 3]);
+        out.pos
+            .extend(base.pos[3 * i..3 * i + 3].iter().map(|&q| q & pm));
         out.heading
-            .extend_from_slice(&base.heading[2 * i..2 * i + 2]);
+            .extend(base.heading[2 * i..2 * i + 2].iter().map(|&h| h & hm));
     }
 }
 
-/// `base_s`'s boids where `base2` had them (else where `base_s` has them),
-/// at `base2`'s tick, with the motion from `base2` to `base` scaled to the
-/// step from `base` to `next`: each coordinate becomes
+/// `base_s`'s boids where `base2` (at precision `p2`) had them (else where
+/// `base_s` has them), at `base2`'s tick, with the motion from `base2` to
+/// `base` scaled to the step from `base` to `next`: each coordinate becomes
 /// `clamp(b − round(d · num / den), 0, 65535)`, with `b` the base
 /// coordinate, `d = b − b2`, `num = tick − base_tick`,
 /// `den = base_tick − base2_tick` and rounding half up, so that the linear
 /// prediction `2·b − b2'` continues the motion over unequal steps. With
 /// equal steps it is `b2` itself.
-fn project(base2: &Frame, base_s: &Frame, tick: u64, out: &mut Frame) {
+fn project(base2: &Frame, p2: Precision, base_s: &Frame, tick: u64, out: &mut Frame) {
+    let pm = p2.pos_mask();
     out.tick = base2.tick;
     out.quant = base_s.quant;
     out.ids.clone_from(&base_s.ids);
@@ -99,7 +135,7 @@ fn project(base2: &Frame, base_s: &Frame, tick: u64, out: &mut Frame) {
         if j < base2.len() && base2.ids[j] == id {
             for a in 0..3 {
                 let b = i128::from(base_s.pos[3 * i + a]);
-                let d = b - i128::from(base2.pos[3 * j + a]);
+                let d = b - i128::from(base2.pos[3 * j + a] & pm);
                 let scaled = if num == den {
                     d
                 } else {
@@ -111,27 +147,62 @@ fn project(base2: &Frame, base_s: &Frame, tick: u64, out: &mut Frame) {
     }
 }
 
-/// Encodes the cell frame `next` into `out` (cleared first): in full when
-/// `base` is None, else against `base` and, when given, `base2` (the two
-/// frames of this cell the receiver holds, newest first).
+/// The predicted coordinate of stayed boid `i` along axis `a`, shifted by
+/// `shift`: from `base_s` and, when linear, `base2_s`.
+#[inline]
+fn predicted(base_s: &Frame, base2_s: Option<&Frame>, i: usize, a: usize, shift: u8) -> i32 {
+    let b = i32::from(base_s.pos[3 * i + a] >> shift);
+    let b2 = base2_s.map_or(b, |f| i32::from(f.pos[3 * i + a] >> shift));
+    (2 * b - b2).clamp(0, i32::from(Q_MAX >> shift))
+}
+
+/// The escape value of a `bits`-wide residual field: its most negative value.
+fn escape(bits: u32) -> i32 {
+    -(1 << (bits - 1))
+}
+
+/// The narrowest width in [`WIDTHS`] a residual of magnitude `m` fits
+/// (`|r| ≤ 2^(bits−1) − 1`, the most negative value being the escape), or 9.
+fn residual_width(m: i32) -> u8 {
+    WIDTHS.clone().find(|&b| m < (1 << (b - 1))).unwrap_or(9) as u8
+}
+
+/// The narrowest width in [`WIDTHS`] a step `v` fits (two's complement), or 9.
+fn step_width(v: i32) -> u8 {
+    WIDTHS
+        .clone()
+        .find(|&b| (-(1 << (b - 1))..(1 << (b - 1))).contains(&v))
+        .unwrap_or(9) as u8
+}
+
+/// Encodes the cell frame `next` into `out` (cleared first) at `precision`:
+/// in full when `base` is None, else against `base` and, when given,
+/// `base2` (the two frames of this cell the receiver holds, newest first).
 pub fn encode_cell_update(
-    base: Option<&Frame>,
-    base2: Option<&Frame>,
+    base: Option<Held<'_>>,
+    base2: Option<Held<'_>>,
     next: &Frame,
+    precision: Precision,
     scratch: &mut CellScratch,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     next.check()?;
+    if Precision::new(precision.pos_shift, precision.heading_shift).is_none() {
+        return Err(EncodeError::NotDeltaCompatible("precision"));
+    }
     let s = scratch;
     s.left.clear();
     s.entered.clear();
     let predict = match base {
         None => {
             s.entered.extend(0..next.len() as u32);
-            without(&Frame::default(), &[], &mut s.base);
+            without(&Frame::default(), &[], Precision::EXACT, &mut s.base);
             Predict::Full
         }
-        Some(base) => {
+        Some(Held {
+            frame: base,
+            precision: pb,
+        }) => {
             base.check()?;
             if base.quant != next.quant {
                 return Err(EncodeError::NotDeltaCompatible("quantisation box"));
@@ -159,10 +230,13 @@ pub fn encode_cell_update(
                     }
                 }
             }
-            without(base, &s.left, &mut s.base);
+            without(base, &s.left, pb, &mut s.base);
             match base2 {
-                Some(b2) if b2.tick < base.tick && b2.quant == base.quant => {
-                    project(b2, &s.base, next.tick, &mut s.base2);
+                Some(Held {
+                    frame: b2,
+                    precision: p2,
+                }) if b2.tick < base.tick && b2.quant == base.quant => {
+                    project(b2, p2, &s.base, next.tick, &mut s.base2);
                     Predict::Linear
                 }
                 Some(_) => return Err(EncodeError::NotDeltaCompatible("second base frame")),
@@ -170,20 +244,22 @@ pub fn encode_cell_update(
             }
         }
     };
-    // The stayed boids of `next`, in order: all but the entered.
-    without(next, &s.entered, &mut s.next);
+    // The stayed boids of `next`, in order and at the precision: all but the entered.
+    without(next, &s.entered, precision, &mut s.next);
+    let (pm, hm) = (precision.pos_mask(), precision.heading_mask());
     let n_entered = s.entered.len();
     out.clear();
-    out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 4 * s.next.len());
+    out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 2 * s.next.len());
     let predict_byte = match predict {
         Predict::Full => 0,
         Predict::FromBase => 1,
         Predict::Linear => 2,
     };
+    // Field widths (bytes 2 and 3) are patched below.
     out.extend_from_slice(&[KIND_CELL_UPDATE, predict_byte, 0, 0]);
     put_u32(out, next.len() as u32);
     put_u64(out, next.tick);
-    put_u64(out, base.map_or(0, |b| b.tick));
+    put_u64(out, base.map_or(0, |b| b.frame.tick));
     put_u64(
         out,
         if predict == Predict::Linear {
@@ -195,79 +271,105 @@ pub fn encode_cell_update(
     put_u32(out, s.left.len() as u32);
     put_u32(out, n_entered as u32);
     put_u32(out, 0); // exception count, patched below
-    put_u32(out, 0);
+    out.extend_from_slice(&[precision.pos_shift, precision.heading_shift, 0, 0]);
     s.left.iter().for_each(|&i| put_u32(out, i));
     s.entered
         .iter()
         .for_each(|&k| put_u32(out, next.ids[k as usize]));
     for &k in &s.entered {
-        put_u16s(out, &next.pos[3 * k as usize..3 * k as usize + 3]);
+        let p = &next.pos[3 * k as usize..3 * k as usize + 3];
+        put_u16s(out, &[p[0] & pm, p[1] & pm, p[2] & pm]);
     }
     for &k in &s.entered {
-        out.extend_from_slice(&next.heading_of(k as usize));
+        out.extend_from_slice(&next.heading_of(k as usize).map(|h| h & hm));
     }
-    let exceptions = if predict == Predict::Full {
-        0
-    } else {
+    if predict != Predict::Full {
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
-        s.body.clear();
-        put_residuals(base2_s, &s.base, &s.next, &mut s.body);
-        let (bits, n) = pack(&s.body, &s.next, out);
-        out[2] = bits;
-        n
-    };
-    out[40..44].copy_from_slice(&exceptions.to_le_bytes());
+        let (pb, hb, exceptions) = pack(
+            base2_s,
+            &s.base,
+            &s.next,
+            precision,
+            &mut s.fields,
+            &mut s.need,
+            out,
+        );
+        out[2] = pb;
+        out[3] = hb;
+        out[40..44].copy_from_slice(&exceptions.to_le_bytes());
+    }
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
 }
 
-/// The escape value of a `bits`-wide residual field: its most negative value.
-fn escape(bits: u32) -> i32 {
-    -(1 << (bits - 1))
-}
-
-/// Repacks a delta body of `next.len()` boids (byte residuals, steps,
-/// exception records) into `out`: residuals as `bits`-wide fields, the
-/// width that makes the update smallest (boids whose residuals do not fit
-/// it become exceptions too). Returns the width and the exception count.
-fn pack(body: &[u8], next: &Frame, out: &mut Vec<u8>) -> (u8, u32) {
-    let n = next.len();
-    let (resid, steps, records) = (&body[..3 * n], &body[3 * n..4 * n], &body[4 * n..]);
-    let escaped = |i: usize| resid[3 * i] as i8 == RESIDUAL_ESCAPE;
-    // The width each boid needs: |r| ≤ 2^(bits−1) − 1.
-    let need = |i: usize| -> usize {
-        let m = (0..3)
-            .map(|a| i32::from(resid[3 * i + a] as i8).abs())
-            .max()
-            .unwrap_or(0);
-        (2..=8).find(|&b| m < (1 << (b - 1))).unwrap_or(9)
-    };
-    let mut hist = [0usize; 10];
-    let mut base_exc = 0usize;
+/// Codes the stayed boids `next_s` against `base_s` (and `base2_s`) at
+/// `p` into `out`: residual and step fields of the widths that make the
+/// update smallest (a boid that does not fit them is an exception, its
+/// first field the escape), then the exception records in index order.
+/// Returns the residual width, the step width and the exception count.
+fn pack(
+    base2_s: Option<&Frame>,
+    base_s: &Frame,
+    next_s: &Frame,
+    p: Precision,
+    fields: &mut Vec<i32>,
+    need: &mut Vec<(u8, u8)>,
+    out: &mut Vec<u8>,
+) -> (u8, u8, u32) {
+    let n = next_s.len();
+    let (ps, hs) = (p.pos_shift, p.heading_shift);
+    fields.clear();
+    need.clear();
+    // Per stayed boid: its fields, the widths they need, and a histogram
+    // of those widths (index 9: does not fit 8 bits).
+    let mut hist = [[0usize; 10]; 10];
     for i in 0..n {
-        if escaped(i) {
-            base_exc += 1;
-        } else {
-            hist[need(i)] += 1;
+        let mut m = 0;
+        for a in 0..3 {
+            let r = i32::from(next_s.pos[3 * i + a] >> ps) - predicted(base_s, base2_s, i, a, ps);
+            fields.push(r);
+            m = m.max(r.abs());
+        }
+        let mut wh = WIDTHS.start().to_owned() as u8;
+        for c in 0..2 {
+            let v = i32::from(next_s.heading[2 * i + c] >> hs)
+                - i32::from(base_s.heading[2 * i + c] >> hs);
+            fields.push(v);
+            wh = wh.max(step_width(v));
+        }
+        let wp = residual_width(m);
+        need.push((wp, wh));
+        hist[usize::from(wp)][usize::from(wh)] += 1;
+    }
+    // The widths that make the update smallest (ties: the narrower).
+    let mut best = (usize::MAX, 8, 8);
+    for pb in WIDTHS {
+        for hb in WIDTHS {
+            let (pb_, hb_) = (pb as usize, hb as usize);
+            let exc: usize = (0..10)
+                .flat_map(|a| (0..10).map(move |b| (a, b)))
+                .filter(|&(a, b)| a > pb_ || b > hb_)
+                .map(|(a, b)| hist[a][b])
+                .sum();
+            let size = (n * (3 * pb_ + 2 * hb_)).div_ceil(8) + EXCEPTION_BYTES * exc;
+            if size < best.0 {
+                best = (size, pb, hb);
+            }
         }
     }
-    let size = |b: usize| {
-        let extra: usize = hist[b + 1..].iter().sum();
-        (3 * b * n).div_ceil(8) + EXCEPTION_BYTES * (base_exc + extra)
-    };
-    let bits = (2..=8).min_by_key(|&b| (size(b), b)).unwrap_or(8);
-    // Residual fields, LSB first.
+    let (_, pb, hb) = best;
+    let is_exc = |i: usize| u32::from(need[i].0) > pb || u32::from(need[i].1) > hb;
     let (mut acc, mut filled) = (0u64, 0u32);
-    let mask = (1u64 << bits) - 1;
-    let is_exc = |i: usize| escaped(i) || need(i) > bits;
     for i in 0..n {
-        let fields = if is_exc(i) {
-            [escape(bits as u32), 0, 0]
+        let f = &fields[FIELDS * i..FIELDS * i + FIELDS];
+        let vals = if is_exc(i) {
+            [escape(pb), 0, 0, 0, 0]
         } else {
-            [0, 1, 2].map(|a| i32::from(resid[3 * i + a] as i8))
+            [f[0], f[1], f[2], f[3], f[4]]
         };
-        for f in fields {
-            acc |= (f as u64 & mask) << filled;
-            filled += bits as u32;
+        for (k, v) in vals.into_iter().enumerate() {
+            let bits = if k < 3 { pb } else { hb };
+            acc |= (v as u64 & ((1u64 << bits) - 1)) << filled;
+            filled += bits;
             while filled >= 8 {
                 out.push(acc as u8);
                 acc >>= 8;
@@ -278,58 +380,16 @@ fn pack(body: &[u8], next: &Frame, out: &mut Vec<u8>) -> (u8, u32) {
     if filled > 0 {
         out.push(acc as u8);
     }
-    for (i, &step) in steps.iter().enumerate() {
-        out.push(if is_exc(i) { 0 } else { step });
-    }
-    // Exception records in index order: the delta's own, and the boids
-    // that do not fit the width.
-    let mut own = records.chunks_exact(EXCEPTION_BYTES);
+    let (pm, hm) = (p.pos_mask(), p.heading_mask());
     let mut count = 0u32;
     for i in (0..n).filter(|&i| is_exc(i)) {
-        if escaped(i) {
-            out.extend_from_slice(own.next().unwrap_or(&[0; EXCEPTION_BYTES]));
-        } else {
-            put_u32(out, i as u32);
-            put_u16s(out, &next.pos[3 * i..3 * i + 3]);
-            out.extend_from_slice(&next.heading_of(i));
-        }
+        put_u32(out, i as u32);
+        let q = next_s.position(i);
+        put_u16s(out, &[q[0] & pm, q[1] & pm, q[2] & pm]);
+        out.extend_from_slice(&next_s.heading_of(i).map(|h| h & hm));
         count += 1;
     }
-    (bits as u8, count)
-}
-
-/// Unpacks `n` boids' `bits`-wide residual fields into byte residuals
-/// (an escaped boid as `[RESIDUAL_ESCAPE, 0, 0]`), as a delta carries them.
-fn unpack(packed: &[u8], bits: u32, n: usize, out: &mut Vec<u8>) -> Result<(), DecodeError> {
-    out.clear();
-    let (mut acc, mut filled, mut bytes) = (0u64, 0u32, packed.iter());
-    let mut field = || -> i32 {
-        while filled < bits {
-            acc |= u64::from(*bytes.next().unwrap_or(&0)) << filled;
-            filled += 8;
-        }
-        let raw = (acc & ((1 << bits) - 1)) as i32;
-        acc >>= bits;
-        filled -= bits;
-        // Sign-extend from `bits`.
-        (raw << (32 - bits)) >> (32 - bits)
-    };
-    for _ in 0..n {
-        let f = [field(), field(), field()];
-        if f[0] == escape(bits) {
-            out.extend_from_slice(&[RESIDUAL_ESCAPE as u8, 0, 0]);
-        } else {
-            out.extend(f.map(|v| v as i8 as u8));
-        }
-    }
-    if acc != 0 {
-        return Err(invalid(
-            "residual padding",
-            acc,
-            "0 (the bits after the last field)",
-        ));
-    }
-    Ok(())
+    (pb as u8, hb as u8, count)
 }
 
 /// A cell update whose header and sizes are validated, borrowing the
@@ -346,19 +406,41 @@ pub struct CellUpdateView<'a> {
     pub base2_tick: Option<u64>,
     /// Boids in the rebuilt frame.
     pub n_boids: usize,
+    /// The precision of the rebuilt frame.
+    pub precision: Precision,
     left: &'a [u8],
     entered_ids: &'a [u8],
     entered_pos: &'a [u8],
     entered_headings: &'a [u8],
-    /// Width of each residual field (0 in a full update).
-    bits: u32,
-    residuals: &'a [u8],
-    steps: &'a [u8],
+    /// Widths of the residual and the step fields (0 in a full update).
+    widths: (u32, u32),
+    fields: &'a [u8],
     exceptions: &'a [u8],
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+}
+
+/// Reads `bits`-wide two's complement fields, least significant bit first.
+struct Fields<'a> {
+    bytes: std::slice::Iter<'a, u8>,
+    acc: u64,
+    filled: u32,
+}
+
+impl Fields<'_> {
+    fn next(&mut self, bits: u32) -> i32 {
+        while self.filled < bits {
+            self.acc |= u64::from(*self.bytes.next().unwrap_or(&0)) << self.filled;
+            self.filled += 8;
+        }
+        let raw = (self.acc & ((1 << bits) - 1)) as i32;
+        self.acc >>= bits;
+        self.filled -= bits;
+        // Sign-extend from `bits`.
+        (raw << (32 - bits)) >> (32 - bits)
+    }
 }
 
 impl<'a> CellUpdateView<'a> {
@@ -381,15 +463,21 @@ impl<'a> CellUpdateView<'a> {
                 ));
             }
         };
-        let bits = r.u8("bits")?;
-        let bits_ok = match predict {
-            Predict::Full => bits == 0,
-            _ => (2..=8).contains(&bits),
-        };
-        if !bits_ok {
-            return Err(invalid("bits", bits, "2 ..= 8 (0 for a full update)"));
+        let mut widths = (0, 0);
+        for (name, w) in [
+            ("residual bits", &mut widths.0),
+            ("step bits", &mut widths.1),
+        ] {
+            let bits = u32::from(r.u8(name)?);
+            let ok = match predict {
+                Predict::Full => bits == 0,
+                _ => WIDTHS.contains(&bits),
+            };
+            if !ok {
+                return Err(invalid(name, bits, "2 ..= 8 (0 for a full update)"));
+            }
+            *w = bits;
         }
-        reserved(&mut r, "cell update flags", 1)?;
         let n_boids = count(&mut r, "n_boids", MAX_BOIDS)?;
         let tick = r.u64("tick")?;
         let base_tick = r.u64("base_tick")?;
@@ -397,7 +485,15 @@ impl<'a> CellUpdateView<'a> {
         let n_left = count(&mut r, "n_left", MAX_BOIDS)?;
         let n_entered = count(&mut r, "n_entered", MAX_BOIDS)?;
         let n_exc = count(&mut r, "n_exceptions", MAX_BOIDS)?;
-        reserved(&mut r, "cell update reserved", 4)?;
+        let pos_shift = r.u8("position shift")?;
+        if pos_shift > MAX_POS_SHIFT {
+            return Err(invalid("position shift", pos_shift, "0 ..= 8"));
+        }
+        let heading_shift = r.u8("heading shift")?;
+        if heading_shift > MAX_HEADING_SHIFT {
+            return Err(invalid("heading shift", heading_shift, "0 ..= 4"));
+        }
+        reserved(&mut r, "cell update reserved", 2)?;
         if n_entered > n_boids {
             return Err(invalid("n_entered", n_entered, "at most n_boids"));
         }
@@ -424,23 +520,45 @@ impl<'a> CellUpdateView<'a> {
                 "tick > base_tick > base2_tick, unused ones 0",
             ));
         }
+        let per_boid = 3 * widths.0 as usize + 2 * widths.1 as usize;
         let view = Self {
             predict,
             tick,
             base_tick: (predict != Predict::Full).then_some(base_tick),
             base2_tick: (predict == Predict::Linear).then_some(base2_tick),
             n_boids,
+            precision: Precision {
+                pos_shift,
+                heading_shift,
+            },
             left: r.take("left", 4 * n_left)?,
             entered_ids: r.take("entered ids", 4 * n_entered)?,
             entered_pos: r.take("entered positions", 6 * n_entered)?,
             entered_headings: r.take("entered headings", 2 * n_entered)?,
-            bits: u32::from(bits),
-            residuals: r.take("residuals", (3 * usize::from(bits) * stayed).div_ceil(8))?,
-            steps: r.take("heading steps", stayed)?,
+            widths,
+            fields: r.take("residuals", (per_boid * stayed).div_ceil(8))?,
             exceptions: r.take("exceptions", EXCEPTION_BYTES * n_exc)?,
         };
         r.finish()?;
         Ok(view)
+    }
+
+    /// Checks that a boid sent in full is at the update's precision.
+    fn coarse(
+        &self,
+        what: &'static str,
+        pos: [u16; 3],
+        heading: [u8; 2],
+    ) -> Result<(), DecodeError> {
+        let (pm, hm) = (self.precision.pos_mask(), self.precision.heading_mask());
+        if pos.iter().any(|&q| q & !pm != 0) || heading.iter().any(|&h| h & !hm != 0) {
+            return Err(invalid(
+                what,
+                format!("{pos:?} / {heading:?}"),
+                "coordinates and heading bytes with the precision's low bits clear",
+            ));
+        }
+        Ok(())
     }
 
     /// Rebuilds the cell's frame into `out` from the frames of this cell
@@ -459,7 +577,7 @@ impl<'a> CellUpdateView<'a> {
         let n_entered = self.entered_ids.len() / 4;
         let stayed = self.n_boids - n_entered;
         match (self.base_tick, base) {
-            (None, _) => without(&Frame::default(), &[], &mut s.base),
+            (None, _) => without(&Frame::default(), &[], Precision::EXACT, &mut s.base),
             (Some(want), Some(b)) if b.tick == want => {
                 if n_left > b.len() || b.len() - n_left != stayed {
                     return Err(invalid(
@@ -480,7 +598,7 @@ impl<'a> CellUpdateView<'a> {
                     }
                     s.left.push(index);
                 }
-                without(b, &s.left, &mut s.base);
+                without(b, &s.left, Precision::EXACT, &mut s.base);
             }
             (Some(want), b) => {
                 return Err(DecodeError::BaseMismatch {
@@ -492,7 +610,7 @@ impl<'a> CellUpdateView<'a> {
         let base2_s = match (self.base2_tick, base2) {
             (None, _) => None,
             (Some(want), Some(b2)) if b2.tick == want => {
-                project(b2, &s.base, self.tick, &mut s.base2);
+                project(b2, Precision::EXACT, &s.base, self.tick, &mut s.base2);
                 Some(&s.base2)
             }
             (Some(want), b2) => {
@@ -502,25 +620,74 @@ impl<'a> CellUpdateView<'a> {
                 });
             }
         };
+        let (ps, hs) = (self.precision.pos_shift, self.precision.heading_shift);
         let next_s = &mut s.next;
         next_s.tick = self.tick;
         next_s.quant = Some(quant);
         next_s.ids.clone_from(&s.base.ids);
         next_s.pos.resize(3 * stayed, 0);
         next_s.heading.resize(2 * stayed, 0);
-        if self.bits > 0 {
-            unpack(self.residuals, self.bits, stayed, &mut s.body)?;
-        } else {
-            s.body.clear();
+        let (pb, hb) = self.widths;
+        let mut fields = Fields {
+            bytes: self.fields.iter(),
+            acc: 0,
+            filled: 0,
+        };
+        let mut exc = self.exceptions.chunks_exact(EXCEPTION_BYTES);
+        for i in 0..stayed {
+            let f = [pb, pb, pb, hb, hb].map(|bits| fields.next(bits));
+            if f[0] == escape(pb) {
+                let e = exc
+                    .next()
+                    .ok_or_else(|| invalid("exceptions", "too few", "one per escaped boid"))?;
+                let index = u32_at(e, 0) as usize;
+                if index != i {
+                    return Err(invalid(
+                        "exception index",
+                        index,
+                        "the escaped boid's index, ascending",
+                    ));
+                }
+                let q = [0, 1, 2].map(|a| u16::from_le_bytes([e[4 + 2 * a], e[5 + 2 * a]]));
+                let h = [e[10], e[11]];
+                self.coarse("exception", q, h)?;
+                next_s.pos[3 * i..3 * i + 3].copy_from_slice(&q);
+                next_s.heading[2 * i..2 * i + 2].copy_from_slice(&h);
+                continue;
+            }
+            for (a, r) in f[..3].iter().enumerate() {
+                let q = predicted(&s.base, base2_s, i, a, ps) + r;
+                if !(0..=i32::from(Q_MAX >> ps)).contains(&q) {
+                    return Err(invalid(
+                        "residual",
+                        q,
+                        "a position within 0 ..= 65535 >> shift",
+                    ));
+                }
+                next_s.pos[3 * i + a] = (q as u16) << ps;
+            }
+            for (c, step) in f[3..].iter().enumerate() {
+                let v = i32::from(s.base.heading[2 * i + c] >> hs) + step;
+                if !(0..=i32::from(u8::MAX >> hs)).contains(&v) {
+                    return Err(invalid(
+                        "heading step",
+                        v,
+                        "a heading byte within 0 ..= 255 >> shift",
+                    ));
+                }
+                next_s.heading[2 * i + c] = (v as u8) << hs;
+            }
         }
-        apply_residuals(
-            &s.body,
-            self.steps,
-            self.exceptions,
-            base2_s,
-            &s.base,
-            next_s,
-        )?;
+        if exc.next().is_some() {
+            return Err(invalid("exceptions", "too many", "one per escaped boid"));
+        }
+        if fields.acc != 0 || fields.bytes.next().is_some() {
+            return Err(invalid(
+                "residual padding",
+                fields.acc,
+                "0 (the bits after the last field)",
+            ));
+        }
         // Merge the stayed and the entered boids in id order.
         out.tick = self.tick;
         out.quant = Some(quant);
@@ -546,10 +713,14 @@ impl<'a> CellUpdateView<'a> {
                 }
                 out.ids.push(id);
                 let p = &self.entered_pos[6 * k..6 * k + 6];
-                out.pos
-                    .extend(p.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])));
-                out.heading
-                    .extend_from_slice(&self.entered_headings[2 * k..2 * k + 2]);
+                let q = [0, 1, 2].map(|a| u16::from_le_bytes([p[2 * a], p[2 * a + 1]]));
+                let h = [
+                    self.entered_headings[2 * k],
+                    self.entered_headings[2 * k + 1],
+                ];
+                self.coarse("entered boid", q, h)?;
+                out.pos.extend_from_slice(&q);
+                out.heading.extend_from_slice(&h);
                 k += 1;
                 id
             } else {
@@ -582,12 +753,48 @@ mod tests {
     }
 
     fn roundtrip(base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> usize {
+        roundtrip_at(base, base2, next, Precision::EXACT)
+    }
+
+    fn encode(base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> Vec<u8> {
+        let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
+        encode_cell_update(
+            base.map(Held::exact),
+            base2.map(Held::exact),
+            next,
+            Precision::EXACT,
+            &mut s,
+            &mut bytes,
+        )
+        .unwrap();
+        bytes
+    }
+
+    /// Encodes `next` at `p` against exact bases, applies it, and checks
+    /// the receiver has `next` at `p`; returns the update's size.
+    fn roundtrip_at(
+        base: Option<&Frame>,
+        base2: Option<&Frame>,
+        next: &Frame,
+        p: Precision,
+    ) -> usize {
         let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
-        encode_cell_update(base, base2, next, &mut s, &mut bytes).unwrap();
+        encode_cell_update(
+            base.map(Held::exact),
+            base2.map(Held::exact),
+            next,
+            p,
+            &mut s,
+            &mut bytes,
+        )
+        .unwrap();
         let view = CellUpdateView::parse(&bytes).unwrap();
+        assert_eq!(view.precision, p);
         view.apply(base, base2, next.quant.unwrap(), &mut s, &mut out)
             .unwrap();
-        assert_eq!(&out, next);
+        let mut want = Frame::default();
+        p.coarsen(next, &mut want);
+        assert_eq!(out, want);
         bytes.len()
     }
 
@@ -619,8 +826,9 @@ mod tests {
         // Linear: boid 3 is predicted exactly (a residual of 0), boid 7 from
         // its base alone (it was not in the cell two frames ago).
         let n = roundtrip(Some(&b), Some(&a), &c);
-        // Residuals 0 and 10 pack into 5-bit fields: 30 bits, 4 bytes.
-        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 4 + 2);
+        // Residuals 0 and 10 pack into 5-bit fields, heading steps of 0
+        // into 2-bit ones: 2 × 19 bits, 5 bytes.
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 4 + 2 * 12 + 5);
         roundtrip(Some(&c), Some(&b), &frame(16, &[]));
         roundtrip(Some(&frame(16, &[])), None, &frame(18, &[(4, [1, 1, 1])]));
     }
@@ -633,11 +841,14 @@ mod tests {
         let b = frame(12, &[(1, [120, 100, 100])]);
         let c = frame(18, &[(1, [180, 100, 100])]);
         let n = roundtrip(Some(&b), Some(&a), &c);
-        // Three 2-bit fields of 0 in one byte, and the heading step.
-        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 1 + 1);
-        let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
-        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
-        assert_eq!((bytes[2], bytes[48]), (2, 0), "2-bit residuals of 0");
+        // Five 2-bit fields of 0 (three residuals, two heading steps).
+        assert_eq!(n, CELL_UPDATE_HEADER_BYTES + 2);
+        let bytes = encode(Some(&b), Some(&a), &c);
+        assert_eq!(
+            (bytes[2], bytes[3], bytes[48], bytes[49]),
+            (2, 2, 0, 0),
+            "2-bit residuals and steps of 0"
+        );
         // A shorter step than the one before, and motion towards 0.
         let d = frame(19, &[(1, [190, 100, 100])]);
         roundtrip(Some(&c), Some(&b), &d);
@@ -664,9 +875,8 @@ mod tests {
             frame(2, &boids(2, 0)),
             frame(3, &boids(3, 90)),
         );
-        let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
-        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
-        assert_eq!(bytes[2], 2, "2-bit fields");
+        let bytes = encode(Some(&b), Some(&a), &c);
+        assert_eq!((bytes[2], bytes[3]), (2, 2), "2-bit fields");
         assert_eq!(
             u32::from_le_bytes(bytes[40..44].try_into().unwrap()),
             1,
@@ -674,7 +884,7 @@ mod tests {
         );
         assert_eq!(
             bytes.len(),
-            CELL_UPDATE_HEADER_BYTES + (3 * 2 * 41_usize).div_ceil(8) + 41 + 12
+            CELL_UPDATE_HEADER_BYTES + (5 * 2 * 41_usize).div_ceil(8) + 12
         );
         roundtrip(Some(&b), Some(&a), &c);
     }
@@ -684,8 +894,8 @@ mod tests {
         let a = frame(10, &[(1, [100, 100, 100])]);
         let b = frame(12, &[(1, [110, 100, 100])]);
         let c = frame(14, &[(1, [120, 100, 100])]);
-        let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
-        encode_cell_update(Some(&b), Some(&a), &c, &mut s, &mut bytes).unwrap();
+        let (mut s, mut out) = (CellScratch::default(), Frame::default());
+        let bytes = encode(Some(&b), Some(&a), &c);
         let view = CellUpdateView::parse(&bytes).unwrap();
         let q = c.quant.unwrap();
         assert!(matches!(
@@ -696,5 +906,95 @@ mod tests {
             view.apply(Some(&b), Some(&b), q, &mut s, &mut out),
             Err(DecodeError::BaseMismatch { want: 10, .. })
         ));
+    }
+
+    /// 64 boids on curved paths, headings turning.
+    fn swirl(tick: u64) -> Frame {
+        let boids: Vec<(u32, [u16; 3])> = (0..64u32)
+            .map(|id| {
+                let t = tick as f32 * 0.05 + id as f32;
+                let q = |v: f32| (30_000.0 + v) as u16;
+                (id, [q(900.0 * t.cos()), q(700.0 * t.sin()), q(13.0 * t)])
+            })
+            .collect();
+        let mut f = frame(tick, &boids);
+        for (k, h) in f.heading.iter_mut().enumerate() {
+            *h = ((tick * 3 + k as u64 * 37) % 256) as u8;
+        }
+        f
+    }
+
+    #[test]
+    fn a_coarse_update_rebuilds_the_coarse_frame_whatever_the_bases_precision() {
+        let (a, b, c) = (swirl(10), swirl(12), swirl(14));
+        let sizes: Vec<usize> = (0..=MAX_POS_SHIFT)
+            .map(|ps| {
+                let p = Precision::new(ps, ps.min(MAX_HEADING_SHIFT)).unwrap();
+                roundtrip_at(None, None, &c, p);
+                roundtrip_at(Some(&b), None, &c, p);
+                roundtrip_at(Some(&b), Some(&a), &c, p)
+            })
+            .collect();
+        assert!(
+            sizes.windows(2).all(|w| w[1] <= w[0])
+                && 2 * (sizes[6] - CELL_UPDATE_HEADER_BYTES) <= sizes[0] - CELL_UPDATE_HEADER_BYTES,
+            "coarser is smaller: {sizes:?}"
+        );
+        // Bases held at one precision, the update at another (finer or coarser).
+        for (pb, pn) in [(0u8, 4u8), (4, 0), (3, 5), (5, 3)] {
+            let held = |f: &Frame| {
+                let mut out = Frame::default();
+                Precision::new(pb, pb.min(4)).unwrap().coarsen(f, &mut out);
+                out
+            };
+            let (ha, hb) = (held(&a), held(&b));
+            let pn = Precision::new(pn, pn.min(4)).unwrap();
+            let (mut s, mut bytes, mut out) =
+                (CellScratch::default(), Vec::new(), Frame::default());
+            let p_held = Precision::new(pb, pb.min(4)).unwrap();
+            encode_cell_update(
+                Some(Held {
+                    frame: &b,
+                    precision: p_held,
+                }),
+                Some(Held {
+                    frame: &a,
+                    precision: p_held,
+                }),
+                &c,
+                pn,
+                &mut s,
+                &mut bytes,
+            )
+            .unwrap();
+            // The receiver applies it to the frames it holds, as they are.
+            CellUpdateView::parse(&bytes)
+                .unwrap()
+                .apply(Some(&hb), Some(&ha), c.quant.unwrap(), &mut s, &mut out)
+                .unwrap();
+            let mut want = Frame::default();
+            pn.coarsen(&c, &mut want);
+            assert_eq!(out, want, "held at {pb}, sent at {pn:?}");
+        }
+    }
+
+    #[test]
+    fn a_boid_sent_in_full_with_bits_below_the_precision_is_refused() {
+        let c = swirl(14);
+        let p = Precision::new(3, 2).unwrap();
+        let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
+        encode_cell_update(None, None, &c, p, &mut s, &mut bytes).unwrap();
+        // The first entered boid's x: set its lowest bit.
+        let at = CELL_UPDATE_HEADER_BYTES + 4 * c.len();
+        bytes[at] |= 1;
+        let err = CellUpdateView::parse(&bytes)
+            .unwrap()
+            .apply(None, None, c.quant.unwrap(), &mut s, &mut out)
+            .unwrap_err();
+        assert!(err.to_string().contains("entered boid"), "{err}");
+        // Shifts over their maximum are refused by name.
+        bytes[44] = MAX_POS_SHIFT + 1;
+        let err = CellUpdateView::parse(&bytes).unwrap_err();
+        assert!(err.to_string().contains("position shift"), "{err}");
     }
 }

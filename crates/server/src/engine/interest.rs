@@ -5,23 +5,28 @@
 //! viewer's task that needs it, and shared by every viewer after. What
 //! one viewer is sent, and when, is `http/ws/interest.rs`.
 //!
-//! A cell update is either full, or linear against the two frames of the
-//! cell a viewer holds, when both are within the last [`HISTORY`]
-//! broadcasts. A cell keeps at most [`LINEAR_FORMS`] linear encodings per
-//! broadcast (the first pairs of held frames asked for; viewers at the
-//! same cadence share them); a viewer holding another pair gets the full
-//! update. So a cell has at most `1 + LINEAR_FORMS` encodings per
-//! broadcast, however many viewers there are: the encode cost is flat in
-//! the viewer count.
+//! A cell update is at a precision (how coarse: the viewer's distance
+//! decides, see `http/ws/interest.rs`), either full, or linear against the
+//! two frames of the cell a viewer holds, when both are within the last
+//! [`HISTORY`] broadcasts. A cell keeps at most [`FULL_FORMS`] full
+//! encodings (one per precision asked for) and [`LINEAR_FORMS`] linear
+//! ones per broadcast (the first pairs of held frames and precisions asked
+//! for; viewers at the same cadence and distance share them); a viewer
+//! asking for another gets a full update, at a precision already encoded
+//! when the cell has all its full forms. So a cell has at most
+//! `FULL_FORMS + LINEAR_FORMS` encodings per broadcast, however many
+//! viewers there are: the encode cost is flat in the viewer count.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use rayon::prelude::*;
-use starling_protocol::interest::{CellGrid, CellScratch, CellSummary, encode_cell_update};
+use starling_protocol::interest::{
+    CellGrid, CellScratch, CellSummary, Held as HeldFrame, Precision, encode_cell_update,
+};
 use starling_protocol::{Frame, QuantBox};
 
 use crate::telemetry::Telemetry;
@@ -31,7 +36,9 @@ use crate::telemetry::Telemetry;
 /// predict poorly anyway, and each broadcast kept costs 12 bytes a boid.
 pub const HISTORY: u64 = 8;
 /// Linear encodings a cell keeps per broadcast, at most.
-pub const LINEAR_FORMS: usize = 4;
+pub const LINEAR_FORMS: usize = 8;
+/// Full encodings (precisions) a cell keeps per broadcast, at most.
+pub const FULL_FORMS: usize = 4;
 
 /// One broadcast's cell frames.
 #[derive(Debug)]
@@ -50,13 +57,31 @@ pub struct CellFrames {
     pub summaries: Vec<CellSummary>,
 }
 
-/// A linear update of one cell: the held pair `(a, b)` it applies to, and
-/// its bytes (None when it is not smaller than the full update).
-type LinearForm = (u64, u64, Option<Bytes>);
+/// One frame of a cell a viewer holds: the seq of the broadcast it was
+/// sent from and its precision.
+pub type HeldAt = (u64, Precision);
 
-/// How a viewer holds a cell: the seqs of the last two broadcasts it was
-/// sent this cell from (newest first).
-pub type Held = [Option<u64>; 2];
+/// How a viewer holds a cell: the last two frames it was sent (newest first).
+pub type Held = [Option<HeldAt>; 2];
+
+/// A linear update of one cell: the held pair it applies to, its
+/// precision, and its bytes (None when it is not smaller than the full
+/// update at that precision).
+type LinearForm = (HeldAt, HeldAt, Precision, Option<Bytes>);
+
+/// A full update of one cell: its precision and bytes.
+type FullForm = (Precision, Option<Bytes>);
+
+/// A cell update for one viewer.
+#[derive(Debug, Clone)]
+pub struct Update {
+    /// The update's bytes (shared).
+    pub bytes: Bytes,
+    /// How the viewer holds the cell once it applies them.
+    pub held: Held,
+    /// Whether it is linear (against the frames held), not full.
+    pub linear: bool,
+}
 
 /// One broadcast's cells and their lazily encoded updates.
 #[derive(Debug)]
@@ -66,10 +91,10 @@ pub struct CellSet {
     /// The frames of the broadcasts before, newest first (`past[j]` is
     /// seq − 1 − j), as far back as deltas reach ([`HISTORY`]).
     past: Vec<Arc<CellFrames>>,
-    /// Each cell's full update.
-    full: Vec<OnceLock<Option<Bytes>>>,
-    /// Each cell's linear updates by the held pair `(a, b)` they apply
-    /// to; None when it would not be smaller than the full one.
+    /// Each cell's full updates by precision.
+    full: Vec<Mutex<Vec<FullForm>>>,
+    /// Each cell's linear updates by the held pair they apply to and
+    /// their precision; None when it would not be smaller than the full one.
     linear: Vec<Mutex<Vec<LinearForm>>>,
     /// Time spent encoding this set's updates, nanoseconds.
     encode_ns: AtomicU64,
@@ -96,13 +121,19 @@ impl CellSet {
         self.past.get(back).map(|f| &**f)
     }
 
-    fn encode(&self, base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> Option<Bytes> {
+    fn encode(
+        &self,
+        base: Option<HeldFrame<'_>>,
+        base2: Option<HeldFrame<'_>>,
+        next: &Frame,
+        precision: Precision,
+    ) -> Option<Bytes> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
         }
         let t0 = Instant::now();
         let bytes = SCRATCH.with_borrow_mut(|(scratch, out)| {
-            match encode_cell_update(base, base2, next, scratch, out) {
+            match encode_cell_update(base, base2, next, precision, scratch, out) {
                 Ok(()) => {
                     self.telemetry.cell_updates_encoded.inc();
                     Some(Bytes::copy_from_slice(out))
@@ -119,55 +150,87 @@ impl CellSet {
         bytes
     }
 
-    /// The cell's full update.
-    pub fn full(&self, cell: u32) -> Option<&Bytes> {
+    /// The cell's full update at `precision`, and the precision it is at:
+    /// another when the cell already has [`FULL_FORMS`] full encodings.
+    pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
-        self.full
-            .get(c)?
-            .get_or_init(|| self.encode(None, None, next))
-            .as_ref()
+        let mut forms = lock(self.full.get(c)?);
+        if let Some((p, bytes)) = forms
+            .iter()
+            .find(|f| f.0 == precision)
+            .or_else(|| (forms.len() >= FULL_FORMS).then(|| &forms[0]))
+        {
+            return bytes.clone().map(|b| (b, *p));
+        }
+        let bytes = self.encode(None, None, next, precision);
+        forms.push((precision, bytes.clone()));
+        bytes.map(|b| (b, precision))
     }
 
     /// The cheapest update that brings a viewer holding the cell as `held`
-    /// to this broadcast, and how it then holds it.
-    pub fn update_for(&self, cell: u32, held: Held) -> Option<(Bytes, Held)> {
+    /// to this broadcast at `precision` (or near it).
+    pub fn update_for(&self, cell: u32, held: Held, precision: Precision) -> Option<Update> {
         let seq = self.now.seq;
         let c = cell as usize;
         if let [Some(a), Some(b)] = held
-            && b < a
-            && a < seq
-            && seq - b <= HISTORY
-            && let Some(bytes) = self.linear(c, a, b)
+            && b.0 < a.0
+            && a.0 < seq
+            && seq - b.0 <= HISTORY
+            && let Some(bytes) = self.linear(c, a, b, precision)
         {
-            return Some((bytes, [Some(seq), Some(a)]));
+            return Some(Update {
+                bytes,
+                held: [Some((seq, precision)), Some(a)],
+                linear: true,
+            });
         }
         // The receiver keeps the frame it held as the one before.
-        Some((self.full(cell)?.clone(), [Some(seq), held[0]]))
+        let (bytes, p) = self.full(cell, precision)?;
+        Some(Update {
+            bytes,
+            held: [Some((seq, p)), held[0]],
+            linear: false,
+        })
     }
 
-    /// The linear update of cell `c` against its frames at `a` and `b`
-    /// (encoded once; None when not kept or not smaller than the full one).
-    fn linear(&self, c: usize, a: u64, b: u64) -> Option<Bytes> {
-        let mut forms = self
-            .linear
-            .get(c)?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, bytes)) = forms.iter().find(|f| f.0 == a && f.1 == b) {
-            return bytes.clone();
+    /// The linear update of cell `c` against its frames held as `a` and
+    /// `b`, at `precision` (encoded once; None when not kept or not
+    /// smaller than the full one).
+    fn linear(&self, c: usize, a: HeldAt, b: HeldAt, precision: Precision) -> Option<Bytes> {
+        let mut forms = lock(self.linear.get(c)?);
+        if let Some(f) = forms
+            .iter()
+            .find(|f| f.0 == a && f.1 == b && f.2 == precision)
+        {
+            return f.3.clone();
         }
         if forms.len() >= LINEAR_FORMS {
             return None;
         }
-        let base = self.frames_at(a)?.cells.get(c)?;
-        let base2 = self.frames_at(b)?.cells.get(c)?;
+        let held = |(seq, p): HeldAt| -> Option<HeldFrame<'_>> {
+            Some(HeldFrame {
+                frame: self.frames_at(seq)?.cells.get(c)?,
+                precision: p,
+            })
+        };
+        let (base, base2) = (held(a)?, held(b)?);
+        let full_len = self
+            .full(c as u32, precision)
+            .filter(|f| f.1 == precision)
+            .map_or(usize::MAX, |f| f.0.len());
         let bytes = self
-            .encode(Some(base), Some(base2), &self.now.cells[c])
-            .filter(|l| self.full(c as u32).is_some_and(|f| l.len() < f.len()));
-        forms.push((a, b, bytes.clone()));
+            .encode(Some(base), Some(base2), &self.now.cells[c], precision)
+            .filter(|l| l.len() < full_len);
+        forms.push((a, b, precision, bytes.clone()));
         bytes
     }
+}
+
+/// A lock whose holder panicking leaves the forms usable (they are only
+/// ever appended to, whole).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Splits each broadcast into cells and keeps the frames deltas need.
@@ -223,7 +286,7 @@ impl CellBuilder {
         let set = CellSet {
             now: now.clone(),
             past: self.ring.iter().cloned().collect(),
-            full: (0..n).map(|_| OnceLock::new()).collect(),
+            full: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             linear: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             encode_ns: AtomicU64::new(0),
             telemetry: telemetry.clone(),
@@ -264,8 +327,14 @@ mod tests {
         let grid = CellGrid::for_world([100.0, 100.0, 50.0], 3);
         let quant = QuantBox::around_world([100.0, 100.0, 50.0], 3);
         // Viewers sent every broadcast, every second and every fourth (the
-        // longest stride whose two held frames are within HISTORY).
+        // longest stride whose two held frames are within HISTORY), each at
+        // its own precision.
         let strides = [1u64, 2, HISTORY / 2];
+        let precisions = [
+            Precision::EXACT,
+            Precision::new(3, 2).unwrap(),
+            Precision::new(6, 3).unwrap(),
+        ];
         let mut mirrors: Vec<CellMirror> = strides
             .iter()
             .map(|_| CellMirror::new(grid, quant))
@@ -303,18 +372,19 @@ mod tests {
                     if set.now.cells[c as usize].is_empty() && h[0].is_none() {
                         continue;
                     }
-                    let (bytes, now) = set.update_for(c, *h).unwrap();
-                    let linear = bytes.len() < set.full(c).unwrap().len();
-                    kinds[v][usize::from(linear)] += 1;
-                    *h = now;
-                    push_update(c, &bytes, &mut batch);
+                    let u = set.update_for(c, *h, precisions[v]).unwrap();
+                    kinds[v][usize::from(u.linear)] += 1;
+                    *h = u.held;
+                    push_update(c, &u.bytes, &mut batch);
                 }
                 mirrors[v].apply(&batch).unwrap();
                 for c in 0..grid.len() as u32 {
                     if held[v][c as usize][0].is_some() {
+                        let mut want = Frame::default();
+                        precisions[v].coarsen(&set.now.cells[c as usize], &mut want);
                         assert_eq!(
                             mirrors[v].cell(c),
-                            Some(&set.now.cells[c as usize]),
+                            Some(&want),
                             "viewer {v} cell {c} seq {seq}"
                         );
                     }
@@ -345,7 +415,13 @@ mod tests {
             .unwrap();
         assert!(set.past.is_empty());
         let c = set.now.grid.cell_of([500, 100, 100]);
-        let (_, held) = set.update_for(c, [Some(3), Some(2)]).unwrap();
-        assert_eq!(held, [Some(4), Some(3)], "a full update after the jump");
+        let e = Precision::EXACT;
+        let u = set.update_for(c, [Some((3, e)), Some((2, e))], e).unwrap();
+        assert!(!u.linear);
+        assert_eq!(
+            u.held,
+            [Some((4, e)), Some((3, e))],
+            "a full update after the jump"
+        );
     }
 }

@@ -10,13 +10,18 @@
 //! nearest first (staleness in broadcasts over distance in cell edges),
 //! while the budget allows. The updates themselves are the shared ones of
 //! `engine/interest.rs`.
+//!
+//! Each held cell is sent at the coarsest precision its distance from the
+//! eye allows ([`precision_at`]): positions within half a pixel and
+//! headings within half a pixel at the tip of a metre-long boid, on a
+//! 1080-pixel-tall view of the viewer's field of view.
 
 use std::time::Duration;
 
 use axum::body::Bytes;
 use starling_protocol::interest::{
     BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
-    SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
+    Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
 use starling_protocol::{InterestInfo, QuantBox, View};
 
@@ -27,7 +32,7 @@ use crate::engine::interest::{CellSet, Held};
 pub const SUMMARY_HZ: f32 = 2.0;
 /// The share of the budget the full set is sized to (the rest pays for
 /// summaries and the full updates of cells joining the set).
-const FULL_SHARE: f32 = 0.8;
+const FULL_SHARE: f32 = 0.9;
 /// The least update rate the full set is sized for, per second: cells held
 /// in full are updated at every k-th send, the largest k that keeps them
 /// at this rate or more (k = 1 at 30 sends a second). A regular cadence
@@ -43,6 +48,46 @@ const START_BYTES_PER_BOID: f32 = 5.0;
 /// update's header).
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
 
+/// The angle a pixel spans, radians: the viewer's 0.9 rad tall field of
+/// view on 1080 pixels (`2 · tan(0.45) / 1080`).
+const PIXEL_RAD: f32 = 8.9455e-4;
+/// The length a boid's heading is judged over, metres: a heading is sent
+/// precisely enough to put the tip of a boid this long within half a pixel.
+const HEADING_REACH_M: f32 = 1.0;
+/// The angle one step of an octahedral heading byte turns a heading by,
+/// at most (about), radians: the quantisation's 0.95° worst case is half
+/// a step along both bytes.
+const HEADING_STEP_RAD: f32 = 0.0234;
+/// The coarsest precision sent: far cells are still drawn within a pixel
+/// or two, and their updates already cost under two bytes a boid.
+const COARSEST: Precision = Precision {
+    pos_shift: 6,
+    heading_shift: 3,
+};
+
+/// The coarsest precision that keeps a boid `distance_m` from the eye
+/// within half a pixel (see the module docs).
+pub fn precision_at(distance_m: f32, quant: &QuantBox) -> Precision {
+    let pixel = distance_m.max(0.0) * PIXEL_RAD;
+    let step = quant.step_m().into_iter().fold(0.0f32, f32::max).max(1e-9);
+    // Drawn at the middle of a step of 2^s, a coordinate is within 2^(s−1)
+    // of the exact one; a heading likewise within 2^(h−1) steps.
+    let shift = |ratio: f32, max: u8| -> u8 {
+        if ratio >= 1.0 {
+            (ratio.log2().floor() as u8).min(max)
+        } else {
+            0
+        }
+    };
+    Precision {
+        pos_shift: shift(pixel / step, COARSEST.pos_shift),
+        heading_shift: shift(
+            pixel / (HEADING_REACH_M * HEADING_STEP_RAD),
+            COARSEST.heading_shift,
+        ),
+    }
+}
+
 /// The interest state of one viewer.
 #[derive(Debug)]
 pub struct ViewerInterest {
@@ -55,6 +100,8 @@ pub struct ViewerInterest {
     /// Cells in view with their nearness weight (1 / (1 + distance in cell
     /// edges)), nearest first.
     in_view: Vec<(u32, f32)>,
+    /// The precision each cell is sent at (by its distance from the eye).
+    precision: Vec<Precision>,
     /// Sends per second, measured (a moving average).
     send_hz: f32,
     /// The time of the last send.
@@ -106,6 +153,7 @@ impl ViewerInterest {
             held: Vec::new(),
             last_sent: Vec::new(),
             in_view: Vec::new(),
+            precision: Vec::new(),
             send_hz: 30.0,
             last_send: None,
             bytes_per_boid: START_BYTES_PER_BOID,
@@ -184,8 +232,18 @@ impl ViewerInterest {
         self.in_view.clear();
         self.in_view_mark.clear();
         self.in_view_mark.resize(grid.len(), false);
+        self.precision.clear();
+        self.precision.resize(grid.len(), Precision::EXACT);
         for c in 0..grid.len() as u32 {
             let (lo, hi) = grid.bounds_m(c, &quant);
+            // The distance to the cell's nearest point decides its precision.
+            let near2: f32 = (0..3)
+                .map(|a| {
+                    let d = (lo[a] - eye[a]).max(eye[a] - hi[a]).max(0.0);
+                    d * d
+                })
+                .sum();
+            self.precision[c as usize] = precision_at(near2.sqrt(), &quant);
             if (0..3).any(|a| hi[a] < v.min[a] || lo[a] > v.max[a]) {
                 continue;
             }
@@ -307,22 +365,21 @@ impl ViewerInterest {
             if !self.budget.can_send() {
                 break;
             }
-            let Some((bytes, now_held)) = set.update_for(c, self.held[c as usize]) else {
+            let Some(update) = set.update_for(c, self.held[c as usize], self.precision[c as usize])
+            else {
                 continue;
             };
+            let bytes = update.bytes;
             push_update(c, &bytes, &mut self.buf);
             self.budget.spend(UPDATE_HEADER_BYTES + bytes.len());
             let boids = set.now.cells[c as usize].len();
-            if now_held[1] == self.held[c as usize][0]
-                && boids >= 16
-                && bytes.len() < set.full(c).map_or(usize::MAX, |f| f.len())
-            {
+            if update.linear && boids >= 16 {
                 // A linear update: learn what a boid costs.
                 let per_boid =
                     (bytes.len() as f32 - CELL_UPDATE_HEADER_BYTES as f32) / boids as f32;
                 self.bytes_per_boid = 0.95 * self.bytes_per_boid + 0.05 * per_boid;
             }
-            self.held[c as usize] = now_held;
+            self.held[c as usize] = update.held;
             self.last_sent[c as usize] = seq;
             out.updates += 1;
         }
@@ -426,5 +483,28 @@ mod tests {
                 .map(|c| grid.coords(c))
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn far_cells_are_sent_coarser_and_near_ones_exact() {
+        // A 434 m world (100k boids at the default density): 8.3 mm steps.
+        let quant = QuantBox::around_world([434.0, 434.0, 217.0], 3);
+        assert_eq!(precision_at(0.0, &quant), Precision::EXACT);
+        assert_eq!(precision_at(5.0, &quant), Precision::EXACT);
+        let mut last = Precision::EXACT;
+        for d in [10.0, 30.0, 100.0, 300.0, 1000.0, 1e5] {
+            let p = precision_at(d, &quant);
+            assert!(p.pos_shift >= last.pos_shift && p.heading_shift >= last.heading_shift);
+            // Drawn within half a pixel: half a coarse step is at most that.
+            let half_step = f32::from(1u16 << p.pos_shift) * 0.5 * quant.step_m()[0];
+            assert!(
+                half_step <= 0.5 * d * PIXEL_RAD || p == COARSEST,
+                "{d} m: {p:?}"
+            );
+            last = p;
+        }
+        assert_eq!(last, COARSEST);
+        // From 110 m up, as the interest benchmark's probe sees its view.
+        assert!(precision_at(110.0, &quant).pos_shift >= 3);
     }
 }
