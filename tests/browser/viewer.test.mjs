@@ -379,7 +379,7 @@ test('a served replay shows a seek bar that moves the recording', async () => {
 });
 
 test('on a 2 Mbit/s link the interest stream keeps the page live within its budget', async () => {
-  const server = await startServer(['--population', '20000']);
+  const server = await startServer(['--population', '100000']);
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));

@@ -303,12 +303,14 @@ impl App {
         self.frames.add(now_ms, bytes as f64);
         self.frames_total += 1;
         self.ticks.push(tick);
-        let shown = match &self.interest {
-            Some(i) => Some(&i.merged),
-            None => self.stream.newest(),
-        };
-        if let (Some(r), Some(f)) = (&mut self.renderer, shown) {
-            r.upload(f, aligned);
+        match (&mut self.renderer, &self.interest) {
+            (Some(r), Some(i)) => r.upload_cells(&i.previous, &i.merged, &i.spans),
+            (Some(r), None) => {
+                if let Some(f) = self.stream.newest() {
+                    r.upload(f, aligned);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -853,6 +855,7 @@ impl App {
         let scene = Scene {
             view_proj: cam.view_proj(),
             alpha: ((now_ms - self.arrived_ms) / self.frame_interval_ms) as f32,
+            interval_ticks: self.interest.as_ref().map_or(1.0, |i| i.interval_ticks),
             trails: self.trails,
             world: h.world.world_m,
             dims: h.world.dims,

@@ -1,12 +1,15 @@
 //! The viewer on the interest stream (protocol 1.2, `?budget=` on the page
 //! URL): the cells it holds in full merged into one frame for the
-//! renderer, the other cells' summaries as soft blobs, and the view sent
-//! as the camera moves, at most [`VIEW_INTERVAL_MS`] apart.
+//! renderer, with each boid's position in its cell's frame before and the
+//! ticks of both (cells are updated at their own rates, so each boid
+//! moves between its own cell's frames), the other cells' summaries as
+//! soft blobs, and the view sent as the camera moves, at most
+//! [`VIEW_INTERVAL_MS`] apart.
 //!
 //! Pure Rust, no browser: tested natively.
 
 use glam::Vec3;
-use starling_protocol::interest::CellMirror;
+use starling_protocol::interest::{CellMirror, Precision};
 use starling_protocol::{DecodeError, Frame, InterestInfo, View};
 
 /// Least time between two view updates sent, ms (the server takes 20 a
@@ -29,6 +32,15 @@ pub(crate) struct Interest {
     mirror: Option<CellMirror>,
     /// The held cells' boids in one frame (what the renderer draws).
     pub(crate) merged: Frame,
+    /// The same boids in their cell's frame before (where it was not
+    /// held, or a boid was not in it: as in `merged`).
+    pub(crate) previous: Frame,
+    /// Per boid of `merged`, the ticks of its cell's two frames, relative
+    /// to the newest batch's tick (`previous`'s, `merged`'s: ≤ 0).
+    pub(crate) spans: Vec<[f32; 2]>,
+    /// Ticks between the last two batches (smoothed): the interval the
+    /// renderer moves through between batches.
+    pub(crate) interval_ticks: f32,
     /// Summaries of the cells not held in full (rebuilt per batch).
     pub(crate) blobs: Vec<Blob>,
     /// The merged frame's ids before the last batch (reused).
@@ -74,23 +86,57 @@ impl Interest {
         let Some(m) = self.mirror.as_mut() else {
             return Err(DecodeError::Malformed("cells before Interest".into()));
         };
+        let before_tick = m.tick;
         m.apply(bytes)?;
+        if before_tick > 0 && m.tick > before_tick {
+            let dt = (m.tick - before_tick).min(1 << 20) as f32;
+            self.interval_ticks = if self.interval_ticks > 0.0 {
+                0.8 * self.interval_ticks + 0.2 * dt
+            } else {
+                dt
+            };
+        }
         std::mem::swap(&mut self.before, &mut self.merged.ids);
-        let f = &mut self.merged;
+        let (f, prev) = (&mut self.merged, &mut self.previous);
         f.ids.clear();
         f.tick = m.tick;
         f.quant = self.info.map(|i| i.quant);
         f.pos.clear();
         f.heading.clear();
+        prev.clone_from(f);
+        self.spans.clear();
+        let rel = |t: u64| -((m.tick.saturating_sub(t)).min(1 << 20) as f32);
         for c in m.held_cells() {
-            if let Some(cell) = m.cell(c) {
-                // A coarse cell's boids are drawn at the middle of their steps.
-                let p = m.precision(c);
-                let (dq, dh) = (p.centre(), p.heading_centre());
-                f.ids.extend_from_slice(&cell.ids);
-                f.pos.extend(cell.pos.iter().map(|&q| q.saturating_add(dq)));
-                f.heading
-                    .extend(cell.heading.iter().map(|&h| h.saturating_add(dh)));
+            let Some(cell) = m.cell(c) else { continue };
+            let t_curr = rel(cell.tick);
+            let before = m.previous(c);
+            let t_prev = before.map_or(t_curr - 1.0, |(b, _)| rel(b.tick));
+            let mut j = 0;
+            for i in 0..cell.len() {
+                let at = |g: &Frame, k: usize, p: Precision| {
+                    // A coarse cell's boids are drawn at the middle of their steps.
+                    let (dq, dh) = (p.centre(), p.heading_centre());
+                    (
+                        g.position(k).map(|q| q.saturating_add(dq)),
+                        g.heading_of(k).map(|h| h.saturating_add(dh)),
+                    )
+                };
+                let now = at(cell, i, m.precision(c));
+                let then = before
+                    .and_then(|(b, p)| {
+                        while j < b.len() && b.ids[j] < cell.ids[i] {
+                            j += 1;
+                        }
+                        (j < b.len() && b.ids[j] == cell.ids[i]).then(|| at(b, j, p))
+                    })
+                    .unwrap_or(now);
+                f.ids.push(cell.ids[i]);
+                f.pos.extend_from_slice(&now.0);
+                f.heading.extend_from_slice(&now.1);
+                prev.ids.push(cell.ids[i]);
+                prev.pos.extend_from_slice(&then.0);
+                prev.heading.extend_from_slice(&then.1);
+                self.spans.push([t_prev, t_curr]);
             }
         }
         let aligned = self.before == f.ids;
@@ -167,7 +213,7 @@ mod tests {
     use super::*;
     use starling_protocol::QuantBox;
     use starling_protocol::interest::{
-        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Precision,
+        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Held, Precision,
         begin_batch, encode_cell_update, push_update,
     };
 
@@ -230,6 +276,64 @@ mod tests {
         // The same cells again: aligned.
         begin_batch(9, &[], 0, &[], &mut batch);
         assert!(i.on_batch(&batch).unwrap().1);
+    }
+
+    #[test]
+    fn each_cell_moves_between_its_own_two_frames() {
+        let info = info();
+        let q = info.quant;
+        // Boid 1 in cell 0, boid 3 in cell 1, both flying along y.
+        let whole = |tick: u64| Frame {
+            tick,
+            quant: Some(q),
+            ids: vec![1, 3],
+            pos: [
+                q.quantize([10.0, tick as f32, 25.0]),
+                q.quantize([90.0, tick as f32, 25.0]),
+            ]
+            .concat(),
+            heading: vec![200, 128, 200, 128],
+        };
+        let mut i = Interest::new(Some(64_000));
+        i.on_info(info);
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), CellScratch::default());
+        let mut held: Vec<Option<Frame>> = vec![None, None];
+        // Both cells at ticks 10 and 12; then only cell 0, at 14 and 16.
+        for (tick, sent) in [(10, &[0u32, 1][..]), (12, &[0, 1]), (14, &[0]), (16, &[0])] {
+            let mut cells = Vec::new();
+            info.grid.split(&whole(tick), &mut cells);
+            begin_batch(
+                tick,
+                &[],
+                if tick == 10 { FLAG_RESET } else { 0 },
+                &[],
+                &mut batch,
+            );
+            for &c in sent {
+                let base = held[c as usize].as_ref().map(Held::exact);
+                encode_cell_update(
+                    base,
+                    None,
+                    &cells[c as usize],
+                    Precision::EXACT,
+                    &mut s,
+                    &mut update,
+                )
+                .unwrap();
+                push_update(c, &update, &mut batch);
+                held[c as usize] = Some(cells[c as usize].clone());
+            }
+            i.on_batch(&batch).unwrap();
+        }
+        assert_eq!(i.merged.ids, vec![1, 3]);
+        assert_eq!(i.interval_ticks, 2.0);
+        // Cell 0 moves from tick 14 to 16 (now); cell 1 from 10 to 12 (four
+        // ticks ago), so the renderer carries it on past its newest frame.
+        assert_eq!(i.spans, vec![[-2.0, 0.0], [-6.0, -4.0]]);
+        assert_eq!(i.previous.position(0), q.quantize([10.0, 14.0, 25.0]));
+        assert_eq!(i.merged.position(0), q.quantize([10.0, 16.0, 25.0]));
+        assert_eq!(i.previous.position(1), q.quantize([90.0, 10.0, 25.0]));
+        assert_eq!(i.merged.position(1), q.quantize([90.0, 12.0, 25.0]));
     }
 
     #[test]

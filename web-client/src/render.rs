@@ -23,10 +23,11 @@ layout(location = 2) in vec3 a_prev;
 layout(location = 3) in vec3 a_curr;
 layout(location = 4) in vec2 a_hprev;
 layout(location = 5) in vec2 a_hcurr;
+layout(location = 6) in vec2 a_span;
 uniform mat4 u_vp;
 uniform vec3 u_origin;
 uniform vec3 u_extent;
-uniform float u_alpha;
+uniform float u_time;
 uniform float u_size;
 out vec3 v_color;
 
@@ -42,9 +43,12 @@ vec3 oct(vec2 h) {
 void main() {
     // A jump of more than a quarter of the box is a wrap: no sliding across.
     bool jump = any(greaterThan(abs(a_curr - a_prev), vec3(0.25)));
-    vec3 p = u_origin + (jump ? a_curr : mix(a_prev, a_curr, u_alpha)) * u_extent;
+    // The time shown between this boid's two frames (at times a_span);
+    // past the newest it carries on, at most one of its own intervals.
+    float a = clamp((u_time - a_span.x) / max(a_span.y - a_span.x, 1e-3), 0.0, 2.0);
+    vec3 p = u_origin + (jump ? a_curr : mix(a_prev, a_curr, a)) * u_extent;
     vec3 hc = oct(a_hcurr);
-    vec3 f = mix(oct(a_hprev), hc, u_alpha);
+    vec3 f = mix(oct(a_hprev), hc, a);
     f = length(f) < 1e-3 ? hc : normalize(f);
     vec3 up = abs(f.z) > 0.99 ? vec3(1.0, 0.0, 0.0) : vec3(0.0, 0.0, 1.0);
     vec3 r = normalize(cross(f, up));
@@ -108,6 +112,9 @@ pub(crate) struct Scene<'a> {
     pub(crate) view_proj: Mat4,
     /// 0 shows the previous snapshot, 1 the newest.
     pub(crate) alpha: f32,
+    /// Ticks from the previous snapshot to the newest (the unit of the
+    /// per-boid spans of [`Renderer::upload_cells`]; 1 otherwise).
+    pub(crate) interval_ticks: f32,
     /// Fade the previous frame instead of clearing it.
     pub(crate) trails: bool,
     /// World box size, metres.
@@ -136,6 +143,10 @@ pub(crate) struct Renderer {
     shape_vao: WebGlVertexArrayObject,
     pos: [WebGlBuffer; 2],
     head: [WebGlBuffer; 2],
+    /// Per boid, the times of its two frames (interest stream only).
+    spans: WebGlBuffer,
+    /// Whether `spans` is in use (else every boid spans (−1, 0)).
+    per_boid_spans: bool,
     /// Which of `pos`/`head` holds the newest frame.
     current: usize,
     n_boids: i32,
@@ -151,7 +162,7 @@ struct BoidUniforms {
     vp: Option<WebGlUniformLocation>,
     origin: Option<WebGlUniformLocation>,
     extent: Option<WebGlUniformLocation>,
-    alpha: Option<WebGlUniformLocation>,
+    time: Option<WebGlUniformLocation>,
     size: Option<WebGlUniformLocation>,
 }
 
@@ -201,10 +212,13 @@ impl Renderer {
         gl.vertex_attrib_pointer_with_i32(1, 3, Gl::FLOAT, false, 24, 12);
         let pos = [buffer()?, buffer()?];
         let head = [buffer()?, buffer()?];
-        for loc in 2..6 {
+        let spans = buffer()?;
+        for loc in 2..7 {
             gl.enable_vertex_attrib_array(loc);
             gl.vertex_attrib_divisor(loc, 1);
         }
+        // Until a frame with spans arrives, every boid spans (−1, 0).
+        gl.disable_vertex_attrib_array(6);
 
         let (shape_data, shapes) = shape_mesh();
         let shape_vao = gl.create_vertex_array().ok_or("no vertex arrays")?;
@@ -225,7 +239,7 @@ impl Renderer {
             vp: u(&boid_prog, "u_vp"),
             origin: u(&boid_prog, "u_origin"),
             extent: u(&boid_prog, "u_extent"),
-            alpha: u(&boid_prog, "u_alpha"),
+            time: u(&boid_prog, "u_time"),
             size: u(&boid_prog, "u_size"),
         };
         let u_shape = ShapeUniforms {
@@ -245,6 +259,8 @@ impl Renderer {
             shape_vao,
             pos,
             head,
+            spans,
+            per_boid_spans: false,
             current: 0,
             n_boids: 0,
             boid_vertices: (0, (mesh.len() / 6) as i32),
@@ -260,6 +276,50 @@ impl Renderer {
     /// before (`aligned` false) it is uploaded as both ends of the
     /// interpolation.
     pub(crate) fn upload(&mut self, newest: &Frame, aligned: bool) {
+        self.use_spans(None);
+        self.upload_newest(newest, aligned);
+    }
+
+    /// Uploads the interest stream's boids: each with its own two frames
+    /// (`previous`, `newest`, the same boids in the same order) at its own
+    /// times `spans` (ticks relative to the newest batch).
+    pub(crate) fn upload_cells(&mut self, previous: &Frame, newest: &Frame, spans: &[[f32; 2]]) {
+        self.use_spans(Some(spans));
+        self.upload_newest(newest, true);
+        let gl = &self.gl;
+        let p = 1 - self.current;
+        gl.bind_buffer(Gl::ARRAY_BUFFER, Some(&self.pos[p]));
+        gl.buffer_data_with_u8_array(
+            Gl::ARRAY_BUFFER,
+            bytemuck::cast_slice(&previous.pos),
+            Gl::STREAM_DRAW,
+        );
+        gl.bind_buffer(Gl::ARRAY_BUFFER, Some(&self.head[p]));
+        gl.buffer_data_with_u8_array(Gl::ARRAY_BUFFER, &previous.heading, Gl::STREAM_DRAW);
+    }
+
+    /// Per-boid spans from `spans`, or none (every boid spans (−1, 0)).
+    fn use_spans(&mut self, spans: Option<&[[f32; 2]]>) {
+        let gl = &self.gl;
+        gl.bind_vertex_array(Some(&self.boid_vao));
+        match spans {
+            Some(s) => {
+                gl.bind_buffer(Gl::ARRAY_BUFFER, Some(&self.spans));
+                gl.buffer_data_with_u8_array(
+                    Gl::ARRAY_BUFFER,
+                    bytemuck::cast_slice(s),
+                    Gl::STREAM_DRAW,
+                );
+                gl.enable_vertex_attrib_array(6);
+                gl.vertex_attrib_pointer_with_i32(6, 2, Gl::FLOAT, false, 0, 0);
+            }
+            None => gl.disable_vertex_attrib_array(6),
+        }
+        gl.bind_vertex_array(None);
+        self.per_boid_spans = spans.is_some();
+    }
+
+    fn upload_newest(&mut self, newest: &Frame, aligned: bool) {
         let gl = &self.gl;
         self.current = 1 - self.current;
         let (c, p) = (self.current, 1 - self.current);
@@ -343,7 +403,18 @@ impl Renderer {
             gl.uniform_matrix4fv_with_f32_array(u.vp.as_ref(), false, &vp);
             gl.uniform3fv_with_f32_array(u.origin.as_ref(), &self.quant.origin_m);
             gl.uniform3fv_with_f32_array(u.extent.as_ref(), &self.quant.extent_m);
-            gl.uniform1f(u.alpha.as_ref(), scene.alpha.clamp(0.0, 1.0));
+            // The time shown: from the previous snapshot (−1 interval) to the newest (0).
+            let interval = if self.per_boid_spans {
+                scene.interval_ticks.max(1.0)
+            } else {
+                1.0
+            };
+            gl.uniform1f(
+                u.time.as_ref(),
+                (scene.alpha.clamp(0.0, 1.0) - 1.0) * interval,
+            );
+            // Without per-boid spans, every boid spans (−1, 0).
+            gl.vertex_attrib2f(6, -1.0, 0.0);
             let size = scene.world[0].max(scene.world[1]) / 180.0;
             gl.uniform1f(u.size.as_ref(), size);
             gl.bind_vertex_array(Some(&self.boid_vao));

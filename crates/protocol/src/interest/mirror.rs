@@ -20,8 +20,8 @@ struct Held {
     frames: [Frame; 2],
     /// How many of `frames` are valid (0 ..= 2).
     valid: usize,
-    /// The precision of the newest frame.
-    precision: Precision,
+    /// The precision of each of `frames`.
+    precision: [Precision; 2],
 }
 
 /// What applying one batch did.
@@ -147,7 +147,7 @@ impl CellMirror {
                     h.frames.swap(0, 1);
                     std::mem::swap(&mut h.frames[0], &mut self.spare);
                     h.valid = (h.valid + 1).min(2);
-                    h.precision = precision;
+                    h.precision = [precision, h.precision[0]];
                     applied.updates += 1;
                     applied.boids += h.frames[0].len();
                 }
@@ -171,7 +171,14 @@ impl CellMirror {
     pub fn precision(&self, cell: u32) -> Precision {
         self.held
             .get(cell as usize)
-            .map_or(Precision::EXACT, |h| h.precision)
+            .map_or(Precision::EXACT, |h| h.precision[0])
+    }
+
+    /// The frame of a held cell before its newest, and its precision
+    /// (what a viewer interpolates each cell from).
+    pub fn previous(&self, cell: u32) -> Option<(&Frame, Precision)> {
+        let h = self.held.get(cell as usize)?;
+        (h.valid > 1).then_some((&h.frames[1], h.precision[1]))
     }
 
     /// Cells held in full, ascending.
