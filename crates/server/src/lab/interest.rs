@@ -55,6 +55,11 @@ pub struct InterestStats {
     pub in_view_update_hz_p10: f64,
     /// Share of in-view boids updated at 20 Hz or more.
     pub in_view_share_at_20hz: f64,
+    /// Boids inside the probe's view box itself (the in-view counts above
+    /// take every boid of each cell the box touches), mean over broadcasts.
+    pub boids_in_box_mean: f64,
+    /// Share of the boids inside the box updated at 20 Hz or more.
+    pub in_box_share_at_20hz: f64,
     /// Boids the probe holds in full (its level of detail), mean over broadcasts.
     pub full_boids_mean: f64,
     /// How often the boids it holds in full are updated, per second.
@@ -134,6 +139,7 @@ pub fn measure(
     // Per cell: updates the probe got, and boid-broadcasts in view.
     let mut probe_updates: Vec<u64> = Vec::new();
     let mut in_view_boids: Vec<u64> = Vec::new();
+    let mut in_box_boids: Vec<u64> = Vec::new();
     let (mut probe_bytes, mut probe_boids, mut boids_in_view) = (0usize, 0usize, 0u64);
     let mut held_boids = 0usize;
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
@@ -156,6 +162,7 @@ pub fn measure(
         if probe_updates.len() != grid.len() {
             probe_updates = vec![0; grid.len()];
             in_view_boids = vec![0; grid.len()];
+            in_box_boids = vec![0; grid.len()];
         }
         let now = Duration::from_secs_f64(seq as f64 / f64::from(fps));
         let t0 = Instant::now();
@@ -185,8 +192,15 @@ pub fn measure(
             if !in_view {
                 continue;
             }
-            let n = set.now.cells[c as usize].len() as u64;
+            let cell = &set.now.cells[c as usize];
+            let n = cell.len() as u64;
             in_view_boids[c as usize] += n;
+            in_box_boids[c as usize] += (0..cell.len())
+                .filter(|&i| {
+                    let p = set.now.quant.dequantize(cell.position(i));
+                    (0..3).all(|a| p[a] >= probe_view.min[a] && p[a] <= probe_view.max[a])
+                })
+                .count() as u64;
             boids_in_view += n;
             if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
                 probe_updates[c as usize] += 1;
@@ -224,6 +238,13 @@ pub fn measure(
         .map(|r| r.1)
         .sum::<u64>() as f64
         / weight.max(1) as f64;
+    let (in_box, in_box_fast) = (0..probe_updates.len()).fold((0u64, 0u64), |(all, fast), c| {
+        let fast_cell = probe_updates[c] as f64 / secs >= 20.0;
+        (
+            all + in_box_boids[c],
+            fast + if fast_cell { in_box_boids[c] } else { 0 },
+        )
+    });
     let per_send = median(viewer_us.clone());
     let grid_len = probe_updates.len();
     Ok(InterestStats {
@@ -241,6 +262,8 @@ pub fn measure(
         in_view_update_hz_mean: mean,
         in_view_update_hz_p10: p10,
         in_view_share_at_20hz: at_20,
+        boids_in_box_mean: in_box as f64 / broadcasts as f64,
+        in_box_share_at_20hz: in_box_fast as f64 / in_box.max(1) as f64,
         full_boids_mean: held_boids as f64 / broadcasts as f64,
         full_update_hz: probe_boids as f64 / held_boids.max(1) as f64 * f64::from(fps),
         summaries_cover: cover,

@@ -1,14 +1,16 @@
 //! One viewer's half of the interest stream: what it looks at, which cells
 //! it holds and since when, and the batch it is sent at each send.
 //!
-//! Level of detail: the cells in view nearest the camera, as many as the
-//! budget can update at a regular cadence of [`FULL_HZ`] or more (at the
-//! bytes per boid this viewer's updates measure), are held in full; the rest of the flock, in view or
+//! Level of detail: the cells in view nearest the camera and most inside
+//! the view (weight: the share of the cell inside the view over 1 +
+//! distance in cell edges), as many as the budget can update at a regular
+//! cadence of [`FULL_HZ`] or more (at the bytes per boid this viewer's
+//! updates measure), are held in full; the rest of the flock, in view or
 //! not, is drawn from summaries. Each send: the summaries of every cell
 //! when they are due ([`SUMMARY_HZ`]); the held cells that left the view
 //! or the full set, to forget; then the full set's updates, stalest and
-//! nearest first (staleness in broadcasts over distance in cell edges),
-//! while the budget allows. The updates themselves are the shared ones of
+//! heaviest first (staleness in broadcasts times weight), while the budget
+//! allows. The updates themselves are the shared ones of
 //! `engine/interest.rs`.
 //!
 //! Each held cell is sent at the coarsest precision its distance from the
@@ -97,8 +99,8 @@ pub struct ViewerInterest {
     held: Vec<Held>,
     /// The seq each cell was last sent in full at (0: never).
     last_sent: Vec<u64>,
-    /// Cells in view with their nearness weight (1 / (1 + distance in cell
-    /// edges)), nearest first.
+    /// Cells in view with their weight (the share of the cell inside the
+    /// view over 1 + distance in cell edges), heaviest first.
     in_view: Vec<(u32, f32)>,
     /// The precision each cell is sent at (by its distance from the eye).
     precision: Vec<Precision>,
@@ -253,7 +255,19 @@ impl ViewerInterest {
                     (centre - eye[a]) * (centre - eye[a])
                 })
                 .sum();
-            self.in_view.push((c, 1.0 / (1.0 + d2.sqrt() / edge)));
+            // The share of the cell inside the view: a cell the box only
+            // grazes shows few of the boids it would cost.
+            let inside: f32 = (0..3)
+                .map(|a| {
+                    let (len, view_len) = (hi[a] - lo[a], v.max[a] - v.min[a]);
+                    if len <= 0.0 || view_len <= 0.0 {
+                        return 1.0;
+                    }
+                    let overlap = hi[a].min(v.max[a]) - lo[a].max(v.min[a]);
+                    (overlap / len).clamp(0.05, 1.0)
+                })
+                .product();
+            self.in_view.push((c, inside / (1.0 + d2.sqrt() / edge)));
             self.in_view_mark[c as usize] = true;
         }
         self.in_view
@@ -267,9 +281,9 @@ impl ViewerInterest {
         self.send_hz / stride
     }
 
-    /// Marks the full set in `full`: the nearest cells in view whose
+    /// Marks the full set in `full`: the heaviest cells in view whose
     /// updates at [`Self::full_hz`] fit the budget (held ones with some
-    /// slack), and at least the nearest cell that holds boids.
+    /// slack), and at least the heaviest cell that holds boids.
     fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
         full.clear();
         full.resize(self.held.len(), false);
@@ -290,7 +304,7 @@ impl ViewerInterest {
                 allowance
             };
             if used > 0.0 && used + cost > limit {
-                break; // nearest first: no farther cell jumps the queue
+                break; // heaviest first: no lighter cell jumps the queue
             }
             full[c as usize] = true;
             used += cost;
@@ -336,10 +350,10 @@ impl ViewerInterest {
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
-        for &(c, near) in &self.in_view {
+        for &(c, weight) in &self.in_view {
             if full[c as usize] {
                 let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20) as f32;
-                self.order.push((age * near, c));
+                self.order.push((age * weight, c));
             }
         }
         for (c, h) in self.held.iter_mut().enumerate() {
@@ -506,5 +520,43 @@ mod tests {
         assert_eq!(last, COARSEST);
         // From 110 m up, as the interest benchmark's probe sees its view.
         assert!(precision_at(110.0, &quant).pos_shift >= 3);
+    }
+
+    #[test]
+    fn a_cell_the_view_only_grazes_weighs_less_than_one_inside_it() {
+        let (world, quant) = (
+            [100.0, 100.0, 50.0],
+            QuantBox::around_world([100.0, 100.0, 50.0], 3),
+        );
+        let grid = CellGrid::for_world(world, 3);
+        // The view: all of the first column of cells along x, and a fifth
+        // of the second; the eye high above, as far from both.
+        let (lo, hi) = grid.bounds_m(0, &quant);
+        let edge = hi[0] - lo[0];
+        let view = View {
+            min: [lo[0], -100.0, -100.0],
+            max: [hi[0] + 0.2 * edge, 200.0, 200.0],
+            eye: Some([hi[0], 50.0, 1e4]),
+            budget_bytes_per_s: Some(64_000),
+        };
+        let mut vi = ViewerInterest::new(view, Duration::ZERO);
+        vi.locate(grid, quant);
+        let weight = |c: u32| vi.in_view.iter().find(|w| w.0 == c).map(|w| w.1);
+        let mut compared = 0;
+        for c in 0..grid.len() as u32 {
+            let k = grid.coords(c);
+            if k[0] == 0 {
+                let next = c + 1; // the same row, one cell along x
+                let (inside, grazed) = (weight(c).unwrap(), weight(next).unwrap());
+                assert!(
+                    grazed < 0.5 * inside,
+                    "cell {c}: {inside} vs {next}: {grazed}"
+                );
+                compared += 1;
+            } else if k[0] > 1 {
+                assert!(weight(c).is_none(), "cell {c} is out of view");
+            }
+        }
+        assert!(compared > 0);
     }
 }
