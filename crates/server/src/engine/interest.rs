@@ -8,7 +8,7 @@
 //! A cell update is at a precision (how coarse: the viewer's distance
 //! decides, see `http/ws/interest.rs`), either full, or linear against the
 //! two frames of the cell a viewer holds, when both are within the last
-//! [`HISTORY`] broadcasts. A cell keeps at most [`FULL_FORMS`] full
+//! [`HISTORY`] broadcasts, or from the newer alone when only it is. A cell keeps at most [`FULL_FORMS`] full
 //! encodings (one per precision asked for) and [`LINEAR_FORMS`] linear
 //! ones per broadcast (the first pairs of held frames and precisions asked
 //! for; viewers at the same cadence and distance share them); a viewer
@@ -64,10 +64,10 @@ pub type HeldAt = (u64, Precision);
 /// How a viewer holds a cell: the last two frames it was sent (newest first).
 pub type Held = [Option<HeldAt>; 2];
 
-/// A linear update of one cell: the held pair it applies to, its
-/// precision, and its bytes (None when it is not smaller than the full
-/// update at that precision).
-type LinearForm = (HeldAt, HeldAt, Precision, Option<Bytes>);
+/// An update of one cell against held frames: the frame it applies to,
+/// the one before when linear, its precision, and its bytes (None when it
+/// is not smaller than the full update at that precision).
+type LinearForm = (HeldAt, Option<HeldAt>, Precision, Option<Bytes>);
 
 /// A full update of one cell: its precision and bytes.
 type FullForm = (Precision, Option<Bytes>);
@@ -79,7 +79,8 @@ pub struct Update {
     pub bytes: Bytes,
     /// How the viewer holds the cell once it applies them.
     pub held: Held,
-    /// Whether it is linear (against the frames held), not full.
+    /// Whether it is against the frames held (linear, or from the newer
+    /// alone), not full.
     pub linear: bool,
 }
 
@@ -173,10 +174,12 @@ impl CellSet {
     pub fn update_for(&self, cell: u32, held: Held, precision: Precision) -> Option<Update> {
         let seq = self.now.seq;
         let c = cell as usize;
-        if let [Some(a), Some(b)] = held
-            && b.0 < a.0
-            && a.0 < seq
-            && seq - b.0 <= HISTORY
+        // Against both frames held when both are recent enough, else
+        // against the newer alone (so a cell whose second frame came late,
+        // say after a large full update, is not sent in full again).
+        let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
+        if let Some(a) = recent(held[0])
+            && let b = recent(held[1]).filter(|b| b.0 < a.0)
             && let Some(bytes) = self.linear(c, a, b, precision)
         {
             return Some(Update {
@@ -194,10 +197,16 @@ impl CellSet {
         })
     }
 
-    /// The linear update of cell `c` against its frames held as `a` and
-    /// `b`, at `precision` (encoded once; None when not kept or not
-    /// smaller than the full one).
-    fn linear(&self, c: usize, a: HeldAt, b: HeldAt, precision: Precision) -> Option<Bytes> {
+    /// The update of cell `c` against its frames held as `a` and, when
+    /// linear, `b`, at `precision` (encoded once; None when not kept or
+    /// not smaller than the full one).
+    fn linear(
+        &self,
+        c: usize,
+        a: HeldAt,
+        b: Option<HeldAt>,
+        precision: Precision,
+    ) -> Option<Bytes> {
         let mut forms = lock(self.linear.get(c)?);
         if let Some(f) = forms
             .iter()
@@ -214,13 +223,17 @@ impl CellSet {
                 precision: p,
             })
         };
-        let (base, base2) = (held(a)?, held(b)?);
+        let base = held(a)?;
+        let base2 = match b {
+            Some(b) => Some(held(b)?),
+            None => None,
+        };
         let full_len = self
             .full(c as u32, precision)
             .filter(|f| f.1 == precision)
             .map_or(usize::MAX, |f| f.0.len());
         let bytes = self
-            .encode(Some(base), Some(base2), &self.now.cells[c], precision)
+            .encode(Some(base), base2, &self.now.cells[c], precision)
             .filter(|l| l.len() < full_len);
         forms.push((a, b, precision, bytes.clone()));
         bytes
@@ -423,5 +436,32 @@ mod tests {
             [Some((4, e)), Some((3, e))],
             "a full update after the jump"
         );
+    }
+
+    #[test]
+    fn a_viewer_whose_older_frame_is_too_old_is_sent_against_the_newer_alone() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let e = Precision::EXACT;
+        let mut set = None;
+        for seq in 1..=12u64 {
+            set = b.build(
+                seq,
+                &whole(2 * seq, &[(1, 500 + 10 * seq as u16)]),
+                [100.0, 100.0, 50.0],
+                3,
+                &tel,
+            );
+        }
+        let set = set.unwrap();
+        let c = set.now.grid.cell_of([600, 100, 100]);
+        // Held at seq 10 (recent) and seq 2 (beyond HISTORY): from seq 10 alone.
+        let u = set.update_for(c, [Some((10, e)), Some((2, e))], e).unwrap();
+        assert!(u.linear, "not a full update");
+        assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
+        let view = starling_protocol::interest::CellUpdateView::parse(&u.bytes).unwrap();
+        assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
+        // Held only at seq 2: in full.
+        assert!(!set.update_for(c, [Some((2, e)), None], e).unwrap().linear);
     }
 }
