@@ -296,7 +296,10 @@ impl App {
 
     fn frame_arrived(&mut self, tick: u64, aligned: bool, bytes: usize, now_ms: f64) {
         let dt = now_ms - self.arrived_ms;
-        if aligned && dt > 0.0 {
+        // On the interest stream each boid moves between its own cell's
+        // frames, so every batch times the interval; otherwise only one that
+        // lists the same boids.
+        if (aligned || self.interest.is_some()) && dt > 0.0 {
             self.frame_interval_ms = (0.8 * self.frame_interval_ms + 0.2 * dt).clamp(5.0, 500.0);
         }
         self.arrived_ms = now_ms;

@@ -109,7 +109,9 @@ impl Interest {
         for c in m.held_cells() {
             let Some(cell) = m.cell(c) else { continue };
             let t_curr = rel(cell.tick);
-            let before = m.previous(c);
+            // A frame before that is not older (the clock went back: a
+            // replay seek) is no base to move from.
+            let before = m.previous(c).filter(|(b, _)| b.tick < cell.tick);
             let t_prev = before.map_or(t_curr - 1.0, |(b, _)| rel(b.tick));
             let mut j = 0;
             for i in 0..cell.len() {

@@ -161,6 +161,8 @@ proptest! {
         with_kind.insert(0, 0x12);
         let _ = mirror.apply(&with_kind);
         let whole = flock(seed, 40, 4);
+        // A mirror that holds what the server believes (noise never reached it).
+        let mut good = CellMirror::new(grid, quant());
         let (mut cells, mut scratch, mut update, mut batch) =
             (Vec::new(), CellScratch::default(), Vec::new(), Vec::new());
         // Per cell, the frames sent (newest last): updates are linear
@@ -195,7 +197,11 @@ proptest! {
             }
             let mut fresh = CellMirror::new(grid, quant());
             let _ = fresh.apply(&bad);
-            let _ = mirror.apply(&batch);
+            // Against the frames the batch was built for, so the flips
+            // reach the fields, the shifts and the exceptions.
+            let mut live = good.clone();
+            let _ = live.apply(&bad);
+            good.apply(&batch).unwrap();
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::limits::MAX_BOIDS;
 use crate::quant::QuantBox;
 
 /// The frames held for one cell.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Held {
     /// Newest frame, then the one before (updates apply to both).
     frames: [Frame; 2],
@@ -35,7 +35,7 @@ pub struct Applied {
 
 /// A viewer's copy of the cells it was sent. A new `Interest` message
 /// whose grid or box differs starts a new mirror.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CellMirror {
     /// The grid and box of the stream (from `Interest`).
     grid: CellGrid,

@@ -73,7 +73,7 @@ impl<'a> Held<'a> {
 
 /// Reusable buffers for coding and applying cell updates (nothing is
 /// allocated once they have grown to the largest cell).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct CellScratch {
     base: Frame,
     base2: Frame,
@@ -187,8 +187,17 @@ pub fn encode_cell_update(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     next.check()?;
-    if Precision::new(precision.pos_shift, precision.heading_shift).is_none() {
-        return Err(EncodeError::NotDeltaCompatible("precision"));
+    for (what, value, max) in [
+        ("position shift", precision.pos_shift, MAX_POS_SHIFT),
+        ("heading shift", precision.heading_shift, MAX_HEADING_SHIFT),
+    ] {
+        if value > max {
+            return Err(EncodeError::OverLimit {
+                what,
+                value: usize::from(value),
+                max: usize::from(max),
+            });
+        }
     }
     let s = scratch;
     s.left.clear();
@@ -236,6 +245,7 @@ pub fn encode_cell_update(
                     frame: b2,
                     precision: p2,
                 }) if b2.tick < base.tick && b2.quant == base.quant => {
+                    b2.check()?;
                     project(b2, p2, &s.base, next.tick, &mut s.base2);
                     Predict::Linear
                 }

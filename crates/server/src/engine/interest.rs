@@ -25,8 +25,12 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use rayon::prelude::*;
 use starling_protocol::interest::{
-    CellGrid, CellScratch, CellSummary, Held as HeldFrame, Precision, encode_cell_update,
+    CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Held as HeldFrame, Precision,
+    encode_cell_update,
 };
+
+/// Bytes a boid takes in a full cell update (id, position, heading).
+const FULL_BYTES_PER_BOID: usize = 12;
 use starling_protocol::{Frame, QuantBox};
 
 use crate::telemetry::Telemetry;
@@ -152,16 +156,26 @@ impl CellSet {
     }
 
     /// The cell's full update at `precision`, and the precision it is at:
-    /// another when the cell already has [`FULL_FORMS`] full encodings.
+    /// when the cell already has [`FULL_FORMS`] full encodings, the
+    /// coarsest of them no coarser than `precision` (else the finest).
     pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
         let mut forms = lock(self.full.get(c)?);
-        if let Some((p, bytes)) = forms
-            .iter()
-            .find(|f| f.0 == precision)
-            .or_else(|| (forms.len() >= FULL_FORMS).then(|| &forms[0]))
-        {
+        let fine_enough = |p: &Precision| {
+            p.pos_shift <= precision.pos_shift && p.heading_shift <= precision.heading_shift
+        };
+        let found = forms.iter().find(|f| f.0 == precision).or_else(|| {
+            (forms.len() >= FULL_FORMS).then(|| {
+                let key = |f: &&FullForm| (f.0.pos_shift, f.0.heading_shift);
+                forms
+                    .iter()
+                    .filter(|f| fine_enough(&f.0))
+                    .max_by_key(key)
+                    .or_else(|| forms.iter().min_by_key(key))
+            })?
+        });
+        if let Some((p, bytes)) = found {
             return bytes.clone().map(|b| (b, *p));
         }
         let bytes = self.encode(None, None, next, precision);
@@ -228,10 +242,8 @@ impl CellSet {
             Some(b) => Some(held(b)?),
             None => None,
         };
-        let full_len = self
-            .full(c as u32, precision)
-            .filter(|f| f.1 == precision)
-            .map_or(usize::MAX, |f| f.0.len());
+        // A full update's size is known without encoding it.
+        let full_len = CELL_UPDATE_HEADER_BYTES + FULL_BYTES_PER_BOID * self.now.cells[c].len();
         let bytes = self
             .encode(Some(base), base2, &self.now.cells[c], precision)
             .filter(|l| l.len() < full_len);

@@ -14,7 +14,7 @@
 //! `engine/interest.rs`.
 //!
 //! Each held cell is sent at the coarsest precision its distance from the
-//! eye allows ([`precision_at`]): positions within half a pixel and
+//! eye allows ([`precision_at`]): each coordinate within half a pixel and
 //! headings within half a pixel at the tip of a metre-long boid, on a
 //! 1080-pixel-tall view of the viewer's field of view.
 
