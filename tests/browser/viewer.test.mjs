@@ -254,6 +254,17 @@ test('pause stops the tick, step advances it, space resumes', async () => {
     const s = await rest(server, '/state');
     return !s.paused && s.tick > t0 + 5;
   });
+  // After a slider is used, the focus stays on it and the shortcuts still work.
+  const slider = page.locator('#param-w_sep');
+  await slider.focus();
+  await slider.press('ArrowRight');
+  await page.keyboard.press('t');
+  await until('trails on', async () => (await page.locator('#trails').getAttribute('class')) === 'on');
+  await page.keyboard.press('Space');
+  await until('paused from the slider', async () => (await rest(server, '/state')).paused);
+  await until('the page to show it paused', async () => (await page.locator('#pause').innerText()) === 'Resume');
+  await page.keyboard.press('Space');
+  await until('running again from the slider', async () => !(await rest(server, '/state')).paused);
   await page.close();
 });
 
@@ -341,11 +352,22 @@ test('the viewer reconnects after a restart and the checkpoint resumes the flock
   await first.stop();
   const { tick: lastTick } = JSON.parse((await import('node:fs')).readFileSync(state, 'utf8'));
   assert.ok(lastTick > 60, `checkpoint at tick ${lastTick}`);
-  await until('the page to notice', async () => /disconnected|connecting/.test(await page.locator('#st-conn').innerText()));
+  await until('the page to notice', async () => /reconnecting|connecting/.test(await page.locator('#st-conn').innerText()));
+  // In words, not close codes; the controls wait for the connection.
+  assert.doesNotMatch(await page.locator('#st-conn').innerText(), /code|\d{4}/);
+  assert.ok(await page.locator('#pause').isDisabled(), 'pause is disabled while disconnected');
+  assert.match(await page.locator('#pause').getAttribute('title'), /not connected/);
+  // A command tried meanwhile is refused on the page.
+  await page.keyboard.press('Space');
+  await until('the refusal', async () => /not connected|needs/.test(await page.locator('#message').innerText()));
+  await shot(page, 'disconnected');
   const second = await startServer(['--state-file', state, '--bind', `127.0.0.1:${port}`]);
   assert.equal(second.url, first.url);
   await until('live again', async () => /live/.test(await page.locator('#st-conn').innerText()));
   await until('frames again', async () => (await number(page, '#st-tick')) > lastTick);
+  // Reconnected: the controls are back and the stale error is gone.
+  assert.ok(!(await page.locator('#pause').isDisabled()), 'pause is enabled again');
+  assert.equal(await page.locator('#message').innerText(), '');
   await page.close();
 });
 

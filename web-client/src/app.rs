@@ -14,7 +14,7 @@ use starling_protocol::{
 
 use crate::camera::Camera;
 use crate::interest::Interest;
-use crate::net::{NetEvent, Socket, backoff_ms};
+use crate::net::{NetEvent, Socket, backoff_ms, close_words};
 use crate::render::{Renderer, Scene};
 use crate::stats::{History, Rate, TickLog};
 use crate::stream::Stream;
@@ -223,9 +223,7 @@ impl App {
                 if let Some(i) = self.interest.as_mut() {
                     i.clear();
                 }
-                if let Some(r) = &mut self.renderer {
-                    r.clear_boids();
-                }
+                // The last frame stays on screen until the next keyframe.
                 self.drag = Drag::None;
                 self.pending.clear();
                 if self.give_up {
@@ -234,14 +232,11 @@ impl App {
                 }
                 let wait = backoff_ms(self.attempt);
                 self.attempt = self.attempt.saturating_add(1);
-                let why = if reason.is_empty() {
-                    format!("code {code}")
-                } else {
-                    reason
-                };
+                self.dom.offline();
                 self.dom.connection(
                     &format!(
-                        "disconnected ({why}); retrying in {:.1} s",
+                        "{}; reconnecting in {:.1} s",
+                        close_words(code, &reason),
                         f64::from(wait) / 1000.0
                     ),
                     false,
@@ -458,6 +453,8 @@ impl App {
         }
         self.dom.gate(h.role, &h.allowed);
         self.dom.connection(&format!("live · {}", h.server), true);
+        // Whatever went wrong before this connection is over.
+        self.dom.message("", false);
         self.params = h.params.clone();
         self.hello = Some(h);
         if let Some(budget) = self.interest.as_ref().map(|i| i.budget) {

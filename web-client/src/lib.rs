@@ -278,16 +278,18 @@ fn wire_canvas(app: &Shared) -> Result<(), JsValue> {
 fn wire_keys(app: &Shared, window: &Window) -> Result<(), JsValue> {
     let a = app.clone();
     listen(window, "keydown", move |e: KeyboardEvent| {
-        // Keys typed into a form control belong to it.
-        let in_control = e
+        // Keys typed into text belong to it; a slider, button or menu that
+        // kept the focus after a click does not take the shortcuts away.
+        let target = e
             .target()
-            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
-            .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
-        if in_control || e.ctrl_key() || e.meta_key() || e.alt_key() {
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok());
+        if target.as_ref().is_some_and(is_text_entry) || e.ctrl_key() || e.meta_key() || e.alt_key()
+        {
             return;
         }
         match e.key().as_str() {
             " " => {
+                // Not also a click on the focused button or a menu opening.
                 e.prevent_default();
                 a.borrow_mut().toggle_pause();
             }
@@ -300,6 +302,26 @@ fn wire_keys(app: &Shared, window: &Window) -> Result<(), JsValue> {
             _ => {}
         }
     })
+}
+
+/// Whether an element takes typed text (keys typed there are not shortcuts).
+fn is_text_entry(el: &web_sys::Element) -> bool {
+    match el.tag_name().as_str() {
+        "TEXTAREA" => true,
+        "INPUT" => {
+            let kind = el
+                .get_attribute("type")
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            matches!(
+                kind.as_str(),
+                "" | "text" | "search" | "number" | "email" | "password" | "url" | "tel"
+            )
+        }
+        _ => el
+            .get_attribute("contenteditable")
+            .is_some_and(|v| v != "false"),
+    }
 }
 
 fn start_render_loop(app: &Shared, window: &Window) -> Result<(), JsValue> {

@@ -88,9 +88,43 @@ pub(crate) fn backoff_ms(attempt: u32) -> u32 {
     500u32.saturating_mul(1 << attempt.min(5)).min(10_000)
 }
 
+/// Why a connection ended, in words a person reads (no close codes): the
+/// server's own reason when it gave one.
+pub(crate) fn close_words(code: u16, reason: &str) -> String {
+    if !reason.is_empty() {
+        return format!("the server ended the connection: {reason}");
+    }
+    match code {
+        1000 => "the server ended the connection",
+        1001 => "the server is restarting or shutting down",
+        1008 | 1003 => "the server refused this connection",
+        1009 => "the server sent more than the page can take",
+        1011 => "the server hit an internal error",
+        1013 => "the server is busy",
+        _ => "the connection was lost",
+    }
+    .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::backoff_ms;
+    use super::{backoff_ms, close_words};
+
+    #[test]
+    fn closes_are_told_in_words_not_codes() {
+        assert_eq!(close_words(1006, ""), "the connection was lost");
+        assert_eq!(
+            close_words(1001, ""),
+            "the server is restarting or shutting down"
+        );
+        assert_eq!(
+            close_words(1008, "too many connections from this address"),
+            "the server ended the connection: too many connections from this address"
+        );
+        for code in [1000, 1001, 1003, 1006, 1008, 1009, 1011, 1013, 4000] {
+            assert!(!close_words(code, "").contains(&code.to_string()));
+        }
+    }
 
     #[test]
     fn backoff_doubles_up_to_ten_seconds() {

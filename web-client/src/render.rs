@@ -352,11 +352,6 @@ impl Renderer {
         gl.bind_vertex_array(None);
     }
 
-    /// Forgets the boids (disconnected).
-    pub(crate) fn clear_boids(&mut self) {
-        self.n_boids = 0;
-    }
-
     /// Resizes the drawing buffer to the canvas's CSS size; returns the
     /// aspect ratio.
     pub(crate) fn fit(&self, device_pixel_ratio: f64) -> f32 {

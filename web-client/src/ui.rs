@@ -233,7 +233,23 @@ impl Dom {
         }
     }
 
-    /// Enables what `allowed` permits and disables the rest, with a
+    /// Disables every control while there is no connection (the next
+    /// `Hello` gates them by role again).
+    pub(crate) fn offline(&self) {
+        let Ok(list) = self.doc.query_selector_all("[data-needs]") else {
+            return;
+        };
+        let why = "not connected to the server: waiting to reconnect";
+        for k in 0..list.length() {
+            if let Some(el) = list.item(k).and_then(|n| n.dyn_into::<HtmlElement>().ok()) {
+                let _ = el.set_attribute("disabled", "");
+                let _ = el.set_attribute("data-why", why);
+                let _ = el.set_attribute("title", why);
+            }
+        }
+    }
+
+    /// Enables the controls `allowed` lists and disables the others with a
     /// tooltip naming the role needed.
     pub(crate) fn gate(&self, role: Role, allowed: &[CommandKind]) {
         let Ok(list) = self.doc.query_selector_all("[data-needs]") else {
