@@ -282,11 +282,24 @@ test('with a viewer token the controls are disabled and say which role they need
   await until('the refusal', async () => /needs the operator role/.test(await page.locator('#message').innerText()));
   const s = await rest(server, '/state', { headers: { authorization: 'Bearer operator-secret' } });
   assert.equal(s.paused, false);
+  // A banner says the page is read-only, once.
+  assert.ok(await page.locator('#banner').isVisible(), 'the read-only banner');
+  assert.match(await page.locator('#banner').innerText(), /read-only.*pilot or operator token/);
+  // Anyone may zoom and then frame the whole world again.
+  const distance = async () => Number(await page.locator('body').getAttribute('data-view-distance'));
+  await until('the camera', async () => (await distance()) > 0);
+  const d0 = await distance();
+  await page.mouse.move(400, 400);
+  await page.mouse.wheel(0, -600);
+  await until('zoomed in', async () => (await distance()) < d0 * 0.9);
+  await page.click('#home');
+  await until('the whole world framed again', async () => Math.abs((await distance()) - d0) < 0.01);
   await shot(page, 'viewer-role');
   // The operator token enables them.
   const op = await openViewer(server, '?token=operator-secret');
   await until('the role', async () => (await op.locator('#st-role').innerText()) === 'operator');
   assert.ok(await op.locator('#pause').isEnabled());
+  assert.ok(await op.locator('#banner').isHidden(), 'no banner for an operator');
   await page.close();
   await op.close();
 });

@@ -540,6 +540,14 @@ impl App {
         self.trails
     }
 
+    /// The Reset view button and the `h` key: the camera frames the whole
+    /// world again, as when the page opened.
+    pub(crate) fn reset_view(&mut self) {
+        if let Some(h) = &self.hello {
+            self.camera = Some(Camera::framing(h.world.world_m, h.world.dims));
+        }
+    }
+
     /// A mode button.
     pub(crate) fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
@@ -893,6 +901,7 @@ impl App {
             latency_ms: self.latency_ms,
             frames: self.frames_total,
             role: self.hello.as_ref().map(|h| h.role),
+            view_distance: self.camera.as_ref().map(Camera::distance),
         });
         self.dom.tick_log(self.ticks.iter());
         if self.replay.is_some()

@@ -43,6 +43,11 @@ impl Camera {
         }
     }
 
+    /// How far the eye is from what it orbits, metres.
+    pub(crate) fn distance(&self) -> f32 {
+        self.distance
+    }
+
     /// Width over height of the canvas.
     pub(crate) fn set_aspect(&mut self, aspect: f32) {
         if aspect.is_finite() && aspect > 0.0 {

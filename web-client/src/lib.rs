@@ -157,6 +157,9 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
         let on = a.borrow_mut().toggle_trails();
         button.set_class_name(if on { "on" } else { "" });
     })?;
+    let a = app.clone();
+    let home = element(app, "home")?;
+    listen(&home, "click", move |_: Event| a.borrow_mut().reset_view())?;
     // Mode buttons: one listener on their container.
     let a = app.clone();
     let modes = element(app, "modes")?;
@@ -293,6 +296,7 @@ fn wire_keys(app: &Shared, window: &Window) -> Result<(), JsValue> {
                 e.prevent_default();
                 a.borrow_mut().toggle_pause();
             }
+            "h" => a.borrow_mut().reset_view(),
             "t" => {
                 let on = a.borrow_mut().toggle_trails();
                 if let Some(b) = a.borrow().dom.doc.get_element_by_id("trails") {

@@ -42,6 +42,8 @@ pub(crate) struct Status {
     pub(crate) latency_ms: Option<f64>,
     pub(crate) frames: u64,
     pub(crate) role: Option<Role>,
+    /// The camera's distance from what it orbits, metres.
+    pub(crate) view_distance: Option<f32>,
 }
 
 fn by_id<T: JsCast>(doc: &Document, id: &str) -> Result<T, String> {
@@ -107,6 +109,10 @@ impl Dom {
         ];
         for (el, text) in self.fields.iter().zip(texts) {
             el.set_text_content(Some(&text));
+        }
+        // For tests: the camera's zoom on <body>.
+        if let (Some(body), Some(d)) = (self.doc.body(), s.view_distance) {
+            let _ = body.set_attribute("data-view-distance", &format!("{d:.2}"));
         }
         // For tests: the interest stream's figures on <body>.
         if let (Some(body), Some((held, blobs))) = (self.doc.body(), s.cells) {
@@ -252,6 +258,19 @@ impl Dom {
     /// Enables the controls `allowed` lists and disables the others with a
     /// tooltip naming the role needed.
     pub(crate) fn gate(&self, role: Role, allowed: &[CommandKind]) {
+        // Say so once, not only in each control's tooltip.
+        if let Some(banner) = self.doc.get_element_by_id("banner") {
+            let read_only = role == Role::Viewer;
+            let _ = if read_only {
+                banner.set_text_content(Some(
+                    "Watching read-only: changing the flock needs a pilot or operator \
+                     token (?token=… on the page address)",
+                ));
+                banner.remove_attribute("hidden")
+            } else {
+                banner.set_attribute("hidden", "")
+            };
+        }
         let Ok(list) = self.doc.query_selector_all("[data-needs]") else {
             return;
         };
