@@ -229,7 +229,21 @@ test('clicks in goal, obstacle and add-boids modes create them', async () => {
   await page.mouse.click(20, 780);
   await until('the message', async () => /inside the world box/.test(await page.locator('#message').innerText()));
   assert.equal((await rest(server, '/goals')).length, 1);
+  // The agent list: each with a remove button that undoes it.
+  await until('the list', async () => /goal \d+/.test(await page.locator('#agents').innerText())
+    && /obstacle \d+/.test(await page.locator('#agents').innerText()));
   await shot(page, 'agents');
+  const goal = (await rest(server, '/goals'))[0].id;
+  await page.click(`[data-remove="${goal}"]`);
+  await until('the goal removed', async () => (await rest(server, '/goals')).length === 0);
+  await until('the list without it', async () => !/goal/.test(await page.locator('#agents').innerText()));
+  assert.equal((await rest(server, '/obstacles')).length, 1, 'the obstacle stays');
+  // The population control sets the count either way.
+  for (const n of [1500, 1800]) {
+    await page.fill('#population', String(n));
+    await page.click('#population-set');
+    await until(`${n} boids`, async () => (await rest(server, '/state')).population === n);
+  }
   await page.close();
 });
 

@@ -360,6 +360,16 @@ impl App {
                     // It expired or someone removed it.
                     self.drag = Drag::None;
                 }
+                match self.dom.agents(&a) {
+                    // New buttons are gated like the others.
+                    Ok(true) => {
+                        if let Some(h) = &self.hello {
+                            self.dom.gate(h.role, &h.allowed);
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => self.dom.message(&e, true),
+                }
                 self.agents = Some(a);
             }
             ServerMsg::Metrics(m) => {
@@ -367,6 +377,19 @@ impl App {
                 self.dom.plot(&self.history);
                 if let Some(b) = self.dom.doc.get_element_by_id("pause") {
                     b.set_text_content(Some(if m.paused { "Resume" } else { "Pause" }));
+                }
+                // The population control shows the count, unless being typed in.
+                if let Some(input) = self.dom.doc.get_element_by_id("population").and_then(|el| {
+                    wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlInputElement>(el).ok()
+                }) {
+                    let typing = self
+                        .dom
+                        .doc
+                        .active_element()
+                        .is_some_and(|a| a.id() == "population");
+                    if !typing {
+                        input.set_value(&m.population.to_string());
+                    }
                 }
                 self.metrics = Some(m);
             }
@@ -538,6 +561,51 @@ impl App {
     pub(crate) fn toggle_trails(&mut self) -> bool {
         self.trails = !self.trails;
         self.trails
+    }
+
+    /// A remove button of the agent list.
+    pub(crate) fn remove_agent(&mut self, id: u32) {
+        self.command(Command::RemoveAgent { id }, Pending::Other("removed"));
+    }
+
+    /// The population control: spawn boids at the world's centre, or
+    /// remove some at random, to reach `want`.
+    pub(crate) fn set_population(&mut self, want: f64) {
+        let (Some(h), Some(m)) = (&self.hello, &self.metrics) else {
+            self.dom
+                .message("not connected: the population is not known yet", true);
+            return;
+        };
+        if !want.is_finite() || want < 0.0 || want.fract() != 0.0 {
+            self.dom.message(
+                &format!("boids: {want} is not a whole number of boids"),
+                true,
+            );
+            return;
+        }
+        let (want, have) = (want.min(f64::from(u32::MAX)) as u32, m.population);
+        let world = h.world.world_m;
+        if want > have {
+            let center = if h.world.dims == 2 {
+                [world[0] / 2.0, world[1] / 2.0, 0.0]
+            } else {
+                world.map(|w| w / 2.0)
+            };
+            let spread_m = world[0].min(world[1]) / 4.0;
+            self.command(
+                Command::SpawnBoids {
+                    center,
+                    count: want - have,
+                    spread_m,
+                },
+                Pending::Other("boids spawned"),
+            );
+        } else if want < have {
+            self.command(
+                Command::KillBoids { count: have - want },
+                Pending::Other("boids removed"),
+            );
+        }
     }
 
     /// The Reset view button and the `h` key: the camera frames the whole

@@ -160,6 +160,29 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
     let a = app.clone();
     let home = element(app, "home")?;
     listen(&home, "click", move |_: Event| a.borrow_mut().reset_view())?;
+    // Remove buttons of the agent list: one listener on the list.
+    let a = app.clone();
+    let agents = element(app, "agents")?;
+    listen(&agents, "click", move |e: Event| {
+        let id = e
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+            .and_then(|b| b.get_attribute("data-remove"))
+            .and_then(|v| v.parse::<u32>().ok());
+        if let Some(id) = id {
+            a.borrow_mut().remove_agent(id);
+        }
+    })?;
+    let a = app.clone();
+    let set = element(app, "population-set")?;
+    let doc = app.borrow().dom.doc.clone();
+    listen(&set, "click", move |_: Event| {
+        let want = doc
+            .get_element_by_id("population")
+            .and_then(|el| el.dyn_into::<web_sys::HtmlInputElement>().ok())
+            .map_or(f64::NAN, |i| i.value_as_number());
+        a.borrow_mut().set_population(want);
+    })?;
     // Mode buttons: one listener on their container.
     let a = app.clone();
     let modes = element(app, "modes")?;

@@ -3,7 +3,7 @@
 //! buttons, role gating and the live plot. The layout is `index.html`;
 //! this file finds its elements and keeps them up to date.
 
-use starling_protocol::{CommandKind, ParamInfo, ParamValue, Role};
+use starling_protocol::{AgentList, CommandKind, ParamInfo, ParamValue, Role};
 use wasm_bindgen::JsCast;
 use web_sys::{
     CanvasRenderingContext2d, Document, Element, HtmlCanvasElement, HtmlElement, HtmlInputElement,
@@ -237,6 +237,53 @@ impl Dom {
                 let _ = self.preset.append_child(&o);
             }
         }
+    }
+
+    /// Lists the agents, each with a remove button (`data-remove` its id,
+    /// gated by its kind), rebuilding only when the set of agents changed.
+    pub(crate) fn agents(&self, list: &AgentList) -> Result<bool, String> {
+        let js = |e: wasm_bindgen::JsValue| format!("{e:?}");
+        let el = by_id::<HtmlElement>(&self.doc, "agents")?;
+        let mut rows: Vec<(u32, &'static str, &'static str)> = Vec::new();
+        rows.extend(
+            list.predators
+                .iter()
+                .map(|p| (p.id, "predator", "Predator")),
+        );
+        rows.extend(list.goals.iter().map(|g| (g.id, "goal", "Goal")));
+        rows.extend(
+            list.obstacles
+                .iter()
+                .map(|o| (o.id, "obstacle", "Obstacle")),
+        );
+        let key: String = rows.iter().map(|r| format!("{} ", r.0)).collect();
+        if el.get_attribute("data-ids").as_deref() == Some(key.as_str()) {
+            return Ok(false);
+        }
+        let _ = el.set_attribute("data-ids", &key);
+        el.set_inner_html("");
+        if rows.is_empty() {
+            let none = self.doc.create_element("span").map_err(js)?;
+            none.set_class_name("none");
+            none.set_text_content(Some("none"));
+            el.append_child(&none).map_err(js)?;
+        }
+        for (id, what, needs) in rows {
+            let row = self.doc.create_element("div").map_err(js)?;
+            row.set_class_name("agent");
+            let label = self.doc.create_element("span").map_err(js)?;
+            label.set_text_content(Some(&format!("{what} {id}")));
+            let remove = self.doc.create_element("button").map_err(js)?;
+            remove.set_text_content(Some("remove"));
+            remove
+                .set_attribute("data-remove", &id.to_string())
+                .map_err(js)?;
+            remove.set_attribute("data-needs", needs).map_err(js)?;
+            row.append_child(&label).map_err(js)?;
+            row.append_child(&remove).map_err(js)?;
+            el.append_child(&row).map_err(js)?;
+        }
+        Ok(true)
     }
 
     /// Disables every control while there is no connection (the next
