@@ -641,8 +641,9 @@ impl App {
         );
     }
 
-    /// The world point under canvas point (`x`, `y`) in CSS pixels, on the
-    /// flock's mid-height plane; None when it is outside the world box.
+    /// The world point under canvas point (`x`, `y`) in CSS pixels: at the
+    /// depth of the flock's centre, inside the world box; None when the
+    /// point shows no part of the box.
     fn world_point(&self, x: f64, y: f64) -> Option<Vec3> {
         let cam = self.camera.as_ref()?;
         let h = self.hello.as_ref()?;
@@ -651,14 +652,26 @@ impl App {
             f64::from(self.dom.canvas.client_height().max(1)),
         );
         let (nx, ny) = ((x / w * 2.0 - 1.0) as f32, (1.0 - y / ht * 2.0) as f32);
-        let z = if h.world.dims == 2 {
-            0.0
-        } else {
-            h.world.world_m[2] / 2.0
+        cam.click_point(nx, ny, self.flock_centre(h.world.world_m))
+    }
+
+    /// The mean position of the boids shown (the world's centre before any).
+    fn flock_centre(&self, world: [f32; 3]) -> Vec3 {
+        let centre = Vec3::from(world) * 0.5;
+        let Some((f, q)) = self.shown().and_then(|f| Some((f, f.quant?))) else {
+            return centre;
         };
-        let p = cam.hit_plane(nx, ny, z)?;
-        let inside = (0..2).all(|a| p[a] >= 0.0 && p[a] <= h.world.world_m[a]);
-        inside.then_some(p)
+        if f.is_empty() {
+            return centre;
+        }
+        let mut sum = [0u64; 3];
+        for p in f.pos.chunks_exact(3) {
+            for a in 0..3 {
+                sum[a] += u64::from(p[a]);
+            }
+        }
+        let n = f.len() as u64;
+        Vec3::from(q.dequantize(sum.map(|s| (s / n) as u16)))
     }
 
     fn outside_message(&self) {

@@ -163,6 +163,30 @@ impl Camera {
         (t > 0.0).then(|| o + d * t)
     }
 
+    /// Where a click at a canvas point lands in the world box: on the plane
+    /// through `depth` (the flock's centre) facing the camera, moved along
+    /// the ray into the box if the plane meets it outside; None when the
+    /// ray misses the box. 2-D worlds use their plane, z = 0.
+    pub(crate) fn click_point(&self, ndc_x: f32, ndc_y: f32, depth: Vec3) -> Option<Vec3> {
+        if self.top_down {
+            let p = self.hit_plane(ndc_x, ndc_y, 0.0)?;
+            return (0..2)
+                .all(|a| p[a] >= 0.0 && p[a] <= self.world[a])
+                .then_some(p);
+        }
+        let (o, d) = self.ray(ndc_x, ndc_y);
+        let reach = self.distance + 4.0 * self.world.length();
+        let (t0, t1) = clip(o, d * reach, Vec3::ZERO, self.world)?;
+        let forward = (self.target - self.eye()).normalize_or_zero();
+        let along = d.dot(forward);
+        let t = if along.abs() < 1e-6 {
+            0.5 * (t0 + t1)
+        } else {
+            ((depth - o).dot(forward) / along / reach).clamp(t0, t1)
+        };
+        Some(o + d * reach * t)
+    }
+
     /// A world point in normalised device coordinates, if in front.
     pub(crate) fn project(&self, p: Vec3) -> Option<(f32, f32)> {
         let c = self.view_proj() * p.extend(1.0);
@@ -242,6 +266,27 @@ mod tests {
         let (lo2, hi2) = near.view_box();
         assert!(hi2.x - lo2.x < hi.x - lo.x, "zoomed in: {lo2} {hi2}");
         assert!(lo2.x <= 80.0 && hi2.x >= 80.0, "still around the target");
+    }
+
+    #[test]
+    fn a_click_lands_at_the_flocks_depth_inside_the_box() {
+        let world = [160.0, 160.0, 80.0];
+        let mut cam = Camera::framing(world, 3);
+        cam.set_aspect(1.6);
+        // A flock low in the box: a click on it lands at its depth.
+        let flock = Vec3::new(60.0, 90.0, 15.0);
+        let (x, y) = cam.project(flock).unwrap();
+        let hit = cam.click_point(x, y, flock).unwrap();
+        assert!((hit - flock).length() < 0.05, "{hit} vs {flock}");
+        // A flock centre outside what the ray crosses: the point is still in the box.
+        let (x, y) = cam.project(Vec3::new(150.0, 10.0, 70.0)).unwrap();
+        let hit = cam.click_point(x, y, Vec3::new(0.0, 160.0, 0.0)).unwrap();
+        assert!(
+            (0..3).all(|a| hit[a] >= -1e-3 && hit[a] <= world[a] + 1e-3),
+            "{hit}"
+        );
+        // The sky above the box is no click.
+        assert!(cam.click_point(0.0, 0.99, flock).is_none());
     }
 
     #[test]
