@@ -178,19 +178,21 @@ test('a weight slider changes the value the REST API reports', async () => {
 test('predator mode: holding the mouse makes a pointer predator the boids flee', async () => {
   const server = await startServer(['--population', '500']);
   const page = await openViewer(server);
-  // The canvas centre shows the world centre at mid-height (80, 80, 40):
-  // put a tight ball of boids there, then hold the predator on it.
+  // The middle of what the panel leaves free shows the world centre
+  // (80, 80, 40), where the flock's centre is too (a click lands at its
+  // depth): put a tight ball of boids there, then hold the predator on it.
   await post(server, '/boids/spawn', { center: [80, 80, 40], count: 400, spread_m: 4 });
   await page.click('[data-mode=predator]');
-  await page.mouse.move(640, 400);
+  const cx = await page.evaluate(() => (window.innerWidth - document.getElementById('panel').clientWidth - 16) / 2);
+  await page.mouse.move(cx, 400);
   await page.mouse.down();
-  await page.mouse.move(641, 400);
+  await page.mouse.move(cx + 1, 400);
   const [predator] = await until('a pointer predator', async () => {
     const list = await rest(server, '/predators');
     return list.length === 1 && list[0].mode === 'pointer' ? list : null;
   });
   const p = predator.position;
-  assert.ok(Math.hypot(p[0] - 80, p[1] - 80, p[2] - 40) < 3, `predator at ${p}, expected near the centre`);
+  assert.ok(Math.hypot(p[0] - 80, p[1] - 80, p[2] - 40) < 6, `predator at ${p}, expected near the centre`);
   const near = async () => {
     const csv = await rest(server, '/trajectories.csv?seconds=1');
     const rows = csv.trim().split('\n').slice(1).map((l) => l.split(',').map(Number));

@@ -108,6 +108,9 @@ pub(crate) struct App {
     params: Vec<ParamInfo>,
     agents: Option<AgentList>,
     metrics: Option<Metrics>,
+    /// What the population field last showed (it follows the flock until
+    /// someone types in it).
+    population_shown: String,
     stream: Stream,
     inbox: Vec<u8>,
     out: Vec<u8>,
@@ -158,6 +161,7 @@ impl App {
             params: Vec::new(),
             agents: None,
             metrics: None,
+            population_shown: String::new(),
             stream: Stream::default(),
             inbox: Vec::new(),
             out: Vec::new(),
@@ -382,13 +386,10 @@ impl App {
                 if let Some(input) = self.dom.doc.get_element_by_id("population").and_then(|el| {
                     wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlInputElement>(el).ok()
                 }) {
-                    let typing = self
-                        .dom
-                        .doc
-                        .active_element()
-                        .is_some_and(|a| a.id() == "population");
-                    if !typing {
-                        input.set_value(&m.population.to_string());
+                    // Unless someone typed in it since it was last shown.
+                    if input.value() == self.population_shown {
+                        self.population_shown = m.population.to_string();
+                        input.set_value(&self.population_shown);
                     }
                 }
                 self.metrics = Some(m);
@@ -570,7 +571,9 @@ impl App {
 
     /// The population control: spawn boids at the world's centre, or
     /// remove some at random, to reach `want`.
-    pub(crate) fn set_population(&mut self, want: f64) {
+    pub(crate) fn set_population(&mut self, typed: &str, want: f64) {
+        // The field follows the flock again.
+        self.population_shown = typed.to_owned();
         let (Some(h), Some(m)) = (&self.hello, &self.metrics) else {
             self.dom
                 .message("not connected: the population is not known yet", true);
@@ -941,6 +944,19 @@ impl App {
             return;
         };
         cam.set_aspect(r.fit(device_pixel_ratio));
+        // The world in the middle of what the panel leaves free (on a wide
+        // enough canvas).
+        let width = f64::from(self.dom.canvas.client_width().max(1));
+        let panel = self
+            .dom
+            .doc
+            .get_element_by_id("panel")
+            .map_or(0.0, |p| f64::from(p.client_width()) + 16.0);
+        cam.set_shift(if width > 3.0 * panel {
+            (-panel / width) as f32
+        } else {
+            0.0
+        });
         let scene = Scene {
             view_proj: cam.view_proj(),
             alpha: ((now_ms - self.arrived_ms) / self.frame_interval_ms) as f32,

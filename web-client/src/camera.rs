@@ -20,6 +20,9 @@ pub(crate) struct Camera {
     world: Vec3,
     top_down: bool,
     aspect: f32,
+    /// Where the target appears across the canvas, in normalised device
+    /// coordinates (0: the middle; negative: left of it, clear of the panel).
+    shift_x: f32,
 }
 
 impl Camera {
@@ -40,12 +43,21 @@ impl Camera {
             world,
             top_down,
             aspect: 1.0,
+            shift_x: 0.0,
         }
     }
 
     /// How far the eye is from what it orbits, metres.
     pub(crate) fn distance(&self) -> f32 {
         self.distance
+    }
+
+    /// Puts the target at `shift_x` across the canvas (normalised device
+    /// coordinates, within ±0.9), e.g. the middle of what the panel leaves.
+    pub(crate) fn set_shift(&mut self, shift_x: f32) {
+        if shift_x.is_finite() {
+            self.shift_x = shift_x.clamp(-0.9, 0.9);
+        }
     }
 
     /// Width over height of the canvas.
@@ -72,7 +84,8 @@ impl Camera {
         };
         let reach = self.world.length() * 4.0 + self.distance;
         let proj = opengl::perspective(FOV_Y, self.aspect, self.distance * 0.01, reach);
-        proj * view::look_at_mat4(eye, self.target, up)
+        let shift = Mat4::from_translation(Vec3::new(self.shift_x, 0.0, 0.0));
+        shift * proj * view::look_at_mat4(eye, self.target, up)
     }
 
     /// The box the camera can see within the world (plus the quantisation
@@ -287,6 +300,18 @@ mod tests {
         );
         // The sky above the box is no click.
         assert!(cam.click_point(0.0, 0.99, flock).is_none());
+    }
+
+    #[test]
+    fn a_shifted_view_puts_the_target_left_and_clicks_still_map_back() {
+        let mut cam = Camera::framing([160.0, 160.0, 80.0], 3);
+        cam.set_aspect(1.6);
+        cam.set_shift(-0.3);
+        let (x, y) = cam.project(Vec3::new(80.0, 80.0, 40.0)).unwrap();
+        assert!((x + 0.3).abs() < 1e-4 && y.abs() < 1e-4, "{x} {y}");
+        let p = Vec3::new(30.0, 120.0, 40.0);
+        let (x, y) = cam.project(p).unwrap();
+        assert!((cam.hit_plane(x, y, 40.0).unwrap() - p).length() < 1e-2);
     }
 
     #[test]

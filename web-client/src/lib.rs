@@ -177,11 +177,13 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
     let set = element(app, "population-set")?;
     let doc = app.borrow().dom.doc.clone();
     listen(&set, "click", move |_: Event| {
-        let want = doc
+        let field = doc
             .get_element_by_id("population")
-            .and_then(|el| el.dyn_into::<web_sys::HtmlInputElement>().ok())
-            .map_or(f64::NAN, |i| i.value_as_number());
-        a.borrow_mut().set_population(want);
+            .and_then(|el| el.dyn_into::<web_sys::HtmlInputElement>().ok());
+        let (typed, want) = field.map_or((String::new(), f64::NAN), |i| {
+            (i.value(), i.value_as_number())
+        });
+        a.borrow_mut().set_population(&typed, want);
     })?;
     // Mode buttons: one listener on their container.
     let a = app.clone();
