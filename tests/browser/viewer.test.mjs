@@ -276,6 +276,8 @@ test('pause stops the tick, step advances it, space resumes', async () => {
   await slider.press('ArrowRight');
   await page.keyboard.press('t');
   await until('trails on', async () => (await page.locator('#trails').getAttribute('class')) === 'on');
+  // Space toggles what the page shows: wait until it shows the flock running.
+  await until('the page to show it running', async () => (await page.locator('#pause').innerText()) === 'Pause');
   await page.keyboard.press('Space');
   await until('paused from the slider', async () => (await rest(server, '/state')).paused);
   await until('the page to show it paused', async () => (await page.locator('#pause').innerText()) === 'Resume');
