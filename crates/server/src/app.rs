@@ -1,7 +1,9 @@
 //! The server's lifecycle: [`run`] loads or creates the flock, starts the
 //! tick loop, serves [`crate::http::app`] until the shutdown future
-//! resolves, then closes every viewer and writes the checkpoint;
-//! [`serve_until_signal`] is `starling serve` (logging, runtime, signals).
+//! resolves, then closes every viewer and writes the checkpoint (with
+//! `--nats`, it also publishes every broadcast for edges); [`run_edge`]
+//! serves an origin's flock from NATS; [`serve_until_signal`] is
+//! `starling serve` and `starling edge` (logging, runtime, signals).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,6 +19,8 @@ use crate::engine::checkpoint::write_atomically;
 use crate::engine::history::History;
 use crate::engine::{LoopConfig, SimLoop};
 use crate::http::shared::{Policy, Shared};
+use crate::nats::edge::EdgeConfig;
+use crate::nats::wire::Subjects;
 use crate::telemetry::Telemetry;
 
 /// How long viewers get to be sent their `Close` at shutdown: the longest
@@ -44,6 +48,21 @@ pub enum RunError {
     /// A socket or thread error.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The NATS URL is not one, or the stream could not be set up.
+    #[error("NATS: {0}")]
+    Nats(String),
+}
+
+impl From<async_nats::ConnectError> for RunError {
+    fn from(e: async_nats::ConnectError) -> Self {
+        Self::Nats(e.to_string())
+    }
+}
+
+impl From<crate::nats::NatsError> for RunError {
+    fn from(e: crate::nats::NatsError) -> Self {
+        Self::Nats(e.to_string())
+    }
 }
 
 /// Loads the checkpoint when the state file exists, else makes a new flock.
@@ -118,6 +137,7 @@ pub async fn run(
                 .map(|p| (p, Duration::from_secs_f32(config.checkpoint_every_s))),
             record: config.record.clone(),
             replay,
+            cells_always: config.nats.is_some(),
         },
         telemetry.clone(),
         history.clone(),
@@ -132,22 +152,23 @@ pub async fn run(
             allowed: config.allowed(),
             limits,
         },
-        stop_rx,
-        history,
+        stop_rx.clone(),
+        Some(history),
     );
-    let router = crate::http::app(shared.clone(), &config.web_dir);
-    tracing::info!(addr = %listener.local_addr()?, "serving");
-    let stopping = async move {
-        shutdown.await;
-        tracing::info!("shutting down: closing viewers");
-        let _ = stop_tx.send(true);
-    };
-    crate::http::listen::serve(listener, router, config.conn_limits(), stopping).await?;
-    // Viewers were told to close; give them the time a Close takes.
-    let deadline = tokio::time::Instant::now() + VIEWERS_CLOSE_GRACE;
-    while shared.viewers() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if let Some(url) = &config.nats {
+        let client =
+            crate::nats::connect(url, "starling-origin", shared.0.telemetry.clone()).await?;
+        crate::nats::origin::start(
+            client,
+            Subjects::new(&config.nats_subject),
+            config.nats_secret.clone(),
+            shared.clone(),
+            stop_rx,
+        )
+        .await?;
     }
+    tracing::info!(addr = %listener.local_addr()?, "serving");
+    serve_http(listener, &config, &shared, stop_tx, shutdown).await?;
     if let Some(flock) = sim.stop()
         && let Some(path) = &config.state_file
     {
@@ -160,10 +181,92 @@ pub async fn run(
     Ok(())
 }
 
-/// `starling serve` (and `replay --serve`): logging, the async runtime,
-/// then [`run`] on the configured address until SIGINT or SIGTERM. `what`
-/// says what the banner line announces ("serving", "replaying").
-pub fn serve_until_signal(config: Config, what: &str) -> anyhow::Result<()> {
+/// Serves the origin's flock from NATS (`starling edge`) on `listener`
+/// until `shutdown` resolves: the same HTTP surface as [`run`], its state
+/// rebuilt from the origin's broadcasts and its ops forwarded there.
+pub async fn run_edge(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    config.validate()?;
+    let Some(url) = &config.nats else {
+        return Err(RunError::Config(ConfigError {
+            field: "nats".into(),
+            value: "(none)".into(),
+            allowed: "the NATS URL the origin publishes to, e.g. nats://127.0.0.1:4222".into(),
+        }));
+    };
+    let telemetry = Arc::new(Telemetry::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let client = crate::nats::connect(url, "starling-edge", telemetry.clone()).await?;
+    let edge = crate::nats::edge::start(
+        client,
+        EdgeConfig {
+            subjects: Subjects::new(&config.nats_subject),
+            secret: config.nats_secret.clone(),
+            tokens: config.tokens(),
+            keyframe_every: (config.keyframe_interval_s * config.snapshot_hz as f32).max(1.0)
+                as u64,
+        },
+        telemetry.clone(),
+        stop_rx.clone(),
+    )
+    .await?;
+    let shared = Shared::new(
+        edge.requests,
+        edge.published,
+        telemetry,
+        Policy {
+            tokens: config.tokens(),
+            allowed: config.allowed(),
+            limits: config.limits(),
+        },
+        stop_rx,
+        None,
+    );
+    tracing::info!(addr = %listener.local_addr()?, nats = %url, "serving as an edge");
+    serve_http(listener, &config, &shared, stop_tx, shutdown).await
+}
+
+/// Serves the HTTP surface until `shutdown` resolves, then tells every
+/// viewer to close (through `stop_tx`) and gives them the time a Close takes.
+async fn serve_http(
+    listener: TcpListener,
+    config: &Config,
+    shared: &Shared,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let router = crate::http::app(shared.clone(), &config.web_dir);
+    let stopping = async move {
+        shutdown.await;
+        tracing::info!("shutting down: closing viewers");
+        let _ = stop_tx.send(true);
+    };
+    crate::http::listen::serve(listener, router, config.conn_limits(), stopping).await?;
+    let deadline = tokio::time::Instant::now() + VIEWERS_CLOSE_GRACE;
+    while shared.viewers() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// What `starling` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A live flock (`serve`).
+    Serve,
+    /// A recording (`replay --serve`).
+    Replay,
+    /// The flock of an origin, from NATS (`edge`).
+    Edge,
+}
+
+/// `starling serve`, `replay --serve` and `edge`: logging, the async
+/// runtime, then [`run`] (or [`run_edge`]) on the configured address until
+/// SIGINT or SIGTERM.
+pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
     use anyhow::Context as _;
     config.validate()?;
     init_logging(config.log_json);
@@ -173,14 +276,24 @@ pub fn serve_until_signal(config: Config, what: &str) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {}", config.bind))?;
         let addr = listener.local_addr()?;
-        match &config.replay {
-            Some(file) => println!("Starling is {what} {} at http://{addr}/", file.display()),
-            None => println!(
-                "Starling is {what} a flock of {} boids at http://{addr}/",
+        match (mode, &config.replay, &config.nats) {
+            (Mode::Edge, _, nats) => println!(
+                "Starling is serving the flock of {} at http://{addr}/ (an edge)",
+                nats.as_deref().unwrap_or("(no --nats)")
+            ),
+            (_, Some(file), _) => {
+                println!("Starling is replaying {} at http://{addr}/", file.display())
+            }
+            (_, None, _) => println!(
+                "Starling is serving a flock of {} boids at http://{addr}/",
                 config.population
             ),
         }
-        run(listener, config, shutdown_signal()).await?;
+        if mode == Mode::Edge {
+            run_edge(listener, config, shutdown_signal()).await?;
+        } else {
+            run(listener, config, shutdown_signal()).await?;
+        }
         Ok(())
     })
 }

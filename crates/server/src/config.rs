@@ -97,6 +97,16 @@ pub struct Config {
     pub trajectories_role: String,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
+    /// NATS server (`nats://host:4222`): `serve` publishes every broadcast
+    /// there for edges; `edge` (which requires it) serves them.
+    pub nats: Option<String>,
+    /// The secret edges forward commands with; the origin takes forwarded
+    /// commands only with it (none: edges are read-only). At least 16 bytes.
+    pub nats_secret: Option<String>,
+    /// The subjects' prefix, so several flocks can share a NATS server.
+    /// Default `starling`: letters, digits, `-` and `_` in `.`-separated
+    /// tokens, at most 64 bytes.
+    pub nats_subject: String,
 }
 
 impl Default for Config {
@@ -131,6 +141,9 @@ impl Default for Config {
             pilot_rate_per_s: l.pilot_rate_per_s,
             trajectories_role: l.trajectories_role.name().to_owned(),
             log_json: false,
+            nats: None,
+            nats_secret: None,
+            nats_subject: "starling".to_owned(),
         }
     }
 }
@@ -319,6 +332,36 @@ impl Config {
                 "pilot_agents_total",
                 self.pilot_agents_total,
                 "1 ..= 1024",
+            ));
+        }
+        if let Some(url) = &self.nats
+            && (url.is_empty() || url.len() > 512 || url.chars().any(char::is_whitespace))
+        {
+            return Err(err(
+                "nats",
+                format!("{url:?}"),
+                "a NATS URL such as nats://127.0.0.1:4222 (at most 512 bytes, no spaces)",
+            ));
+        }
+        if let Some(secret) = &self.nats_secret
+            && !(16..=256).contains(&secret.len())
+        {
+            return Err(err(
+                "nats_secret",
+                format!("({} bytes)", secret.len()),
+                "16 ..= 256 bytes",
+            ));
+        }
+        let token_ok = |t: &str| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if self.nats_subject.len() > 64 || !self.nats_subject.split('.').all(token_ok) {
+            return Err(err(
+                "nats_subject",
+                format!("{:?}", self.nats_subject),
+                "letters, digits, - and _ in .-separated tokens, at most 64 bytes",
             ));
         }
         if role_named(&self.trajectories_role).is_none() {

@@ -35,5 +35,6 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod lab;
+pub mod nats;
 pub mod probe;
 pub mod telemetry;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use starling_server::app::serve_until_signal;
+use starling_server::app::{Mode, serve_until_signal};
 use starling_server::config::Config;
 use starling_server::lab::bench::Plan;
 use starling_server::lab::headless::{Length, run_file};
@@ -102,12 +102,28 @@ struct ServeArgs {
     /// Log JSON lines instead of text (filter with RUST_LOG).
     #[arg(long, env = "STARLING_LOG_JSON")]
     log_json: bool,
+    /// NATS server, e.g. nats://127.0.0.1:4222: `serve` publishes every
+    /// broadcast there for edges; `edge` serves them.
+    #[arg(long, env = "STARLING_NATS")]
+    nats: Option<String>,
+    /// Secret edges forward commands with (at least 16 bytes); without it
+    /// the origin takes no commands from edges.
+    #[arg(long, env = "STARLING_NATS_SECRET", hide_env_values = true)]
+    nats_secret: Option<String>,
+    /// Prefix of the NATS subjects (default starling).
+    #[arg(long, env = "STARLING_NATS_SUBJECT")]
+    nats_subject: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
+    /// Serve the flock an origin (`serve --nats`) publishes on NATS: the
+    /// same viewer, WebSocket and read-only REST; commands are forwarded
+    /// to the origin. Takes the `serve` flags that concern serving
+    /// (--bind, --web-dir, tokens, hosts, limits) and requires --nats.
+    Edge(ServeArgs),
     /// Replay a recording (`serve --record`) and check it reproduces the
     /// recorded states bit for bit; with `--serve`, serve it to viewers
     /// instead (they may pause, step and seek).
@@ -157,7 +173,8 @@ enum Cmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
-        Cmd::Serve(args) => serve_until_signal(config_from(&args)?, "serving")?,
+        Cmd::Serve(args) => serve_until_signal(config_from(&args)?, Mode::Serve)?,
+        Cmd::Edge(args) => serve_edge(&args)?,
         Cmd::Healthcheck { addr } => {
             starling_server::probe::probe(addr, std::time::Duration::from_secs(3))?;
         }
@@ -205,7 +222,30 @@ fn serve_replay(file: PathBuf, args: &ServeArgs) -> Result<()> {
     }
     let mut config = config_from(args)?;
     config.replay = Some(file);
-    serve_until_signal(config, "replaying")
+    serve_until_signal(config, Mode::Replay)
+}
+
+fn serve_edge(args: &ServeArgs) -> Result<()> {
+    for (flag, given) in [
+        ("--population", args.population.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--tick-hz", args.tick_hz.is_some()),
+        ("--dims", args.dims.is_some()),
+        ("--state-file", args.state_file.is_some()),
+        ("--checkpoint-every", args.checkpoint_every.is_some()),
+        ("--record", args.record.is_some()),
+    ] {
+        anyhow::ensure!(
+            !given,
+            "{flag} does not apply to an edge: the origin runs the flock"
+        );
+    }
+    let config = config_from(args)?;
+    anyhow::ensure!(
+        config.nats.is_some(),
+        "an edge needs --nats (the NATS server its origin publishes to)"
+    );
+    serve_until_signal(config, Mode::Edge)
 }
 
 /// Defaults, then the TOML file, then flags and `STARLING_*` variables.
@@ -253,5 +293,10 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         }
     }
     config.log_json |= args.log_json;
+    config.nats = args.nats.clone().or(config.nats);
+    config.nats_secret = args.nats_secret.clone().or(config.nats_secret);
+    if let Some(s) = &args.nats_subject {
+        config.nats_subject.clone_from(s);
+    }
     Ok(config)
 }

@@ -45,6 +45,22 @@ pub struct Telemetry {
     pub commands: Family<CommandLabels, Counter>,
     /// Swarm metrics, by name (`order`, `collisions`, `clusters`, ...).
     pub swarm: Family<SwarmLabels, Gauge<f64, AtomicU64>>,
+    /// NATS: broadcasts an origin published, or an edge rebuilt and served.
+    pub nats_broadcasts: Counter,
+    /// NATS: messages dropped, by reason (`malformed`, `stale`, `overflow`,
+    /// `unauthorised`, `slow_consumer`).
+    pub nats_dropped: Family<ReasonLabels, Counter>,
+    /// NATS: keyframe sets an edge asked for, or an origin sent on request.
+    pub nats_keyframe_requests: Counter,
+    /// NATS: 1 while the client is connected to the server.
+    pub nats_connected: Gauge,
+}
+
+/// Labels of a counter by reason.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: &'static str,
 }
 
 /// Labels of the swarm gauges.
@@ -76,6 +92,10 @@ impl Default for Telemetry {
             cell_updates_encoded: Counter::default(),
             commands: Family::default(),
             swarm: Family::default(),
+            nats_broadcasts: Counter::default(),
+            nats_dropped: Family::default(),
+            nats_keyframe_requests: Counter::default(),
+            nats_connected: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("ticks", "Simulation ticks stepped", t.ticks.clone());
@@ -122,6 +142,26 @@ impl Default for Telemetry {
             "Swarm metrics, sampled (NaN when undefined, e.g. clearance without obstacles)",
             t.swarm.clone(),
         );
+        registry.register(
+            "nats_broadcasts",
+            "Broadcasts published to NATS (origin) or rebuilt from it and served (edge)",
+            t.nats_broadcasts.clone(),
+        );
+        registry.register(
+            "nats_dropped",
+            "NATS messages dropped, by reason",
+            t.nats_dropped.clone(),
+        );
+        registry.register(
+            "nats_keyframe_requests",
+            "Keyframe sets asked for (edge) or sent on request (origin)",
+            t.nats_keyframe_requests.clone(),
+        );
+        registry.register(
+            "nats_connected",
+            "1 while connected to the NATS server",
+            t.nats_connected.clone(),
+        );
         Self { registry, ..t }
     }
 }
@@ -134,6 +174,13 @@ impl Telemetry {
                 kind: kind.to_owned(),
                 outcome: outcome.to_owned(),
             })
+            .inc();
+    }
+
+    /// Counts a NATS message dropped for `reason`.
+    pub fn nats_drop(&self, reason: &'static str) {
+        self.nats_dropped
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 

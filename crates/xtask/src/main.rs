@@ -22,8 +22,8 @@
 //!
 //! What is missing is installed where it can be: the wasm32 target
 //! (rustup), the wasm-bindgen CLI of exactly the version in Cargo.lock
-//! (cargo install), npm packages (npm ci), Debian chromium (apt-get, as
-//! root). Otherwise the error says what to install.
+//! (cargo install), npm packages (npm ci), Debian chromium and
+//! nats-server (apt-get, as root). Otherwise the error says what to install.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +56,8 @@ fn test() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    // The server's end-to-end tests start a real nats-server.
+    ensure_nats_server()?;
     cargo(&["test", "--workspace"])?;
     cargo(&["test", "-p", "starling-sim", "--no-default-features"])?;
     wasm_golden()?;
@@ -212,6 +214,22 @@ fn ensure_chromium() -> Result<()> {
 }
 
 const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Debian's nats-server (the end-to-end tests start it on a loopback
+/// port), installed with apt-get as root.
+fn ensure_nats_server() -> Result<()> {
+    if ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .any(|p| Path::new(p).is_file())
+        || std::env::var_os("STARLING_NATS_SERVER").is_some()
+    {
+        return Ok(());
+    }
+    apt_install(
+        &["nats-server"],
+        "the origin and edge tests need Debian's nats-server",
+    )
+}
 
 /// The browser tests against a real server with the built viewer.
 fn browser_tests() -> Result<()> {

@@ -120,44 +120,57 @@ impl CellMirror {
             return Ok(applied);
         }
         for (cell, body) in batch.updates() {
-            let h = &mut self.held[cell as usize];
-            let mut precision = Precision::EXACT;
-            let result = CellUpdateView::parse(body).and_then(|u| {
-                precision = u.precision;
-                let base = (h.valid >= 1).then_some(&h.frames[0]);
-                let base2 = (h.valid >= 2).then_some(&h.frames[1]);
-                u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)?;
-                let before = if h.valid > 0 { h.frames[0].len() } else { 0 };
-                let total = self.held_boids - before + self.spare.len();
-                if total > MAX_BOIDS {
-                    return Err(DecodeError::Invalid {
-                        field: "held boids",
-                        value: total.to_string(),
-                        allowed: "at most MAX_BOIDS in all held cells",
-                    });
-                }
-                self.held_boids = total;
-                Ok(())
-            });
-            match result {
-                Ok(()) => {
-                    // The new frame becomes the newest; the old newest (even
-                    // under a full update: it is still that cell's frame at
-                    // its tick) the one before.
-                    h.frames.swap(0, 1);
-                    std::mem::swap(&mut h.frames[0], &mut self.spare);
-                    h.valid = (h.valid + 1).min(2);
-                    h.precision = [precision, h.precision[0]];
-                    applied.updates += 1;
-                    applied.boids += h.frames[0].len();
-                }
-                Err(e) => {
-                    self.start_resync();
-                    return Err(e);
-                }
+            if let Err(e) = self.apply_update(cell, body) {
+                self.start_resync();
+                return Err(e);
             }
+            applied.updates += 1;
+            applied.boids += self.held[cell as usize].frames[0].len();
         }
         Ok(applied)
+    }
+
+    /// Forgets every held cell and summary, and takes updates again (an
+    /// edge does this before a full set from its origin).
+    pub fn clear(&mut self) {
+        self.forget_all();
+        self.summaries.iter_mut().for_each(|s| *s = None);
+        self.awaiting_reset = false;
+    }
+
+    /// Applies one cell's update (kind `0x13`) outside a batch. On an
+    /// error the cell is unchanged and the caller decides what to do
+    /// ([`Self::apply`] starts a resync).
+    pub fn apply_update(&mut self, cell: u32, body: &[u8]) -> Result<(), DecodeError> {
+        let Some(h) = self.held.get_mut(cell as usize) else {
+            return Err(DecodeError::Invalid {
+                field: "cell",
+                value: cell.to_string(),
+                allowed: "an index into the grid",
+            });
+        };
+        let u = CellUpdateView::parse(body)?;
+        let base = (h.valid >= 1).then_some(&h.frames[0]);
+        let base2 = (h.valid >= 2).then_some(&h.frames[1]);
+        u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)?;
+        let before = if h.valid > 0 { h.frames[0].len() } else { 0 };
+        let total = self.held_boids - before + self.spare.len();
+        if total > MAX_BOIDS {
+            return Err(DecodeError::Invalid {
+                field: "held boids",
+                value: total.to_string(),
+                allowed: "at most MAX_BOIDS in all held cells",
+            });
+        }
+        self.held_boids = total;
+        // The new frame becomes the newest; the old newest (even under a
+        // full update: it is still that cell's frame at its tick) the one
+        // before.
+        h.frames.swap(0, 1);
+        std::mem::swap(&mut h.frames[0], &mut self.spare);
+        h.valid = (h.valid + 1).min(2);
+        h.precision = [u.precision, h.precision[0]];
+        Ok(())
     }
 
     /// The newest frame of a cell held in full.

@@ -64,6 +64,19 @@ pub enum OpError {
     /// The tick loop has stopped (the server is shutting down).
     #[error("the simulation is shutting down")]
     Stopped,
+    /// The origin's refusal of an op an edge forwarded (its HTTP status,
+    /// class, field and words, passed on as they are).
+    #[error("{detail}")]
+    Remote {
+        /// HTTP status.
+        status: u16,
+        /// The error class (`invalid`, `forbidden`, `busy`, ...).
+        error: String,
+        /// The field at fault, if one is.
+        field: Option<String>,
+        /// What was wrong and what is allowed.
+        detail: String,
+    },
 }
 
 /// Checks a fraction of the boids, naming the field it came in.

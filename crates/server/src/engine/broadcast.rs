@@ -31,9 +31,21 @@ pub struct Encoder {
     scratch: Vec<u8>,
     /// The interest stream's cells.
     cells: CellBuilder,
+    /// Build cells for every broadcast, viewers or not (an origin
+    /// publishing them to edges).
+    cells_always: bool,
 }
 
 impl Encoder {
+    /// An encoder; `cells_always`: cut every broadcast into cells, viewers
+    /// or not (an origin publishing them to edges).
+    pub fn new(cells_always: bool) -> Self {
+        Self {
+            cells_always,
+            ..Self::default()
+        }
+    }
+
     /// Whether the flock's tick already went out.
     pub fn sent(&self, tick: u64) -> bool {
         self.last_tick == Some(tick)
@@ -70,6 +82,33 @@ impl Encoder {
             tracing::error!(error = %e, "snapshot not built");
             return None;
         }
+        self.finish(p.world_m, p.dims, keyframe_every, telemetry)
+    }
+
+    /// Encodes a whole frame made elsewhere (an edge's, rebuilt from the
+    /// origin's cells) exactly as [`Self::encode`] encodes the flock's.
+    pub fn encode_frame(
+        &mut self,
+        whole: &Frame,
+        world_m: [f32; 3],
+        dims: u8,
+        keyframe_every: u64,
+        telemetry: &Arc<Telemetry>,
+    ) -> Option<Arc<Broadcast>> {
+        self.frames.rotate_left(1);
+        self.frames[2].clone_from(whole);
+        self.finish(world_m, dims, keyframe_every, telemetry)
+    }
+
+    /// The broadcast of the frame in `frames[2]`.
+    fn finish(
+        &mut self,
+        world_m: [f32; 3],
+        dims: u8,
+        keyframe_every: u64,
+        telemetry: &Arc<Telemetry>,
+    ) -> Option<Arc<Broadcast>> {
+        let tick = self.frames[2].tick;
         self.seq += 1;
         encode_keyframe(&self.frames[2], &mut self.scratch).ok()?;
         let keyframe = Bytes::copy_from_slice(&self.scratch);
@@ -98,17 +137,17 @@ impl Encoder {
             self.chain = 1;
             self.last_keyframe_seq = self.seq;
         }
-        self.last_tick = Some(flock.tick());
-        let cells = if telemetry.interest_viewers.get() > 0 {
+        self.last_tick = Some(tick);
+        let cells = if self.cells_always || telemetry.interest_viewers.get() > 0 {
             self.cells
-                .build(self.seq, &self.frames[2], p.world_m, p.dims, telemetry)
+                .build(self.seq, &self.frames[2], world_m, dims, telemetry)
         } else {
             self.cells.restart();
             None
         };
         Some(Arc::new(Broadcast {
             seq: self.seq,
-            tick: flock.tick(),
+            tick,
             keyframe,
             delta_from_prev,
             delta_linear,

@@ -55,6 +55,11 @@ pub struct CellFrames {
     pub grid: CellGrid,
     /// The quantisation box.
     pub quant: QuantBox,
+    /// The world the grid and the box were made for (edges make theirs
+    /// from it).
+    pub world_m: [f32; 3],
+    /// Its dimensions (2 or 3).
+    pub dims: u8,
     /// Each cell's boids, in id order.
     pub cells: Vec<Frame>,
     /// The summary of every cell holding boids, ascending by cell.
@@ -157,7 +162,9 @@ impl CellSet {
 
     /// The cell's full update at `precision`, and the precision it is at:
     /// when the cell already has [`FULL_FORMS`] full encodings, the
-    /// coarsest of them no coarser than `precision` (else the finest).
+    /// coarsest of them no coarser than `precision` (else the finest). The
+    /// exact form is always made when asked for (edges hold cells exactly),
+    /// so a cell keeps at most `FULL_FORMS + 1`.
     pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
@@ -166,7 +173,7 @@ impl CellSet {
             p.pos_shift <= precision.pos_shift && p.heading_shift <= precision.heading_shift
         };
         let found = forms.iter().find(|f| f.0 == precision).or_else(|| {
-            (forms.len() >= FULL_FORMS).then(|| {
+            (forms.len() >= FULL_FORMS && precision != Precision::EXACT).then(|| {
                 let key = |f: &&FullForm| (f.0.pos_shift, f.0.heading_shift);
                 forms
                     .iter()
@@ -304,6 +311,8 @@ impl CellBuilder {
             tick: whole.tick,
             grid,
             quant,
+            world_m,
+            dims,
             cells,
             summaries,
         });

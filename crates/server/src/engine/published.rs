@@ -31,9 +31,11 @@ pub struct Broadcast {
     pub cells: Option<Arc<CellSet>>,
 }
 
-/// The simulation's public state after a tick.
-#[derive(Debug)]
-pub struct Published {
+/// The simulation's public state after a tick: what the tick loop knows
+/// and an origin sends its edges over NATS (`nats/wire.rs`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimState {
     /// Ticks completed.
     pub tick: u64,
     /// Whether ticking is paused.
@@ -61,10 +63,27 @@ pub struct Published {
     /// Ticks that could not start on time since the start (the loop does
     /// not pile them up: it skips ahead).
     pub missed_ticks: u64,
+}
+
+/// What everyone reads after a tick: the simulation's state (its fields
+/// read through this, `st.params`), the snapshot and when it was made.
+#[derive(Debug)]
+pub struct Published {
+    /// The simulation's state.
+    pub sim: SimState,
     /// The quantisation box of the snapshots.
     pub quant: QuantBox,
     /// The latest snapshot broadcast.
     pub broadcast: Option<Arc<Broadcast>>,
-    /// When this was published (readiness: the loop is alive).
+    /// When this was published (readiness: the loop, or an edge's origin,
+    /// is alive).
     pub at: std::time::Instant,
+}
+
+impl std::ops::Deref for Published {
+    type Target = SimState;
+
+    fn deref(&self) -> &SimState {
+        &self.sim
+    }
 }

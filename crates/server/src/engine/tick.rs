@@ -17,7 +17,7 @@ use tokio::sync::{oneshot, watch};
 use super::broadcast::Encoder;
 use super::checkpoint::Checkpointer;
 use super::history::History;
-use super::published::{Broadcast, Published};
+use super::published::{Broadcast, Published, SimState};
 use super::recording::{Player, Recorder, Script};
 use super::swarm::{SWARM_EVERY_TICKS, SwarmWorker};
 use crate::command::{Actor, Applied, Caps, Ledger, Op, OpError, agent_list};
@@ -59,6 +59,9 @@ pub struct LoopConfig {
     /// Serve this recording instead of a live flock (the flock passed in is
     /// ignored): viewers may pause, step and seek; nothing else changes it.
     pub replay: Option<Script>,
+    /// Cut every broadcast into cells, viewers or not (an origin
+    /// publishing them to edges over NATS).
+    pub cells_always: bool,
 }
 
 /// Handles to a running tick loop.
@@ -162,6 +165,7 @@ impl State {
     ) -> std::io::Result<Self> {
         let agent_list = agent_list(&flock);
         let swarm = SwarmMeter::default().measure(&flock, &cfg.swarm);
+        let cells_always = cfg.cells_always;
         telemetry.record_swarm(&swarm);
         let swarm_worker = SwarmWorker::spawn(cfg.swarm)?;
         let recorder = match &cfg.record {
@@ -183,7 +187,7 @@ impl State {
             params_version: 0,
             agents_version: 0,
             agent_list,
-            encoder: Encoder::default(),
+            encoder: Encoder::new(cells_always),
             broadcast: None,
             swarm,
             swarm_worker,
@@ -372,19 +376,21 @@ impl State {
     fn publish(&self) -> Published {
         let p = self.flock.params();
         Published {
-            tick: self.flock.tick(),
-            paused: self.paused,
-            population: self.flock.len(),
-            frozen: self.flock.frozen_count(),
-            replay: self.replay_range(),
-            params: *p,
-            params_version: self.params_version,
-            agents: self.flock.agents().clone(),
-            agent_list: self.agent_list.clone(),
-            agents_version: self.agents_version,
-            metrics: *self.flock.metrics(),
-            swarm: self.swarm,
-            missed_ticks: self.missed_ticks,
+            sim: SimState {
+                tick: self.flock.tick(),
+                paused: self.paused,
+                population: self.flock.len(),
+                frozen: self.flock.frozen_count(),
+                replay: self.replay_range(),
+                params: *p,
+                params_version: self.params_version,
+                agents: self.flock.agents().clone(),
+                agent_list: self.agent_list.clone(),
+                agents_version: self.agents_version,
+                metrics: *self.flock.metrics(),
+                swarm: self.swarm,
+                missed_ticks: self.missed_ticks,
+            },
             quant: QuantBox::around_world(p.world_m, p.dims),
             broadcast: self.broadcast.clone(),
             at: Instant::now(),

@@ -60,6 +60,16 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The token an account was granted (an edge forwards it to the
+    /// origin, which resolves it again with its own table).
+    pub fn token_of(&self, account: Account) -> Option<&str> {
+        self.granted
+            .get(usize::from(account.0))
+            .map(|(t, _)| t.as_str())
+    }
+}
+
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

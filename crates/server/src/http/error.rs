@@ -84,6 +84,27 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// Every error class, as REST bodies name them.
+    pub const CLASSES: [&'static str; 8] = [
+        "invalid",
+        "forbidden",
+        "not_found",
+        "limit_reached",
+        "rate_limited",
+        "busy",
+        "unsupported",
+        "conflict",
+    ];
+
+    /// The class named `name` (one received from elsewhere, such as an
+    /// origin's answer to an edge), `invalid` when it is none of them.
+    pub fn class(name: &str) -> &'static str {
+        Self::CLASSES
+            .into_iter()
+            .find(|c| *c == name)
+            .unwrap_or("invalid")
+    }
+
     /// The WebSocket error code of the same class.
     pub fn code(&self) -> ErrorCode {
         match self.error {
@@ -137,6 +158,20 @@ impl From<OpError> for ApiError {
             OpError::LimitReached(d) => Self::conflict("limit_reached", d),
             OpError::Conflict(d) => Self::conflict("conflict", d),
             OpError::Stopped => Self::busy(detail),
+            OpError::Remote {
+                status,
+                error,
+                field,
+                detail,
+            } => Self {
+                status: StatusCode::from_u16(status)
+                    .ok()
+                    .filter(|s| s.is_client_error() || s.is_server_error())
+                    .unwrap_or(StatusCode::BAD_REQUEST),
+                error: Self::class(&error),
+                field,
+                detail,
+            },
         }
     }
 }

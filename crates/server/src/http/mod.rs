@@ -78,14 +78,20 @@ fn missing_viewer_page(dir: &Path) -> String {
 
 async fn readyz(State(s): State<Shared>) -> Response {
     let st = s.state();
-    if st.at.elapsed() < Duration::from_secs(2) {
-        (StatusCode::OK, "ready").into_response()
-    } else {
+    if st.at.elapsed() >= Duration::from_secs(2) {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "the tick loop is not publishing",
+            "no fresh state: the tick loop is not publishing, or an edge hears nothing from its origin over NATS",
         )
             .into_response()
+    } else if st.broadcast.is_none() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no snapshot yet: an edge waits for the origin's keyframes",
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, "ready").into_response()
     }
 }
 

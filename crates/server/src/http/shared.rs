@@ -108,8 +108,9 @@ pub struct Inner {
     /// One permit per viewer connection, taken before the upgrade is
     /// answered, so the cap holds exactly under a burst of connections.
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
-    /// Recent boid states for trajectory export.
-    pub history: History,
+    /// Recent boid states for trajectory export (none on an edge: the
+    /// origin keeps them).
+    pub history: Option<History>,
 }
 
 impl Shared {
@@ -120,7 +121,7 @@ impl Shared {
         telemetry: Arc<Telemetry>,
         policy: Policy,
         shutdown: watch::Receiver<bool>,
-        history: History,
+        history: Option<History>,
     ) -> Self {
         let Policy {
             tokens,

@@ -55,6 +55,25 @@ impl TestServer {
         }
     }
 
+    /// An edge (`starling edge`) in this process.
+    pub(crate) async fn start_edge(config: Config) -> Self {
+        let listener = tokio::net::TcpListener::bind(config.bind).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(starling_server::app::run_edge(
+            listener,
+            config,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            addr,
+            stop: Some(tx),
+            handle,
+        }
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

@@ -7,5 +7,6 @@ mod common;
 mod hardening;
 mod interest;
 mod lifecycle;
+mod nats;
 mod run;
 mod serve;

@@ -136,6 +136,11 @@ async fn trajectories(
         }
         .into());
     }
+    let Some(history) = s.0.history.as_ref() else {
+        return Err(ApiError::not_found(
+            "this is an edge: trajectories are exported by the origin",
+        ));
+    };
     // The slot first: a refused export does not spend the token's allowance.
     let Ok(slot) = s.0.export_slots.clone().try_acquire_owned() else {
         return Err(ApiError::busy(format!(
@@ -147,7 +152,7 @@ async fn trajectories(
             "a token may start {EXPORTS_PER_MINUTE} trajectory exports a minute"
         )));
     }
-    let window = s.0.history.window(seconds);
+    let window = history.window(seconds);
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(EXPORT_AHEAD_CHUNKS);
     let (runtime, stall) = (tokio::runtime::Handle::current(), s.0.limits.stall_timeout);
     tokio::task::spawn_blocking(move || {

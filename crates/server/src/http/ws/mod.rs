@@ -78,6 +78,10 @@ pub async fn upgrade(
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let actor = s.0.tokens.actor(q.token.as_deref().or(bearer(header)));
+    if s.state().broadcast.is_none() {
+        // An edge before its first full set from the origin.
+        return ApiError::busy("no snapshot to serve yet; retry shortly").into_response();
+    }
     let Ok(slot) = s.0.viewer_slots.clone().try_acquire_owned() else {
         return ApiError::busy(format!(
             "the server holds its maximum of {} viewers",

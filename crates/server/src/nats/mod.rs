@@ -1,0 +1,66 @@
+//! Beyond one machine: the origin publishes each broadcast on NATS
+//! (`origin.rs`) and edges rebuild it and serve viewers (`edge.rs`), with
+//! commands forwarded back over request/reply; `wire.rs` is what they say.
+//! Both use the Debian `nats-server` and the `async-nats` client, which
+//! reconnects on its own: nothing here retries by hand.
+
+pub mod edge;
+pub mod origin;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions, Event};
+
+use crate::telemetry::Telemetry;
+
+/// Why publishing or following could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// A subscription could not be made.
+    #[error("NATS subscription: {0}")]
+    Subscribe(String),
+    /// A thread could not be started.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Connects to `url` (`nats://host:4222`, credentials in the URL if the
+/// server wants them), retrying in the background until it answers and
+/// reconnecting for ever after a loss (async-nats logs each event).
+/// `name` shows in the server's monitoring; `telemetry` counts the link
+/// (`nats_connected`) and the messages the server dropped for us.
+pub async fn connect(
+    url: &str,
+    name: &str,
+    telemetry: Arc<Telemetry>,
+) -> Result<Client, async_nats::ConnectError> {
+    ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(Duration::from_secs(2))
+        .request_timeout(Some(Duration::from_secs(5)))
+        .reconnect_delay_callback(|attempts| {
+            Duration::from_millis((100 * attempts as u64).min(1_000))
+        })
+        .event_callback(move |event| {
+            let t = telemetry.clone();
+            async move {
+                match event {
+                    Event::Connected => {
+                        t.nats_connected.set(1);
+                    }
+                    Event::Disconnected | Event::Closed => {
+                        t.nats_connected.set(0);
+                    }
+                    Event::SlowConsumer(_) => t.nats_drop("slow_consumer"),
+                    _ => {}
+                }
+            }
+        })
+        .connect(url)
+        .await
+}

@@ -1,0 +1,395 @@
+//! Origin and edges over a real `nats-server` (Debian's; `cargo xtask
+//! test` installs it): viewers on two edges see the origin's ticks bit for
+//! bit, commands through an edge apply with the origin's checks, and the
+//! edges come back by themselves after a NATS restart and an origin
+//! restart; malformed NATS messages are counted and dropped.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::Method;
+use starling_protocol::{Command, ErrorCode, Frame, PredatorMode};
+use starling_server::config::Config;
+use tokio::process::{Child, Command as Process};
+
+use crate::common::{Reply, TestServer, Viewer, WAIT, get, rest, test_config};
+
+const SECRET: &str = "edge-secret-0123456789";
+const OPERATOR: &str = "operator-token";
+
+/// A `nats-server` on a loopback port, stopped on drop.
+struct Nats {
+    port: u16,
+    child: Option<Child>,
+}
+
+fn nats_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("STARLING_NATS_SERVER") {
+        return p.into();
+    }
+    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "these tests need Debian's nats-server: `apt-get install nats-server` \
+                 (cargo xtask test installs it), or set STARLING_NATS_SERVER"
+            )
+        })
+}
+
+impl Nats {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut n = Self { port, child: None };
+        n.restart().await;
+        n
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    async fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// (Re)starts it on the same port and waits until it accepts.
+    async fn restart(&mut self) {
+        self.stop().await;
+        self.child = Some(
+            Process::new(nats_binary())
+                .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("nats-server starts"),
+        );
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nats-server listens"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn origin_config(nats: &Nats) -> Config {
+    Config {
+        nats: Some(nats.url()),
+        nats_secret: Some(SECRET.into()),
+        operator_token: vec![OPERATOR.into()],
+        ..test_config()
+    }
+}
+
+fn edge_config(nats: &Nats, secret: &str) -> Config {
+    Config {
+        nats: Some(nats.url()),
+        nats_secret: Some(secret.into()),
+        operator_token: vec![OPERATOR.into()],
+        ..test_config()
+    }
+}
+
+/// Waits until `GET /readyz` answers `want`.
+async fn ready(addr: SocketAddr, want: u16) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, body) = rest(Method::GET, &format!("http://{addr}/readyz"), None, None).await;
+        if status == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readyz stayed {status} ({body}), expected {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The frames a viewer gets over the next `n` snapshots, by tick.
+async fn frames(v: &mut Viewer, n: usize) -> Vec<Frame> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(v.next_frame().await);
+    }
+    out
+}
+
+/// A NATS message counter of `/metrics`.
+async fn dropped(addr: SocketAddr, reason: &str) -> u64 {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let key = format!("starling_nats_dropped_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge_apply() {
+    let nats = Nats::start().await;
+    let origin = TestServer::start(origin_config(&nats)).await;
+    let edges = [
+        TestServer::start_edge(edge_config(&nats, SECRET)).await,
+        TestServer::start_edge(edge_config(&nats, SECRET)).await,
+    ];
+    for e in &edges {
+        ready(e.addr, 200).await;
+    }
+    // The same ticks, bit for bit, on the origin and both edges.
+    let mut at_origin = Viewer::connect(origin.addr, None, 30).await;
+    let mut at_edges = [
+        Viewer::connect(edges[0].addr, None, 30).await,
+        Viewer::connect(edges[1].addr, None, 30).await,
+    ];
+    let want = frames(&mut at_origin, 20).await;
+    for v in &mut at_edges {
+        assert_eq!(v.hello.params, at_origin.hello.params);
+        let got = frames(v, 20).await;
+        let common: Vec<_> = got
+            .iter()
+            .filter_map(|g| want.iter().find(|w| w.tick == g.tick).map(|w| (g, w)))
+            .collect();
+        assert!(
+            common.len() >= 5,
+            "only {} common ticks: edge {:?}, origin {:?}",
+            common.len(),
+            got.iter().map(|f| f.tick).collect::<Vec<_>>(),
+            want.iter().map(|f| f.tick).collect::<Vec<_>>()
+        );
+        for (g, w) in common {
+            assert_eq!(g, w, "the edge's frame at tick {} differs", g.tick);
+        }
+    }
+    // An interest viewer on an edge gets cells.
+    let mut cells = Viewer::connect_view(
+        edges[1].addr,
+        None,
+        30,
+        Some(starling_protocol::View {
+            min: [40.0, 40.0, 0.0],
+            max: [120.0, 120.0, 80.0],
+            eye: None,
+            budget_bytes_per_s: Some(250_000),
+        }),
+    )
+    .await;
+    assert!(cells.next_cells().await.boids > 0 || cells.next_cells().await.boids > 0);
+
+    // A command through an edge applies at the origin, with the origin's answer.
+    let (status, body) = rest(
+        Method::PATCH,
+        &edges[0].url("/api/v1/params"),
+        Some(OPERATOR),
+        Some(serde_json::json!({"w_sep": 2.5})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, params) = rest(
+        Method::GET,
+        &origin.url("/api/v1/params"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    assert_eq!(params["w_sep"], 2.5, "{params}");
+    // Refusals come back with their field and words.
+    let (status, body) = rest(
+        Method::PATCH,
+        &edges[0].url("/api/v1/params"),
+        Some(OPERATOR),
+        Some(serde_json::json!({"w_sep": 2000})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["field"], "w_sep");
+    // The other edge's viewers see the change.
+    let mut op = Viewer::connect(edges[1].addr, Some(OPERATOR), 30).await;
+    match op
+        .command(
+            1,
+            Command::AddPredator {
+                mode: PredatorMode::Static,
+                position: [80.0, 80.0, 40.0],
+                ttl_s: None,
+            },
+        )
+        .await
+    {
+        Reply::Ack(a) => assert!(a.tick > 0 && a.id.is_some()),
+        Reply::Error(e) => panic!("refused through the edge: {}", e.detail),
+    }
+    assert!(
+        at_edges[0]
+            .until(|s| s.agents.as_ref().is_some_and(|a| a.predators.len() == 1))
+            .await,
+        "the predator reaches the other edge's viewer"
+    );
+    // The edge checks roles itself (an anonymous viewer may not pause) ...
+    match at_edges[0].command(2, Command::Pause).await {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::Forbidden),
+        Reply::Ack(_) => panic!("an anonymous viewer paused the flock through an edge"),
+    }
+    // ... and the origin takes commands only from edges with its secret.
+    let rogue = TestServer::start_edge(edge_config(&nats, "not-the-secret-at-all")).await;
+    ready(rogue.addr, 200).await;
+    let (status, body) = rest(
+        Method::POST,
+        &rogue.url("/api/v1/control/pause"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["field"], "secret");
+    assert_eq!(get(&origin.url("/api/v1/state")).await["paused"], false);
+    // Edges serve no trajectories (the origin keeps them).
+    let (status, _) = rest(
+        Method::GET,
+        &edges[0].url("/api/v1/trajectories.csv?seconds=1"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    rogue.stop().await.unwrap();
+    for e in edges {
+        e.stop().await.unwrap();
+    }
+    origin.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn edges_come_back_after_a_nats_restart_an_origin_restart_and_an_edge_loss() {
+    let mut nats = Nats::start().await;
+    let dir = std::env::temp_dir().join(format!("starling-nats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state_file = dir.join("state.json");
+    let _ = std::fs::remove_file(&state_file);
+    let origin_base = origin_config(&nats);
+    let with_state = || Config {
+        state_file: Some(state_file.clone()),
+        ..origin_base.clone()
+    };
+    let origin = TestServer::start(with_state()).await;
+    let edges = [
+        TestServer::start_edge(edge_config(&nats, SECRET)).await,
+        TestServer::start_edge(edge_config(&nats, SECRET)).await,
+    ];
+    ready(edges[0].addr, 200).await;
+    ready(edges[1].addr, 200).await;
+    let mut v = Viewer::connect(edges[0].addr, None, 30).await;
+    let before = v.next_frame().await.tick;
+
+    // NATS restarts: the edge says it is not ready, then resumes on its
+    // own, and its viewer (still connected) gets later ticks.
+    nats.stop().await;
+    ready(edges[0].addr, 503).await;
+    nats.restart().await;
+    ready(edges[0].addr, 200).await;
+    let mut after = v.next_frame().await.tick;
+    while after <= before {
+        after = v.next_frame().await.tick;
+    }
+
+    // The origin restarts from its state file: the edges follow the
+    // resumed flock (same population, its ticks, not a new flock's).
+    let tick_before = get(&origin.url("/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap();
+    origin.stop().await.unwrap();
+    let origin = TestServer::start(with_state()).await;
+    let resumed = get(&origin.url("/api/v1/state")).await["tick"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        resumed >= tick_before,
+        "resumed at {resumed}, stopped at {tick_before}"
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = get(&edges[1].url("/api/v1/state")).await["tick"]
+            .as_u64()
+            .unwrap();
+        if t >= resumed {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "edge stuck at tick {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The edge's viewer, connected all along, reaches the resumed ticks.
+    while v.next_frame().await.tick < resumed {}
+
+    // An edge is lost: its viewers are closed and connect to the other.
+    let [first, second] = edges;
+    first.stop().await.unwrap();
+    let mut moved = Viewer::connect(second.addr, None, 30).await;
+    assert!(moved.next_frame().await.tick >= resumed);
+    second.stop().await.unwrap();
+    origin.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_nats_messages_are_counted_and_dropped() {
+    let nats = Nats::start().await;
+    let origin = TestServer::start(origin_config(&nats)).await;
+    let edge = TestServer::start_edge(edge_config(&nats, SECRET)).await;
+    ready(edge.addr, 200).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    for (subject, payload) in [
+        ("starling.frame.state", b"short".to_vec()),
+        ("starling.frame.state", [0u8; 40].to_vec()),
+        ("starling.frame.cell.3", [1u8; 30].to_vec()),
+        ("starling.frame.end", [2u8; 16].to_vec()),
+    ] {
+        client.publish(subject, payload.into()).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    // A garbage command is refused by the origin with the field named.
+    let reply = client
+        .request("starling.command", b"{not json".to_vec().into())
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(answer["refused"]["status"], 400, "{answer}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while dropped(edge.addr, "malformed").await < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "malformed messages not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(dropped(origin.addr, "malformed").await >= 1);
+    // The edge is still serving, and back in step.
+    ready(edge.addr, 200).await;
+    let mut v = Viewer::connect(edge.addr, None, 30).await;
+    v.next_frame().await;
+    edge.stop().await.unwrap();
+    origin.stop().await.unwrap();
+}
