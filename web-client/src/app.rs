@@ -14,7 +14,7 @@ use starling_protocol::{
 
 use crate::camera::Camera;
 use crate::interest::Interest;
-use crate::net::{NetEvent, Socket, backoff_ms, close_words};
+use crate::net::{Endpoints, NetEvent, Socket, close_words};
 use crate::render::{Renderer, Scene};
 use crate::stats::{History, Rate, TickLog};
 use crate::stream::Stream;
@@ -96,11 +96,10 @@ struct Touch {
 /// Everything the viewer holds.
 pub(crate) struct App {
     pub(crate) dom: Dom,
-    url: String,
+    endpoints: Endpoints,
     socket: Option<Socket>,
     /// A socket closed from inside its own callback, dropped later.
     dead_socket: Option<Socket>,
-    attempt: u32,
     give_up: bool,
     renderer: Option<Renderer>,
     camera: Option<Camera>,
@@ -144,16 +143,15 @@ pub(crate) struct App {
 }
 
 impl App {
-    /// A viewer for the page `dom`, connecting to `url`; on the interest
+    /// A viewer for the page `dom`, connecting to `endpoints`; on the interest
     /// stream with this budget when `interest` is set (an inner None: as
     /// much as the link drains).
-    pub(crate) fn new(dom: Dom, url: String, interest: Option<Option<u32>>) -> Self {
+    pub(crate) fn new(dom: Dom, endpoints: Endpoints, interest: Option<Option<u32>>) -> Self {
         Self {
             dom,
-            url,
+            endpoints,
             socket: None,
             dead_socket: None,
-            attempt: 0,
             give_up: false,
             renderer: None,
             camera: None,
@@ -195,11 +193,12 @@ impl App {
     pub(crate) fn connect(&mut self, handler: impl Fn(NetEvent) + Clone + 'static) {
         self.dead_socket = None;
         self.dom.connection("connecting…", false);
-        match Socket::open(&self.url, handler) {
+        match Socket::open(self.endpoints.url(), handler) {
             Ok(s) => self.socket = Some(s),
-            Err(e) => self
-                .dom
-                .message(&format!("cannot open {}: {e:?}", self.url), true),
+            Err(e) => self.dom.message(
+                &format!("cannot open {}: {e:?}", self.endpoints.url()),
+                true,
+            ),
         }
     }
 
@@ -234,17 +233,15 @@ impl App {
                     self.dom.connection("closed", false);
                     return None;
                 }
-                let wait = backoff_ms(self.attempt);
-                self.attempt = self.attempt.saturating_add(1);
+                let wait = self.endpoints.lost();
                 self.dom.offline();
-                self.dom.connection(
-                    &format!(
-                        "{}; reconnecting in {:.1} s",
-                        close_words(code, &reason),
-                        f64::from(wait) / 1000.0
-                    ),
-                    false,
-                );
+                let words = close_words(code, &reason);
+                let next = if wait == 0 {
+                    format!("{words}; trying the next server")
+                } else {
+                    format!("{words}; reconnecting in {:.1} s", f64::from(wait) / 1000.0)
+                };
+                self.dom.connection(&next, false);
                 Some(wait)
             }
         }
@@ -453,7 +450,7 @@ impl App {
     }
 
     fn on_hello(&mut self, h: Hello) {
-        self.attempt = 0;
+        self.endpoints.connected();
         self.state_fetch = true;
         self.stream.clear();
         self.history.clear();

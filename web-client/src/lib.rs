@@ -35,7 +35,7 @@ use web_sys::{
 };
 
 use crate::app::{App, Mode};
-use crate::net::NetEvent;
+use crate::net::{Endpoints, NetEvent};
 use starling_protocol::ParamValue;
 
 type Shared = Rc<RefCell<App>>;
@@ -48,7 +48,7 @@ pub fn start() -> Result<(), JsValue> {
     let dom = ui::Dom::find(doc).map_err(|e| JsValue::from_str(&e))?;
     let app: Shared = Rc::new(RefCell::new(App::new(
         dom,
-        socket_url(&window)?,
+        endpoints(&window)?,
         interest_budget(&window)?,
     )));
     wire_controls(&app)?;
@@ -61,8 +61,9 @@ pub fn start() -> Result<(), JsValue> {
     Ok(())
 }
 
-/// `ws(s)://<this host>/ws`, with the page's `?token=` passed on.
-fn socket_url(window: &Window) -> Result<String, JsValue> {
+/// Where to stream from: `ws(s)://<this host>/ws`, or the page's
+/// `?endpoints=` (edges), each with the page's `?token=` passed on.
+fn endpoints(window: &Window) -> Result<Endpoints, JsValue> {
     let loc = window.location();
     let scheme = if loc.protocol()? == "https:" {
         "wss"
@@ -70,12 +71,13 @@ fn socket_url(window: &Window) -> Result<String, JsValue> {
         "ws"
     };
     let params = web_sys::UrlSearchParams::new_with_str(&loc.search()?)?;
-    let mut url = format!("{scheme}://{}/ws", loc.host()?);
-    if let Some(t) = params.get("token") {
-        url.push_str("?token=");
-        url.push_str(&String::from(js_sys::encode_uri_component(&t)));
-    }
-    Ok(url)
+    let query = params.get("token").map_or(String::new(), |t| {
+        format!("?token={}", String::from(js_sys::encode_uri_component(&t)))
+    });
+    let list = params.get("endpoints").unwrap_or_default();
+    // Viewers spread over the endpoints by when they loaded.
+    let start = now() as usize;
+    Ok(Endpoints::new(&loc.host()?, &list, scheme, &query, start))
 }
 
 /// `?budget=` on the page URL: the interest stream, with that budget in

@@ -82,6 +82,74 @@ impl Drop for Socket {
     }
 }
 
+/// The servers a page may stream from (`?endpoints=` on its URL: edges
+/// behind no load balancer), tried in turn: after a loss the next one is
+/// tried at once, and only a whole round of failures waits for the backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Endpoints {
+    urls: Vec<String>,
+    current: usize,
+    /// Failures in a row since the last connection that got a Hello.
+    failures: u32,
+}
+
+/// Most endpoints a page takes from its URL.
+pub(crate) const MAX_ENDPOINTS: usize = 16;
+
+impl Endpoints {
+    /// `own` (this page's server) when `list` is empty, else each of
+    /// `list` (comma-separated `host:port`, or `ws(s)://…` URLs; at most
+    /// [`MAX_ENDPOINTS`]), starting at `start` (spread viewers over them).
+    /// `scheme` is `ws` or `wss`; `query` (`?token=…`, or empty) is added
+    /// to each.
+    pub(crate) fn new(own: &str, list: &str, scheme: &str, query: &str, start: usize) -> Self {
+        let mut urls: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && !e.contains(char::is_whitespace))
+            .take(MAX_ENDPOINTS)
+            .map(|e| {
+                if e.starts_with("ws://") || e.starts_with("wss://") {
+                    format!("{e}{query}")
+                } else {
+                    format!("{scheme}://{}/ws{query}", e.trim_end_matches('/'))
+                }
+            })
+            .collect();
+        if urls.is_empty() {
+            urls.push(format!("{scheme}://{own}/ws{query}"));
+        }
+        let current = start % urls.len();
+        Self {
+            urls,
+            current,
+            failures: 0,
+        }
+    }
+
+    /// The one to connect to now.
+    pub(crate) fn url(&self) -> &str {
+        &self.urls[self.current]
+    }
+
+    /// A connection got its Hello: the next loss starts a new round.
+    pub(crate) fn connected(&mut self) {
+        self.failures = 0;
+    }
+
+    /// The connection was lost or refused: moves on to the next endpoint
+    /// and says how long to wait first, ms (none until a whole round failed).
+    pub(crate) fn lost(&mut self) -> u32 {
+        let n = self.urls.len() as u32;
+        self.current = (self.current + 1) % self.urls.len();
+        self.failures = self.failures.saturating_add(1);
+        if self.failures < n {
+            return 0;
+        }
+        backoff_ms((self.failures - n) / n)
+    }
+}
+
 /// Milliseconds to wait before reconnect attempt `attempt` (0-based):
 /// 0.5 s doubling to at most 10 s.
 pub(crate) fn backoff_ms(attempt: u32) -> u32 {
@@ -108,7 +176,29 @@ pub(crate) fn close_words(code: u16, reason: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff_ms, close_words};
+    use super::{Endpoints, backoff_ms, close_words};
+
+    #[test]
+    fn endpoints_are_tried_in_turn_and_back_off_after_a_round() {
+        let mut e = Endpoints::new("here:8080", "", "ws", "", 3);
+        assert_eq!(e.url(), "ws://here:8080/ws");
+        assert_eq!(e.lost(), 500, "one server: the backoff at once");
+        let mut e = Endpoints::new(
+            "here",
+            "edge1:8081, wss://edge2.example.org/ws ,,bad host",
+            "ws",
+            "?token=t",
+            1,
+        );
+        assert_eq!(e.url(), "wss://edge2.example.org/ws?token=t");
+        assert_eq!(e.lost(), 0, "the other edge at once");
+        assert_eq!(e.url(), "ws://edge1:8081/ws?token=t");
+        assert_eq!(e.lost(), 500, "both failed: wait");
+        assert_eq!(e.lost(), 500);
+        assert_eq!(e.lost(), 1_000, "the second round waits longer");
+        e.connected();
+        assert_eq!(e.lost(), 0);
+    }
 
     #[test]
     fn closes_are_told_in_words_not_codes() {

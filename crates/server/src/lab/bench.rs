@@ -59,6 +59,11 @@ pub enum Scenario {
     /// second, in-view update rate, summaries, encode cost per broadcast
     /// and CPU per viewer. `--seconds` of simulated time.
     Interest,
+    /// An origin and edges over a nats-server it starts (Debian's, or
+    /// `STARLING_NATS_SERVER`), all child processes on loopback: origin CPU
+    /// with each of `--edges` edges, `--viewers` on one edge, the latency
+    /// an edge adds, a NATS restart, a stopped edge.
+    Edges,
 }
 
 /// What to run: every scenario at every population and thread count.
@@ -97,6 +102,9 @@ pub struct Plan {
     /// `fanout --interest`), bytes per second.
     #[arg(long, default_value_t = 250_000, value_parser = clap::value_parser!(u32).range(32_000..=64_000_000))]
     pub budget: u32,
+    /// Edge counts for the `edges` scenario.
+    #[arg(long, num_args = 1.., default_values_t = [0usize, 1, 2, 4], value_parser = clap::value_parser!(usize))]
+    pub edges: Vec<usize>,
     /// The neighbour kernel to run (scenarios A, B and swarm): the
     /// fastest this CPU has, or one to compare against it. Results are
     /// the same bits on every path; only speed differs.
@@ -126,6 +134,26 @@ pub fn run(plan: &Plan) -> Result<()> {
                 for &t in &plan.threads {
                     bench_swarm(n, t, ticks, warmup)?;
                 }
+                continue;
+            }
+            if matches!(s, Scenario::Edges) {
+                anyhow::ensure!(
+                    plan.edges.iter().all(|&e| e <= 16),
+                    "--edges {:?}: each allowed 0 ..= 16",
+                    plan.edges
+                );
+                anyhow::ensure!(
+                    seconds.is_finite() && (1.0..=600.0).contains(&seconds),
+                    "--seconds {seconds}: allowed 1 ..= 600"
+                );
+                let rt = tokio::runtime::Runtime::new()?;
+                rt.block_on(super::edges::run(
+                    n,
+                    &plan.edges,
+                    plan.viewers as usize,
+                    seconds,
+                    fps,
+                ))?;
                 continue;
             }
             if matches!(s, Scenario::Fanout) {
@@ -161,7 +189,8 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         | Scenario::Wire
         | Scenario::Fanout
         | Scenario::Swarm
-        | Scenario::Interest => ("B-full", scenarios::full_b(n)),
+        | Scenario::Interest
+        | Scenario::Edges => ("B-full", scenarios::full_b(n)),
     };
     let peak_is_this_run = peak_rss::reset();
     let mut flock = Flock::new(config).context("benchmark config")?;

@@ -55,15 +55,53 @@ pub struct FanoutStats {
     pub tick_ms_mean: f64,
 }
 
+/// What one viewer received.
 #[derive(Default, Clone, Copy)]
-struct Counts {
-    frames: u64,
+pub(crate) struct Counts {
+    pub(crate) frames: u64,
     keyframes: u64,
     bytes: u64,
     alive: bool,
 }
 
-fn cpu_seconds(pid: u32) -> Result<f64> {
+/// Starts this binary with `args` (a subcommand and its flags) on a
+/// loopback port, room for `viewers` viewers from this one address; returns
+/// the child, its pid and the address it printed.
+pub(crate) async fn spawn_starling(
+    args: &[&str],
+    viewers: usize,
+) -> Result<(tokio::process::Child, u32, String)> {
+    let exe = std::env::current_exe()?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(args)
+        .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
+        .env("STARLING_MAX_VIEWERS", viewers.max(1).to_string())
+        // Every viewer comes from this one address.
+        .env(
+            "STARLING_MAX_CONNECTIONS_PER_IP",
+            (viewers + 64).to_string(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting starling")?;
+    let pid = child.id().context("child pid")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await??
+        .context("the child printed nothing")?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .context("no URL in the child's first line")?
+        .trim_end_matches('/')
+        .to_owned();
+    Ok((child, pid, addr))
+}
+
+/// CPU seconds (user + system) a process has used.
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) in parentheses.
     let rest = stat
@@ -75,7 +113,8 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok(ticks / 100.0) // USER_HZ is 100 on Linux
 }
 
-fn metric(text: &str, name: &str) -> f64 {
+/// A Prometheus sample's value in `/metrics` text (0 when absent).
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.split_whitespace().last())
@@ -83,7 +122,8 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn http_get(addr: &str, path: &str) -> Result<String> {
+/// The body of a plain HTTP GET.
+pub(crate) async fn http_get(addr: &str, path: &str) -> Result<String> {
     use tokio::io::AsyncWriteExt;
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
@@ -114,7 +154,8 @@ fn random_tenth(world: [f32; 3], k: usize, budget: u32) -> View {
     super::interest::tenth(world, centre, budget)
 }
 
-async fn viewer(
+/// One viewer counting the frames it receives while `measuring`.
+pub(crate) async fn viewer(
     addr: String,
     fps: u16,
     interest: Option<(usize, u32)>,
@@ -176,43 +217,17 @@ pub async fn run(
     fps: u16,
     interest: Option<u32>,
 ) -> Result<FanoutStats> {
-    let exe = std::env::current_exe()?;
-    let mut child = tokio::process::Command::new(exe)
-        .args([
+    let (mut child, pid, addr) = spawn_starling(
+        &[
             "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--web-dir",
-            "/nonexistent-web",
-        ])
-        .args([
             "--population",
             &population.to_string(),
             "--snapshot-hz",
             &fps.to_string(),
-        ])
-        .env("STARLING_MAX_VIEWERS", viewers.to_string())
-        // Every viewer comes from this one address.
-        .env(
-            "STARLING_MAX_CONNECTIONS_PER_IP",
-            (viewers + 64).to_string(),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the server")?;
-    let pid = child.id().context("server pid")?;
-    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await??
-        .context("server printed nothing")?;
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .context("no URL in the server's first line")?
-        .trim_end_matches('/')
-        .to_owned();
+        ],
+        viewers,
+    )
+    .await?;
 
     let (measure_tx, measure_rx) = tokio::sync::watch::channel(false);
     let mut counts = Vec::new();

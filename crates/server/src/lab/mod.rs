@@ -5,9 +5,11 @@
 //! protocol on a live flock; `interest.rs` measures the interest stream
 //! (a probe viewer's budget and update rate, encode cost against the
 //! viewer count); `fanout.rs` is benchmark C (many viewers of a child
-//! server); `peak_rss.rs` reads the process's peak memory.
+//! server); `edges.rs` measures an origin and edges over NATS (child
+//! processes); `peak_rss.rs` reads the process's peak memory.
 
 pub mod bench;
+pub mod edges;
 pub mod fanout;
 pub mod headless;
 pub mod interest;
