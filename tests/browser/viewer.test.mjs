@@ -489,3 +489,51 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
   });
   await low.close();
 });
+
+/** A nats-server on a free loopback port (Debian's; cargo xtask test installs it). */
+async function startNats() {
+  const { existsSync } = await import('node:fs');
+  const bin = process.env.STARLING_NATS_SERVER
+    ?? ['/usr/sbin/nats-server', '/usr/bin/nats-server'].find((p) => existsSync(p));
+  assert.ok(bin, 'nats-server is installed (apt-get install nats-server)');
+  const net = await import('node:net');
+  const port = await new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+  });
+  const proc = spawn(bin, ['-a', '127.0.0.1', '-p', String(port)], { stdio: 'ignore' });
+  const server = { url: `nats://127.0.0.1:${port}`, async stop() { proc.kill('SIGKILL'); } };
+  servers.push(server);
+  await until('nats-server to listen', () => new Promise((resolve) => {
+    const c = net.connect(port, '127.0.0.1', () => { c.end(); resolve(true); });
+    c.on('error', () => resolve(false));
+  }));
+  return server;
+}
+
+test('a page given two edges moves to the other when its edge stops', async () => {
+  const nats = await startNats();
+  await startServer(['--nats', nats.url]);
+  const a = await startServer(['--nats', nats.url], ['edge']);
+  // The page is served by edge a; edge b takes its WebSocket too.
+  const b = await startServer(['--nats', nats.url, '--allow-origin', a.url], ['edge']);
+  for (const e of [a, b]) {
+    await until('the edge to follow the origin', async () => (await fetch(e.url + '/readyz')).status === 200);
+  }
+  const hosts = [a, b].map((e) => new URL(e.url).host).join(',');
+  const page = await openViewer(a, `?endpoints=${hosts}`);
+  const viewersOf = async (e) => (await rest(e, '/state')).viewers;
+  const [on, other] = await until('the page on one edge', async () => {
+    const [va, vb] = [await viewersOf(a), await viewersOf(b)];
+    return va === 1 ? [a, b] : vb === 1 ? [b, a] : null;
+  });
+  const tick = await number(page, '#st-tick');
+  await on.stop();
+  await until('the page on the other edge', async () => (await viewersOf(other)) === 1);
+  await until('frames again', async () => (await number(page, '#st-tick')) > tick + 30);
+  await until('live again', async () => /live/.test(await page.locator('#st-conn').innerText()));
+  await shot(page, 'edge-failover');
+  await page.close();
+});

@@ -293,8 +293,10 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         }
     }
     config.log_json |= args.log_json;
-    config.nats = args.nats.clone().or(config.nats);
-    config.nats_secret = args.nats_secret.clone().or(config.nats_secret);
+    // An empty value (compose's `${STARLING_NATS:-}`) means none.
+    let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+    config.nats = given(&args.nats).or(config.nats);
+    config.nats_secret = given(&args.nats_secret).or(config.nats_secret);
     if let Some(s) = &args.nats_subject {
         config.nats_subject.clone_from(s);
     }

@@ -50,6 +50,8 @@ pub struct Telemetry {
     /// NATS: messages dropped, by reason (`malformed`, `stale`, `overflow`,
     /// `unauthorised`, `slow_consumer`).
     pub nats_dropped: Family<ReasonLabels, Counter>,
+    /// NATS: payload bytes an origin published, or an edge received.
+    pub nats_bytes: Counter,
     /// NATS: keyframe sets an edge asked for, or an origin sent on request.
     pub nats_keyframe_requests: Counter,
     /// NATS: 1 while the client is connected to the server.
@@ -94,6 +96,7 @@ impl Default for Telemetry {
             swarm: Family::default(),
             nats_broadcasts: Counter::default(),
             nats_dropped: Family::default(),
+            nats_bytes: Counter::default(),
             nats_keyframe_requests: Counter::default(),
             nats_connected: Gauge::default(),
             registry: Registry::default(),
@@ -151,6 +154,11 @@ impl Default for Telemetry {
             "nats_dropped",
             "NATS messages dropped, by reason",
             t.nats_dropped.clone(),
+        );
+        registry.register(
+            "nats_bytes",
+            "Payload bytes published to NATS (origin) or received from it (edge)",
+            t.nats_bytes.clone(),
         );
         registry.register(
             "nats_keyframe_requests",

@@ -8,13 +8,14 @@
 //! A cell update is at a precision (how coarse: the viewer's distance
 //! decides, see `http/ws/interest.rs`), either full, or linear against the
 //! two frames of the cell a viewer holds, when both are within the last
-//! [`HISTORY`] broadcasts, or from the newer alone when only it is. A cell keeps at most [`FULL_FORMS`] full
-//! encodings (one per precision asked for) and [`LINEAR_FORMS`] linear
+//! [`HISTORY`] broadcasts, or from the newer alone when only it is. A cell
+//! keeps at most [`FULL_FORMS`] full encodings (one per precision asked
+//! for) plus the exact one (what edges hold), and [`LINEAR_FORMS`] linear
 //! ones per broadcast (the first pairs of held frames and precisions asked
 //! for; viewers at the same cadence and distance share them); a viewer
 //! asking for another gets a full update, at a precision already encoded
 //! when the cell has all its full forms. So a cell has at most
-//! `FULL_FORMS + LINEAR_FORMS` encodings per broadcast, however many
+//! `FULL_FORMS + 1 + LINEAR_FORMS` encodings per broadcast, however many
 //! viewers there are: the encode cost is flat in the viewer count.
 
 use std::collections::VecDeque;
@@ -429,6 +430,25 @@ mod tests {
         assert!(kinds.iter().all(|k| k[1] > 0 && k[0] > 0), "{kinds:?}");
         // Encodings are shared: far fewer than viewers × cells × sends.
         assert!(tel.cell_updates_encoded.get() > 0);
+    }
+
+    #[test]
+    fn the_exact_form_is_made_even_when_the_coarse_ones_are_used_up() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let set = b
+            .build(1, &whole(2, &[(1, 500)]), [100.0, 100.0, 50.0], 3, &tel)
+            .unwrap();
+        let c = set.now.grid.cell_of([500, 100, 100]);
+        for shift in 1..=FULL_FORMS as u8 {
+            let p = Precision::new(shift, 0).unwrap();
+            assert_eq!(set.full(c, p).unwrap().1, p);
+        }
+        // A fifth coarse precision gets one already made ...
+        let fifth = Precision::new(7, 0).unwrap();
+        assert_ne!(set.full(c, fifth).unwrap().1, fifth);
+        // ... but exact is always exact (an edge must hold the cell as it is).
+        assert_eq!(set.full(c, Precision::EXACT).unwrap().1, Precision::EXACT);
     }
 
     #[test]

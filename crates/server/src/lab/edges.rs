@@ -188,9 +188,10 @@ async fn cluster(
     Ok((origin, out))
 }
 
-/// CPU share of a process over `seconds` (1.0 = one core), and the origin
-/// metric deltas over it.
-async fn measure(pids: &[u32], origin: &str, seconds: f64) -> Result<(Vec<f64>, f64, f64)> {
+/// CPU share of each process over `seconds` (1.0 = one core), and the
+/// origin's missed ticks, mean tick time (ms) and NATS bytes per second
+/// over it.
+async fn measure(pids: &[u32], origin: &str, seconds: f64) -> Result<(Vec<f64>, f64, f64, f64)> {
     let before = http_get(origin, "/metrics").await?;
     let cpu0: Vec<f64> = pids
         .iter()
@@ -213,6 +214,7 @@ async fn measure(pids: &[u32], origin: &str, seconds: f64) -> Result<(Vec<f64>, 
             .collect(),
         d("starling_missed_ticks_total"),
         d("starling_tick_duration_seconds_sum") / ticks * 1e3,
+        d("starling_nats_bytes_total") / wall,
     ))
 }
 
@@ -231,7 +233,7 @@ pub async fn run(
         let plain = spawn_starling(&["serve", "--population", &n, "--snapshot-hz", &f], 8).await?;
         ready(&plain.2).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let (cpu, missed, tick_ms) = measure(&[plain.1], &plain.2, seconds).await?;
+        let (cpu, missed, tick_ms, _) = measure(&[plain.1], &plain.2, seconds).await?;
         println!(
             "{}",
             json!({
@@ -252,7 +254,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut pids = vec![origin.1];
         pids.extend(edge_children.iter().map(|e| e.1));
-        let (cpu, missed, tick_ms) = measure(&pids, &origin.2, seconds).await?;
+        let (cpu, missed, tick_ms, nats_bps) = measure(&pids, &origin.2, seconds).await?;
         let edge_cpu = &cpu[1..];
         println!(
             "{}",
@@ -265,6 +267,7 @@ pub async fn run(
                 "edge_cpu_mean": if edge_cpu.is_empty() { f64::NAN } else { edge_cpu.iter().sum::<f64>() / edge_cpu.len() as f64 },
                 "origin_missed_ticks": missed,
                 "origin_tick_ms_mean": tick_ms,
+                "origin_nats_bytes_per_s": nats_bps,
                 "seconds": seconds,
             })
         );
@@ -291,7 +294,7 @@ pub async fn run(
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     measure_tx.send_replace(true);
-    let (cpu, missed, tick_ms) = measure(&[origin.1, edge.1], &origin.2, seconds).await?;
+    let (cpu, missed, tick_ms, _) = measure(&[origin.1, edge.1], &origin.2, seconds).await?;
     measure_tx.send_replace(false);
     let mut rates: Vec<f64> = counts
         .iter()
@@ -379,12 +382,12 @@ pub async fn run(
     );
 
     // A stopped edge: the origin carries on.
-    let (base, base_missed, base_tick) = measure(&[origin.1], &origin.2, seconds).await?;
+    let (base, base_missed, base_tick, _) = measure(&[origin.1], &origin.2, seconds).await?;
     let _ = tokio::process::Command::new("kill")
         .args(["-STOP", &edge.1.to_string()])
         .status()
         .await?;
-    let (stuck, stuck_missed, stuck_tick) = measure(&[origin.1], &origin.2, seconds).await?;
+    let (stuck, stuck_missed, stuck_tick, _) = measure(&[origin.1], &origin.2, seconds).await?;
     let _ = tokio::process::Command::new("kill")
         .args(["-CONT", &edge.1.to_string()])
         .status()

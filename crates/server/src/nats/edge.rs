@@ -177,6 +177,7 @@ async fn receive(
             m = sub.next() => match m { Some(m) => m, None => break },
             _ = stop.changed() => break,
         };
+        telemetry.nats_bytes.inc_by(msg.payload.len() as u64);
         let Some(kind) = subjects.kind_of(&msg.subject) else {
             telemetry.nats_drop("malformed");
             continue;

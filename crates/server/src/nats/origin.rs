@@ -82,6 +82,7 @@ pub async fn start(
             sent_len: Vec::new(),
             last_seq: None,
             buf: Vec::new(),
+            telemetry: shared.0.telemetry.clone(),
         }
         .run(shared, stop),
     );
@@ -114,6 +115,7 @@ struct Publisher {
     /// The last broadcast published whole.
     last_seq: Option<u64>,
     buf: Vec<u8>,
+    telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl Publisher {
@@ -216,6 +218,7 @@ impl Publisher {
     }
 
     async fn send(&self, subject: String) -> Result<(), String> {
+        self.telemetry.nats_bytes.inc_by(self.buf.len() as u64);
         self.client
             .publish(subject, Bytes::copy_from_slice(&self.buf))
             .await
