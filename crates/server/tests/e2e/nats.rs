@@ -393,3 +393,34 @@ async fn malformed_nats_messages_are_counted_and_dropped() {
     edge.stop().await.unwrap();
     origin.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_edge_serves_nothing_until_the_origin_sent_it_every_cell() {
+    let nats = Nats::start().await;
+    let edge = TestServer::start_edge(edge_config(&nats, SECRET)).await;
+    // No origin yet: not ready, and no WebSocket to open.
+    let (status, body) = rest(Method::GET, &edge.url("/readyz"), None, None).await;
+    assert_eq!(status, 503, "{body}");
+    let refused = tokio_tungstenite::connect_async(format!("ws://{}/ws", edge.addr)).await;
+    assert!(refused.is_err(), "a WebSocket before any snapshot");
+    let origin = TestServer::start(origin_config(&nats)).await;
+    ready(edge.addr, 200).await;
+    // A late edge asks for keyframes and gets them.
+    let late = TestServer::start_edge(edge_config(&nats, SECRET)).await;
+    ready(late.addr, 200).await;
+    let asked = reqwest::get(origin.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("starling_nats_keyframe_requests_total "))
+        .map_or(0, |v| v.trim().parse::<u64>().unwrap());
+    assert!(asked >= 1, "the origin was asked for keyframes");
+    let mut v = Viewer::connect(late.addr, None, 30).await;
+    assert_ne!(v.next_frame().await.len(), 0, "boids from the late edge");
+    late.stop().await.unwrap();
+    edge.stop().await.unwrap();
+    origin.stop().await.unwrap();
+}
