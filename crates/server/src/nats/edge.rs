@@ -556,3 +556,171 @@ fn remote_busy(detail: &str) -> OpError {
         detail: detail.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::interest::CellBuilder;
+    use crate::nats::wire::{MIN_PART_BYTES, put_end};
+    use starling_protocol::encode_keyframe;
+    use starling_protocol::interest::Precision;
+
+    const WORLD: [f32; 3] = [100.0, 100.0, 50.0];
+
+    /// 3000 boids packed into one cell (its full update needs three parts
+    /// of `MIN_PART_BYTES`) and one elsewhere, moved by `step`.
+    fn frame(tick: u64, step: u16) -> Frame {
+        let n = 3001u32;
+        Frame {
+            tick,
+            quant: Some(QuantBox::around_world(WORLD, 3)),
+            ids: (0..n).collect(),
+            pos: (0..n)
+                .flat_map(|i| {
+                    if i == n - 1 {
+                        [60_000, 60_000, 30_000]
+                    } else {
+                        [500 + (i % 50) as u16 * 3 + step, 100 + (i / 50) as u16, 100]
+                    }
+                })
+                .collect(),
+            heading: (0..n).flat_map(|i| [(i % 200) as u8, 128]).collect(),
+        }
+    }
+
+    fn feed() -> Feed {
+        Feed {
+            keyframe_every: 300,
+            telemetry: Arc::new(Telemetry::default()),
+            want_keyframes: Arc::new(AtomicBool::new(true)),
+            lost: Arc::new(AtomicBool::new(false)),
+            epoch: None,
+            in_step: false,
+            last_seq: 0,
+            pending: None,
+            part: None,
+            stream: None,
+            encoder: Encoder::default(),
+            whole: Frame::default(),
+            order: Vec::new(),
+        }
+    }
+
+    /// What the origin publishes for broadcast `seq` of `whole`, with the
+    /// stream holding `held` of every cell.
+    fn messages(
+        builder: &mut CellBuilder,
+        seq: u64,
+        whole: &Frame,
+        full: bool,
+        held: &mut [crate::engine::interest::Held],
+    ) -> Vec<(FrameSubject, Vec<u8>)> {
+        let tel = Arc::new(Telemetry::default());
+        let set = builder.build(seq, whole, WORLD, 3, &tel).unwrap();
+        let env = Envelope { epoch: 9, seq };
+        let mut out = Vec::new();
+        let mut state = Vec::new();
+        env.put(&mut state);
+        serde_json::to_writer(
+            &mut state,
+            &StateMsg {
+                tick: whole.tick,
+                full,
+                world_m: WORLD,
+                dims: 3,
+                sim: nothing_yet().sim,
+            },
+        )
+        .unwrap();
+        out.push((FrameSubject::State, state));
+        let mut parts = 0u32;
+        for (c, h) in held.iter_mut().enumerate() {
+            if set.now.cells[c].is_empty() && h[0].is_none() {
+                continue;
+            }
+            let u = set.update_for(c as u32, *h, Precision::EXACT).unwrap();
+            *h = u.held;
+            for p in CellPart::cut(c as u32, &u.bytes, MIN_PART_BYTES) {
+                let mut m = Vec::new();
+                p.put(env, &mut m);
+                out.push((FrameSubject::Cell, m));
+                parts += 1;
+            }
+        }
+        let mut end = Vec::new();
+        put_end(env, parts, &mut end);
+        out.push((FrameSubject::End, end));
+        out
+    }
+
+    fn play(
+        f: &mut Feed,
+        msgs: &[(FrameSubject, Vec<u8>)],
+        out: &watch::Sender<Arc<Published>>,
+    ) -> Result<(), String> {
+        for (kind, m) in msgs {
+            match kind {
+                FrameSubject::State => f.on_state(m)?,
+                FrameSubject::Cell => f.on_cell(m)?,
+                FrameSubject::End => f.on_end(m, out)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn keyframe(f: &Frame) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_keyframe(f, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn an_edge_rebuilds_the_origins_frames_from_parts_and_stops_at_a_gap() {
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let mut f = feed();
+        let mut builder = CellBuilder::default();
+        let n_cells = CellGrid::for_world(WORLD, 3).len();
+        let mut held = vec![[None, None]; n_cells];
+        // A full set, the big cell in several parts.
+        let first = messages(&mut builder, 1, &frame(2, 0), true, &mut held);
+        assert!(first.iter().filter(|m| m.0 == FrameSubject::Cell).count() >= 4);
+        play(&mut f, &first, &tx).unwrap();
+        let b = rx.borrow().broadcast.clone().expect("a broadcast");
+        assert_eq!(&b.keyframe[..], &keyframe(&frame(2, 0))[..]);
+        assert!(!f.want_keyframes.load(Ordering::Relaxed));
+        // Updates against it.
+        for seq in 2..=3u64 {
+            let next = frame(2 * seq, seq as u16);
+            let msgs = messages(&mut builder, seq, &next, false, &mut held);
+            play(&mut f, &msgs, &tx).unwrap();
+            let b = rx.borrow().broadcast.clone().unwrap();
+            assert_eq!(&b.keyframe[..], &keyframe(&next)[..], "seq {seq}");
+        }
+        // A broadcast goes missing: the next is refused and keyframes asked for.
+        let _missed = messages(&mut builder, 4, &frame(8, 4), false, &mut held);
+        let after = messages(&mut builder, 5, &frame(10, 5), false, &mut held);
+        assert!(play(&mut f, &after, &tx).is_err());
+        f.out_of_step("test");
+        assert!(f.want_keyframes.load(Ordering::Relaxed));
+        let served =
+            |rx: &watch::Receiver<Arc<Published>>| rx.borrow().broadcast.as_ref().unwrap().tick;
+        assert_eq!(served(&rx), 6, "nothing served from the broken stream");
+        // A lost part breaks the broadcast too.
+        let mut held_full = vec![[None, None]; n_cells];
+        let mut again = messages(&mut builder, 6, &frame(12, 6), true, &mut held_full);
+        let cut = again
+            .iter()
+            .position(|m| m.0 == FrameSubject::Cell)
+            .unwrap();
+        again.remove(cut);
+        assert!(play(&mut f, &again, &tx).is_err());
+        assert_eq!(served(&rx), 6, "nor from a broadcast short of a part");
+        // The full set after it brings the edge back.
+        let mut held_full = vec![[None, None]; n_cells];
+        let full = messages(&mut builder, 7, &frame(14, 7), true, &mut held_full);
+        f.out_of_step("test");
+        play(&mut f, &full, &tx).unwrap();
+        let b = rx.borrow().broadcast.clone().unwrap();
+        assert_eq!(&b.keyframe[..], &keyframe(&frame(14, 7))[..]);
+    }
+}

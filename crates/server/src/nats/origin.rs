@@ -23,7 +23,7 @@ use tokio::sync::{Semaphore, watch};
 use super::NatsError;
 use super::wire::{
     CellPart, CommandReply, Envelope, MIN_PART_BYTES, PART_BYTES, StateMsg, Subjects,
-    parse_command, parts_of, put_end,
+    parse_command, put_end,
 };
 use crate::engine::interest::Held;
 use crate::engine::published::{Broadcast, Published};
@@ -198,16 +198,9 @@ impl Publisher {
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;
-            let parts = parts_of(u.bytes.len(), part_bytes);
-            for (k, chunk) in u.bytes.chunks(part_bytes.max(1)).enumerate() {
+            for part in CellPart::cut(c as u32, &u.bytes, part_bytes) {
                 self.buf.clear();
-                CellPart {
-                    cell: c as u32,
-                    part: k as u16,
-                    parts: parts as u16,
-                    bytes: chunk,
-                }
-                .put(env, &mut self.buf);
+                part.put(env, &mut self.buf);
                 self.send(self.subjects.cell(c as u32)).await?;
                 messages += 1;
             }

@@ -204,6 +204,23 @@ impl<'a> CellPart<'a> {
         out.extend_from_slice(self.bytes);
     }
 
+    /// A cell's update cut into parts of at most `part_bytes` (at least
+    /// one part, so an empty update is one empty part).
+    pub fn cut(
+        cell: u32,
+        update: &'a [u8],
+        part_bytes: usize,
+    ) -> impl Iterator<Item = CellPart<'a>> + 'a {
+        let size = part_bytes.max(1);
+        let parts = parts_of(update.len(), size);
+        (0..parts).map(move |k| CellPart {
+            cell,
+            part: k as u16,
+            parts: parts as u16,
+            bytes: &update[(k * size).min(update.len())..((k + 1) * size).min(update.len())],
+        })
+    }
+
     /// Parses what follows the envelope, for a grid of `cells` cells.
     pub fn parse(rest: &'a [u8], cells: usize) -> Result<Self, WireError> {
         if rest.len() < PART_HEADER_BYTES {
@@ -363,6 +380,18 @@ mod tests {
         // A cell beyond the grid is named.
         let err = CellPart::parse(rest, 3).unwrap_err();
         assert_eq!(err.field, "cell");
+    }
+
+    #[test]
+    fn an_update_is_cut_into_parts_that_join_back() {
+        let update: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let parts: Vec<_> = CellPart::cut(5, &update, 300).collect();
+        assert_eq!(parts.len(), 4);
+        assert!(parts.iter().all(|p| p.parts == 4 && p.cell == 5));
+        let joined: Vec<u8> = parts.iter().flat_map(|p| p.bytes.iter().copied()).collect();
+        assert_eq!(joined, update);
+        let empty: Vec<_> = CellPart::cut(1, &[], 300).collect();
+        assert_eq!(empty.len(), 1, "an empty update is one empty part");
     }
 
     #[test]
