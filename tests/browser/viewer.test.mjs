@@ -537,3 +537,12 @@ test('a page given two edges moves to the other when its edge stops', async () =
   await shot(page, 'edge-failover');
   await page.close();
 });
+
+test('a token the server does not know is named in the banner', async () => {
+  const server = await startServer(['--operator-token', 'the-real-operator-token']);
+  const page = await openViewer(server, '?token=a-typo-in-the-token');
+  await until('the banner', async () => /not recognised/.test(await page.locator('#banner').innerText()));
+  assert.ok(await page.locator('#pause').isDisabled(), 'the controls are read-only');
+  await shot(page, 'token-not-recognised');
+  await page.close();
+});

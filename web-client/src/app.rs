@@ -420,6 +420,11 @@ impl App {
                     Some(Pending::Predator | Pending::Quiet) => "predator",
                     None => "server",
                 };
+                if what.is_none() && e.field.as_deref() == Some("token") {
+                    // Said once, where the read-only banner is.
+                    self.dom.token_not_recognised();
+                    return;
+                }
                 let text = match &e.field {
                     Some(f) => format!("{label}: refused ({f}): {}", e.detail),
                     None => format!("{label}: refused: {}", e.detail),

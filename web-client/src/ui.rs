@@ -302,6 +302,19 @@ impl Dom {
         }
     }
 
+    /// The server did not recognise the page's token: the banner says so
+    /// (the page watches read-only).
+    pub(crate) fn token_not_recognised(&self) {
+        if let Some(banner) = self.doc.get_element_by_id("banner") {
+            banner.set_text_content(Some(
+                "Token not recognised: the ?token= on the page address matches none the \
+                 server knows, so this page watches read-only. Check it for typos, or ask \
+                 the operator for a pilot or operator token.",
+            ));
+            let _ = banner.remove_attribute("hidden");
+        }
+    }
+
     /// Enables the controls `allowed` lists and disables the others with a
     /// tooltip naming the role needed.
     pub(crate) fn gate(&self, role: Role, allowed: &[CommandKind]) {

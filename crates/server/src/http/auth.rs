@@ -61,6 +61,12 @@ impl Tokens {
 }
 
 impl Tokens {
+    /// Whether a token was presented that none of the configured ones
+    /// matches (its caller is treated as an anonymous viewer, and told).
+    pub fn unknown(&self, presented: Option<&str>) -> bool {
+        presented.is_some() && self.any() && self.actor(presented).account.is_none()
+    }
+
     /// The token an account was granted (an edge forwards it to the
     /// origin, which resolves it again with its own table).
     pub fn token_of(&self, account: Account) -> Option<&str> {
@@ -88,6 +94,12 @@ mod tests {
         assert_eq!(Tokens::default().actor(None), Actor::OPERATOR);
         let s = |v: &[&str]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
         let t = Tokens::new(&[], &s(&["p1", "p2"]), &s(&["o"]));
+        assert!(t.unknown(Some("nope")));
+        assert!(!t.unknown(Some("p2")) && !t.unknown(None));
+        assert!(
+            !Tokens::default().unknown(Some("any")),
+            "no tokens: everyone operates"
+        );
         assert_eq!(t.actor(None).role, Role::Viewer);
         assert_eq!(t.actor(Some("x")).role, Role::Viewer);
         assert_eq!(t.actor(Some("x")).account, None);

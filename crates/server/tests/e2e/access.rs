@@ -452,3 +452,23 @@ async fn one_pilot_token_has_one_rate_across_rest_and_websocket() {
     assert!(matches!(other.command(2, add).await, Reply::Ack(_)));
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_token_that_matches_none_is_told_so_and_watches_read_only() {
+    let server = TestServer::start(config()).await;
+    let mut v = Viewer::connect(server.addr, Some("not-a-token-at-all"), 30).await;
+    assert_eq!(v.hello.role, starling_protocol::Role::Viewer);
+    assert!(
+        v.until(|s| s.errors.iter().any(|e| e.request_id.is_none()
+            && e.field.as_deref() == Some("token")
+            && e.detail.contains("not recognised")))
+            .await,
+        "the viewer is told its token is not recognised"
+    );
+    // A known token, or none, is not told anything of the kind.
+    let mut ok = Viewer::connect(server.addr, Some("operator-token"), 30).await;
+    ok.next_frame().await;
+    ok.next_frame().await;
+    assert!(ok.seen.errors.is_empty(), "{:?}", ok.seen.errors);
+    server.stop().await.unwrap();
+}

@@ -77,7 +77,9 @@ pub async fn upgrade(
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let actor = s.0.tokens.actor(q.token.as_deref().or(bearer(header)));
+    let presented = q.token.as_deref().or(bearer(header));
+    let actor = s.0.tokens.actor(presented);
+    let unknown_token = s.0.tokens.unknown(presented);
     if s.state().broadcast.is_none() {
         // An edge before its first full set from the origin.
         return ApiError::busy("no snapshot to serve yet; retry shortly").into_response();
@@ -93,7 +95,7 @@ pub async fn upgrade(
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
             s.0.telemetry.viewers.inc();
-            serve(s.clone(), socket, actor).await;
+            serve(s.clone(), socket, actor, unknown_token).await;
             s.0.telemetry.viewers.dec();
             drop(slot);
         })
@@ -142,7 +144,9 @@ impl Writer {
     }
 }
 
-async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
+/// Serves one viewer; `unknown_token`: it presented a token that matches
+/// none, so it is told it watches as an anonymous viewer.
+async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) {
     let (sink, mut stream) = socket.split();
     let mut w = Writer {
         sink,
@@ -153,6 +157,17 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor) {
     let hello = ServerMsg::Hello(hello(&s, &st, actor));
     if w.send(encode(&hello)).await.is_err() {
         return;
+    }
+    if unknown_token {
+        let told = error_msg(
+            None,
+            ErrorCode::Forbidden,
+            Some("token"),
+            "token not recognised: this connection watches read-only, as an anonymous viewer",
+        );
+        if w.send(told).await.is_err() {
+            return;
+        }
     }
     // The first message must be Subscribe, with our major version.
     let (max_fps, view) = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await {
