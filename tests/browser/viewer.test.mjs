@@ -546,3 +546,30 @@ test('a token the server does not know is named in the banner', async () => {
   await shot(page, 'token-not-recognised');
   await page.close();
 });
+
+test('a CPU-throttled page asks for fewer frames and stays within about a second', async () => {
+  const server = await startServer(['--population', '20000']);
+  const page = await openViewer(server);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Emulation.setCPUThrottlingRate', { rate: 8 });
+  const asked = async () => Number(await page.evaluate(() => document.body.dataset.askedFps ?? 0));
+  await until('the page to slow the stream', async () => (await asked()) > 0, 60_000);
+  const lag = async () => (await rest(server, '/state')).tick - (await number(page, '#st-tick'));
+  const t0 = Date.now();
+  await until('the page to catch up', async () => (await lag()) <= 60, 60_000);
+  console.log(`caught up ${Date.now() - t0} ms after slowing`);
+  // Settled: the tick on the page stays close to the server's (60 ticks a
+  // second; the status line itself is redrawn every 0.5 s).
+  const behind = [];
+  for (let k = 0; k < 8; k++) {
+    await new Promise((r) => setTimeout(r, 1000));
+    const shown = await number(page, '#st-tick');
+    const { tick } = await rest(server, '/state');
+    behind.push(tick - shown);
+  }
+  console.log(`throttled: asks ${await asked()}/s, ticks behind ${behind.join(' ')}`);
+  assert.ok(Math.max(...behind) <= 90, `the page fell behind: ${behind.join(' ')} ticks`);
+  await shot(page, 'cpu-throttled');
+  await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
+  await page.close();
+});

@@ -6,15 +6,17 @@ use std::collections::VecDeque;
 
 use glam::Vec3;
 use js_sys::{ArrayBuffer, Uint8Array};
+use starling_protocol::interest::KIND_CELLS;
 use starling_protocol::{
-    AgentList, ClientMsg, CloseReason, Command, Hello, Metrics, PROTOCOL_MAJOR, PROTOCOL_MINOR,
-    ParamInfo, ParamValue, PredatorMode, ServerFrame, ServerMsg, Shape, decode_server,
-    encode_client,
+    AgentList, ClientMsg, CloseReason, Command, Hello, KIND_DELTA, KIND_KEYFRAME, Metrics,
+    PROTOCOL_MAJOR, PROTOCOL_MINOR, ParamInfo, ParamValue, PredatorMode, ServerFrame, ServerMsg,
+    Shape, decode_server, encode_client,
 };
 
 use crate::camera::Camera;
 use crate::interest::Interest;
 use crate::net::{Endpoints, NetEvent, Socket, close_words};
+use crate::pace::Pace;
 use crate::render::{Renderer, Scene};
 use crate::stats::{History, Rate, TickLog};
 use crate::stream::Stream;
@@ -22,6 +24,8 @@ use crate::ui::{Dom, PLOT_SAMPLES, Status};
 
 /// Snapshots per second the viewer asks for.
 const WANT_FPS: u16 = 30;
+/// A page further behind than this drops the snapshots queued for it, ms.
+const DRAIN_AFTER_MS: f64 = 1_000.0;
 /// Commands awaiting an answer that the viewer remembers.
 const MAX_PENDING: usize = 256;
 /// Boids added per click in "add boids" mode.
@@ -140,6 +144,14 @@ pub(crate) struct App {
     seeking: bool,
     /// On the interest stream (`?budget=` on the page URL), else None.
     interest: Option<Interest>,
+    /// How many snapshots a second to ask for (as many as the page takes).
+    pace: Pace,
+    /// When the oldest latency probe still unanswered went out, ms.
+    ping_out: Option<f64>,
+    /// Far behind: snapshots are dropped unread until the probe with this
+    /// nonce comes back (everything queued before it has then gone by),
+    /// then a keyframe is asked for.
+    draining: Option<u64>,
 }
 
 impl App {
@@ -186,7 +198,16 @@ impl App {
             replay: None,
             seeking: false,
             interest: interest.map(Interest::new),
+            pace: Pace::new(WANT_FPS),
+            ping_out: None,
+            draining: None,
         }
+    }
+
+    /// Main-thread time spent on the stream (handling a message, drawing),
+    /// ms: what the page's pace is measured by.
+    pub(crate) fn spent(&mut self, ms: f64) {
+        self.pace.spent(ms);
     }
 
     /// Opens the socket (events go to `handler`).
@@ -249,6 +270,14 @@ impl App {
 
     fn on_message(&mut self, buf: &ArrayBuffer, now_ms: f64) {
         let bytes = Uint8Array::new(buf);
+        if self.draining.is_some()
+            && bytes.length() > 0
+            && matches!(bytes.get_index(0), KIND_KEYFRAME | KIND_DELTA | KIND_CELLS)
+        {
+            // Stale: counted (the link still carries it), not read.
+            self.frames.add(now_ms, f64::from(bytes.length()));
+            return;
+        }
         let mut inbox = std::mem::take(&mut self.inbox);
         inbox.resize(bytes.length() as usize, 0);
         bytes.copy_to(&mut inbox);
@@ -327,7 +356,7 @@ impl App {
         let sub = ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
             minor: PROTOCOL_MINOR,
-            max_fps: WANT_FPS,
+            max_fps: self.pace.asked(),
             region,
         };
         self.send(&sub);
@@ -433,6 +462,17 @@ impl App {
             }
             ServerMsg::Pong { nonce, .. } => {
                 self.latency_ms = Some(now_ms - nonce as f64 / 1000.0);
+                self.ping_out = None;
+                if self.draining == Some(nonce) {
+                    // The backlog has gone by: start again from a keyframe
+                    // (the last frame stays on screen meanwhile; deltas
+                    // that come before it miss their base and are refused).
+                    self.draining = None;
+                    if let Some(i) = self.interest.as_mut() {
+                        i.start_resync();
+                    }
+                    self.send(&ClientMsg::Resync);
+                }
             }
             ServerMsg::Interest(info) => {
                 if let Some(i) = self.interest.as_mut() {
@@ -981,7 +1021,8 @@ impl App {
         }
     }
 
-    /// Twice a second: the status line, and a latency probe every 2 s.
+    /// Twice a second: the status line, a latency probe every second, and
+    /// the pace (fewer snapshots when the page cannot keep up).
     pub(crate) fn status_tick(&mut self, now_ms: f64) {
         let (fps, _) = self.rendered.per_second(now_ms);
         let (_, bytes) = self.frames.per_second(now_ms);
@@ -998,6 +1039,7 @@ impl App {
                 .map(|i| f64::from(i.budget_bytes_per_s) / 1000.0),
             cells: self.interest.as_ref().map(Interest::counts),
             latency_ms: self.latency_ms,
+            asked_fps: self.pace.slowed().then(|| self.pace.asked()),
             frames: self.frames_total,
             role: self.hello.as_ref().map(|h| h.role),
             view_distance: self.camera.as_ref().map(Camera::distance),
@@ -1013,10 +1055,31 @@ impl App {
             }
         }
         self.status_ticks = self.status_ticks.wrapping_add(1);
-        if self.status_ticks.is_multiple_of(4) && self.hello.is_some() {
+        if self.status_ticks.is_multiple_of(2) && self.hello.is_some() {
             // The nonce is the send time in microseconds.
             let nonce = (now_ms * 1000.0) as u64;
             self.send(&ClientMsg::Ping { nonce });
+            self.ping_out.get_or_insert(now_ms);
+        }
+        // A probe still out counts as late as it already is.
+        let latency = match (self.latency_ms, self.ping_out) {
+            (l, Some(t)) => Some(l.unwrap_or(0.0).max(now_ms - t)),
+            (l, None) => l,
+        };
+        if self.hello.is_some()
+            && let Some(max_fps) = self.pace.review(now_ms, latency)
+        {
+            self.send(&ClientMsg::SetRate { max_fps });
+        }
+        // Over a second behind: drop what is queued instead of showing it late.
+        if self.hello.is_some()
+            && self.draining.is_none()
+            && latency.is_some_and(|l| l > DRAIN_AFTER_MS)
+        {
+            let nonce = (now_ms * 1000.0) as u64 + 1;
+            self.send(&ClientMsg::Ping { nonce });
+            self.draining = Some(nonce);
+            self.ping_out.get_or_insert(now_ms);
         }
         if let Some(s) = &self.socket
             && s.buffered() > 1 << 20

@@ -5,7 +5,9 @@
 //! # Layout
 //! - `lib.rs`: the entry point; wires browser events to [`app`].
 //! - `app.rs`: the viewer's state and what each event does.
-//! - `net.rs`: the WebSocket and the reconnect backoff.
+//! - `net.rs`: the WebSocket, the endpoints and the reconnect backoff.
+//! - `pace.rs`: how many snapshots a second the page asks for (as many as
+//!   it can handle).
 //! - `stream.rs`: keyframes and deltas rebuilt into reused frames.
 //! - `render.rs`: WebGL2: instanced boids from the quantised blocks,
 //!   interpolated between snapshots; agents, world box, perception radii.
@@ -19,6 +21,7 @@ mod app;
 mod camera;
 mod interest;
 mod net;
+mod pace;
 mod render;
 mod stats;
 mod stream;
@@ -104,7 +107,9 @@ fn connect(app: &Shared) {
     let weak = Rc::downgrade(app);
     let handler = move |ev: NetEvent| {
         let Some(app) = weak.upgrade() else { return };
-        let retry = app.borrow_mut().on_net(ev, now());
+        let t0 = now();
+        let retry = app.borrow_mut().on_net(ev, t0);
+        app.borrow_mut().spent(now() - t0);
         if let Some(ms) = retry {
             let again = app.clone();
             let f = Closure::once_into_js(move || connect(&again));
@@ -362,7 +367,9 @@ fn start_render_loop(app: &Shared, window: &Window) -> Result<(), JsValue> {
     let a = app.clone();
     let w = window.clone();
     *slot.borrow_mut() = Some(Closure::new(move |t: f64| {
+        let t0 = now();
         a.borrow_mut().render(t, w.device_pixel_ratio());
+        a.borrow_mut().spent(now() - t0);
         if let Some(f) = again.borrow().as_ref() {
             let _ = w.request_animation_frame(f.as_ref().unchecked_ref());
         }

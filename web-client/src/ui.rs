@@ -40,6 +40,8 @@ pub(crate) struct Status {
     /// The interest stream's cells: held in full, drawn as summaries.
     pub(crate) cells: Option<(usize, usize)>,
     pub(crate) latency_ms: Option<f64>,
+    /// The snapshots a second the page asks for, when it slowed the stream.
+    pub(crate) asked_fps: Option<u16>,
     pub(crate) frames: u64,
     pub(crate) role: Option<Role>,
     /// The camera's distance from what it orbits, metres.
@@ -96,7 +98,10 @@ impl Dom {
     pub(crate) fn status(&self, s: &Status) {
         let dash = || "–".to_owned();
         let texts = [
-            format!("{:.0}", s.fps),
+            match s.asked_fps {
+                Some(a) => format!("{:.0} (busy: asks {a}/s)", s.fps),
+                None => format!("{:.0}", s.fps),
+            },
             s.tick.map_or_else(dash, |t| t.to_string()),
             s.boids.map_or_else(dash, |n| n.to_string()),
             match s.budget_kbps {
@@ -109,6 +114,13 @@ impl Dom {
         ];
         for (el, text) in self.fields.iter().zip(texts) {
             el.set_text_content(Some(&text));
+        }
+        // For tests: the rate the page asks for (when it slowed it).
+        if let Some(body) = self.doc.body() {
+            let _ = match s.asked_fps {
+                Some(a) => body.set_attribute("data-asked-fps", &a.to_string()),
+                None => body.remove_attribute("data-asked-fps"),
+            };
         }
         // For tests: the camera's zoom on <body>.
         if let (Some(body), Some(d)) = (self.doc.body(), s.view_distance) {

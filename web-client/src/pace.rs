@@ -1,0 +1,147 @@
+//! How many snapshots a second this page asks the server for: as many as it
+//! can take. The page times its own work (handling snapshots, drawing) and
+//! its latency probe; when the work fills most of a second, or the probe
+//! comes back late (messages queuing up ahead of it), it asks for fewer at
+//! once (halving, as TCP does); when it has room again it asks for one more
+//! a second at a time. So a weak client gets a slower stream instead of a
+//! growing backlog and a dropped page.
+//!
+//! Pure Rust, no browser: tested natively.
+
+/// Fewest snapshots a second the page asks for.
+pub(crate) const MIN_FPS: u16 = 2;
+/// Main-thread share of busy time above which the page slows the stream.
+const BUSY_HIGH: f64 = 0.7;
+/// Share below which it may speed it up again.
+const BUSY_LOW: f64 = 0.35;
+/// A latency probe slower than this means messages queue ahead of it, ms.
+const LATE_MS: f64 = 300.0;
+/// A probe faster than this allows speeding up, ms.
+const PROMPT_MS: f64 = 150.0;
+/// Time between reviews, ms.
+const REVIEW_MS: f64 = 1_000.0;
+/// Time after any change before speeding up, ms.
+const SETTLE_MS: f64 = 2_000.0;
+
+/// The rate the page asks for, and the work it measured.
+#[derive(Debug, Clone)]
+pub(crate) struct Pace {
+    want: u16,
+    asked: u16,
+    busy_ms: f64,
+    since_ms: f64,
+    changed_ms: f64,
+    /// The share of the last review's window the page was busy.
+    pub(crate) load: f64,
+}
+
+impl Pace {
+    /// Asking for `want` a second at first, never more.
+    pub(crate) fn new(want: u16) -> Self {
+        Self {
+            want,
+            asked: want,
+            busy_ms: 0.0,
+            since_ms: 0.0,
+            changed_ms: f64::NEG_INFINITY,
+            load: 0.0,
+        }
+    }
+
+    /// The rate to ask for now.
+    pub(crate) fn asked(&self) -> u16 {
+        self.asked
+    }
+
+    /// Whether the page asks for less than it would like.
+    pub(crate) fn slowed(&self) -> bool {
+        self.asked < self.want
+    }
+
+    /// Adds main-thread time the page spent on the stream, ms.
+    pub(crate) fn spent(&mut self, ms: f64) {
+        if ms.is_finite() && ms > 0.0 {
+            self.busy_ms += ms;
+        }
+    }
+
+    /// Reviews the last second: the new rate to ask for, when it changes.
+    /// `latency_ms` is the last probe's round trip.
+    pub(crate) fn review(&mut self, now_ms: f64, latency_ms: Option<f64>) -> Option<u16> {
+        let span = now_ms - self.since_ms;
+        if span < REVIEW_MS {
+            return None;
+        }
+        self.load = (self.busy_ms / span).clamp(0.0, 1.0);
+        self.busy_ms = 0.0;
+        self.since_ms = now_ms;
+        let late = latency_ms.is_some_and(|l| l > LATE_MS);
+        let prompt = latency_ms.is_none_or(|l| l < PROMPT_MS);
+        let before = self.asked;
+        if (self.load > BUSY_HIGH || late) && self.asked > MIN_FPS {
+            // Most of the work scales with the rate: aim under the limit.
+            let scale = if late {
+                0.5
+            } else {
+                0.6 * BUSY_HIGH / self.load
+            };
+            self.asked = ((f64::from(self.asked) * scale) as u16).clamp(MIN_FPS, self.asked - 1);
+        } else if self.load < BUSY_LOW
+            && prompt
+            && self.asked < self.want
+            && now_ms - self.changed_ms >= SETTLE_MS
+        {
+            self.asked += 1;
+        }
+        (self.asked != before).then(|| {
+            self.changed_ms = now_ms;
+            self.asked
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_page_asks_for_less_then_more_once_it_has_room() {
+        let mut p = Pace::new(30);
+        assert_eq!(p.review(0.0, None), None, "nothing measured yet");
+        // 900 ms of work in a second: slow down at once, well under the limit.
+        p.spent(900.0);
+        let slower = p.review(1_000.0, Some(40.0)).unwrap();
+        assert!((MIN_FPS..30).contains(&slower), "{slower}");
+        assert!(p.slowed());
+        // A late probe alone slows it too.
+        let slower2 = p.review(2_000.0, Some(2_000.0)).unwrap();
+        assert!(slower2 < slower);
+        // Idle and prompt: one more a second, but only after it settled.
+        assert_eq!(p.review(3_000.0, Some(30.0)), None, "settling");
+        assert_eq!(p.review(4_100.0, Some(30.0)), Some(slower2 + 1));
+        assert_eq!(p.review(5_200.0, Some(30.0)), None, "settling again");
+        // Not while the probe is slowish.
+        assert_eq!(p.review(7_300.0, Some(200.0)), None);
+        // Never past what it wants, never under the floor.
+        for k in 0..100 {
+            p.review(10_000.0 + 2_000.0 * f64::from(k), Some(10.0));
+        }
+        assert_eq!(p.asked(), 30);
+        for k in 0..100 {
+            p.spent(1_000.0);
+            p.review(1e6 + 1_000.0 * f64::from(k), Some(5_000.0));
+        }
+        assert_eq!(p.asked(), MIN_FPS);
+    }
+
+    #[test]
+    fn a_page_with_room_keeps_its_rate() {
+        let mut p = Pace::new(30);
+        for k in 1..20 {
+            p.spent(200.0);
+            assert_eq!(p.review(1_000.0 * f64::from(k), Some(20.0)), None);
+        }
+        assert_eq!(p.asked(), 30);
+        assert!((p.load - 0.2).abs() < 1e-9);
+    }
+}
