@@ -403,8 +403,9 @@ impl App {
                 self.agents = Some(a);
             }
             ServerMsg::Metrics(m) => {
-                self.history.push(m.order, m.min_nn_m);
-                self.dom.plot(&self.history);
+                self.history.push(m.tick, m.order, m.min_nn_m);
+                let tick_hz = self.param("tick_hz").unwrap_or(60.0);
+                self.dom.plot(&self.history, tick_hz);
                 if let Some(b) = self.dom.doc.get_element_by_id("pause") {
                     b.set_text_content(Some(if m.paused { "Resume" } else { "Pause" }));
                 }
@@ -597,6 +598,7 @@ impl App {
     /// The reset button.
     pub(crate) fn reset(&mut self) {
         self.picked = None;
+        self.dom.pick_legend(None);
         self.command(Command::Reset { seed: None }, Pending::Other("reset"));
     }
 
@@ -879,6 +881,7 @@ impl App {
     /// its perception radii; a click on empty space clears the pick.
     fn pick(&mut self, x: f64, y: f64) {
         self.picked = None;
+        self.dom.pick_legend(None);
         let (Some(cam), Some(f)) = (&self.camera, self.shown()) else {
             return;
         };
@@ -900,13 +903,12 @@ impl App {
             }
         }
         self.picked = best.1;
-        match self.picked {
-            Some(id) => self.dom.message(
-                &format!("boid {id}: separation and cohesion radii shown"),
-                false,
-            ),
-            None => self.dom.message("", false),
-        }
+        let radii = (
+            self.param("sep_radius_m").unwrap_or(0.0),
+            self.param("coh_radius_m").unwrap_or(0.0),
+        );
+        self.dom
+            .pick_legend(self.picked.map(|id| (id, radii.0, radii.1)));
     }
 
     /// Whether the replay range should be fetched (once per hello).

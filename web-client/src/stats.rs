@@ -60,6 +60,7 @@ impl Rate {
 /// The last `N` samples of two series, for the live plot.
 #[derive(Debug)]
 pub(crate) struct History<const N: usize> {
+    tick: [u64; N],
     order: [f32; N],
     min_nn: [f32; N],
     next: usize,
@@ -69,6 +70,7 @@ pub(crate) struct History<const N: usize> {
 impl<const N: usize> Default for History<N> {
     fn default() -> Self {
         Self {
+            tick: [0; N],
             order: [0.0; N],
             min_nn: [0.0; N],
             next: 0,
@@ -78,8 +80,9 @@ impl<const N: usize> Default for History<N> {
 }
 
 impl<const N: usize> History<N> {
-    /// Appends a sample (a missing distance counts as 0).
-    pub(crate) fn push(&mut self, order: f32, min_nn: Option<f32>) {
+    /// Appends a sample of tick `tick` (a missing distance counts as 0).
+    pub(crate) fn push(&mut self, tick: u64, order: f32, min_nn: Option<f32>) {
+        self.tick[self.next] = tick;
         self.order[self.next] = order;
         self.min_nn[self.next] = min_nn.unwrap_or(0.0);
         self.next = (self.next + 1) % N;
@@ -93,6 +96,16 @@ impl<const N: usize> History<N> {
             let i = (start + k) % N;
             (self.order[i], self.min_nn[i])
         })
+    }
+
+    /// Ticks from the oldest sample to the newest (the plot's time span).
+    pub(crate) fn span_ticks(&self) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        let newest = self.tick[(self.next + N - 1) % N];
+        let oldest = self.tick[(self.next + N - self.len) % N];
+        newest.saturating_sub(oldest)
     }
 
     /// Forgets everything (a new connection or a reset flock).
@@ -169,11 +182,13 @@ mod tests {
     #[test]
     fn history_keeps_the_last_samples_in_order() {
         let mut h = History::<4>::default();
+        assert_eq!(h.span_ticks(), 0);
         for k in 0..6 {
-            h.push(k as f32, Some(k as f32 * 2.0));
+            h.push(15 * k, k as f32, Some(k as f32 * 2.0));
         }
         let got: Vec<_> = h.iter().collect();
         assert_eq!(got, vec![(2.0, 4.0), (3.0, 6.0), (4.0, 8.0), (5.0, 10.0)]);
+        assert_eq!(h.span_ticks(), 45, "ticks 30 ..= 75");
         h.clear();
         assert_eq!(h.iter().count(), 0);
     }

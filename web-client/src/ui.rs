@@ -374,8 +374,10 @@ impl Dom {
         }
     }
 
-    /// Redraws the plot and its legend.
-    pub(crate) fn plot(&self, h: &History<PLOT_SAMPLES>) {
+    /// Redraws the plot and its legend: order (0 ..= 1, left axis, green)
+    /// and the smallest distance between boids (0 ..= the largest shown,
+    /// right axis, blue) over the last minute (time axis below).
+    pub(crate) fn plot(&self, h: &History<PLOT_SAMPLES>, tick_hz: f32) {
         let w = f64::from(self.plot.client_width().max(1));
         let ht = f64::from(self.plot.client_height().max(1));
         if self.plot.width() != w as u32 {
@@ -393,16 +395,41 @@ impl Dom {
         };
         ctx.clear_rect(0.0, 0.0, w, ht);
         let max_nn = h.iter().map(|(_, d)| d).fold(1e-3f32, f32::max);
-        let dx = w / (PLOT_SAMPLES - 1) as f64;
+        // The plotting area, inside room for the axis labels.
+        let (left, right, top, bottom) = (26.0, w - 34.0, 5.0, ht - 14.0);
+        let y_of = |v: f64| bottom - v.clamp(0.0, 1.0) * (bottom - top);
+        ctx.set_font("10px sans-serif");
+        ctx.set_line_width(1.0);
+        for (frac, order_label) in [(0.0, "0"), (0.5, "0.5"), (1.0, "1")] {
+            let y = y_of(frac);
+            ctx.set_stroke_style_str("#273048");
+            ctx.begin_path();
+            ctx.move_to(left, y);
+            ctx.line_to(right, y);
+            ctx.stroke();
+            ctx.set_fill_style_str("#7be08a");
+            ctx.set_text_align("right");
+            let _ = ctx.fill_text(order_label, left - 3.0, y + 3.5);
+            ctx.set_fill_style_str("#6cc4ff");
+            ctx.set_text_align("left");
+            let nn = format!("{:.1} m", f64::from(max_nn) * frac);
+            let _ = ctx.fill_text(&nn, right + 3.0, y + 3.5);
+        }
+        let span_s = h.span_ticks() as f64 / f64::from(tick_hz.max(1.0));
+        ctx.set_fill_style_str("#8a93a8");
+        ctx.set_text_align("left");
+        let _ = ctx.fill_text(&format!("−{span_s:.0} s"), left, ht - 2.0);
+        ctx.set_text_align("right");
+        let _ = ctx.fill_text("now", right, ht - 2.0);
+        let dx = (right - left) / (PLOT_SAMPLES - 1) as f64;
+        // The newest sample at the right edge.
+        let skip = PLOT_SAMPLES - h.iter().count();
         for (series, color) in [(0, "#7be08a"), (1, "#6cc4ff")] {
             ctx.begin_path();
             ctx.set_stroke_style_str(color);
             for (k, (order, nn)) in h.iter().enumerate() {
                 let v = if series == 0 { order } else { nn / max_nn };
-                let (x, y) = (
-                    k as f64 * dx,
-                    ht - 2.0 - f64::from(v.clamp(0.0, 1.0)) * (ht - 4.0),
-                );
+                let (x, y) = (left + (skip + k) as f64 * dx, y_of(f64::from(v)));
                 if k == 0 {
                     ctx.move_to(x, y);
                 } else {
@@ -414,8 +441,26 @@ impl Dom {
         if let Some((order, nn)) = h.iter().last() {
             self.legend_order
                 .set_text_content(Some(&format!("{order:.2}")));
-            self.legend_nn
-                .set_text_content(Some(&format!("{nn:.2} m (plot max {max_nn:.1})")));
+            self.legend_nn.set_text_content(Some(&format!("{nn:.2} m")));
+        }
+    }
+
+    /// Names the two spheres drawn around a picked boid (None: none picked).
+    pub(crate) fn pick_legend(&self, picked: Option<(u32, f32, f32)>) {
+        let Some(el) = self.doc.get_element_by_id("pick-legend") else {
+            return;
+        };
+        match picked {
+            Some((id, sep, coh)) => {
+                el.set_inner_html(&format!(
+                    "boid {id}: <b class=\"sep\">○ separation {sep:.1} m</b> \
+                     <b class=\"coh\">○ cohesion {coh:.1} m</b>"
+                ));
+                let _ = el.remove_attribute("hidden");
+            }
+            None => {
+                let _ = el.set_attribute("hidden", "");
+            }
         }
     }
 }
