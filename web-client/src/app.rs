@@ -257,7 +257,7 @@ impl App {
                 let wait = self.endpoints.lost();
                 self.dom.offline();
                 let words = close_words(code, &reason);
-                let next = if wait == 0 {
+                let next = if wait <= crate::net::NEXT_ENDPOINT_MS {
                     format!("{words}; trying the next server")
                 } else {
                     format!("{words}; reconnecting in {:.1} s", f64::from(wait) / 1000.0)

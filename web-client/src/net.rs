@@ -97,22 +97,36 @@ pub(crate) struct Endpoints {
 pub(crate) const MAX_ENDPOINTS: usize = 16;
 
 impl Endpoints {
-    /// `own` (this page's server) when `list` is empty, else each of
-    /// `list` (comma-separated `host:port`, or `ws(s)://…` URLs; at most
-    /// [`MAX_ENDPOINTS`]), starting at `start` (spread viewers over them).
-    /// `scheme` is `ws` or `wss`; `query` (`?token=…`, or empty) is added
-    /// to each.
+    /// `own` (this page's server, `host:port`) when `list` is empty, else
+    /// each of `list` (comma-separated `host:port`, or `ws(s)://…` URLs; at
+    /// most [`MAX_ENDPOINTS`]), starting at `start` (spread viewers over
+    /// them). `scheme` is `ws` or `wss`; `query` (`?token=…`, or empty) is
+    /// added only to endpoints on the page's own host name, so a crafted
+    /// link cannot send the token elsewhere (others are watched read-only).
     pub(crate) fn new(own: &str, list: &str, scheme: &str, query: &str, start: usize) -> Self {
+        let own_host = host_name(own);
         let mut urls: Vec<String> = list
             .split(',')
             .map(str::trim)
             .filter(|e| !e.is_empty() && !e.contains(char::is_whitespace))
             .take(MAX_ENDPOINTS)
             .map(|e| {
-                if e.starts_with("ws://") || e.starts_with("wss://") {
-                    format!("{e}{query}")
+                let url = if e.starts_with("ws://") || e.starts_with("wss://") {
+                    e.to_owned()
                 } else {
-                    format!("{scheme}://{}/ws{query}", e.trim_end_matches('/'))
+                    format!("{scheme}://{}/ws", e.trim_end_matches('/'))
+                };
+                let authority = url
+                    .split("://")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split('/')
+                    .next()
+                    .unwrap_or("");
+                if host_name(authority) == own_host {
+                    format!("{url}{query}")
+                } else {
+                    url
                 }
             })
             .collect();
@@ -138,15 +152,28 @@ impl Endpoints {
     }
 
     /// The connection was lost or refused: moves on to the next endpoint
-    /// and says how long to wait first, ms (none until a whole round failed).
+    /// and says how long to wait first, ms (a moment until a whole round
+    /// failed, then the backoff).
     pub(crate) fn lost(&mut self) -> u32 {
         let n = self.urls.len() as u32;
         self.current = (self.current + 1) % self.urls.len();
         self.failures = self.failures.saturating_add(1);
         if self.failures < n {
-            return 0;
+            return NEXT_ENDPOINT_MS;
         }
         backoff_ms((self.failures - n) / n)
+    }
+}
+
+/// Wait before trying the next endpoint, ms (so endpoints that accept and
+/// close at once are not hammered).
+pub(crate) const NEXT_ENDPOINT_MS: u32 = 250;
+
+/// The host name of `host:port` (IPv6 in brackets kept whole).
+fn host_name(authority: &str) -> &str {
+    match authority.rsplit_once(':') {
+        Some((h, port)) if !port.contains(']') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
     }
 }
 
@@ -176,7 +203,7 @@ pub(crate) fn close_words(code: u16, reason: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Endpoints, backoff_ms, close_words};
+    use super::{Endpoints, NEXT_ENDPOINT_MS, backoff_ms, close_words};
 
     #[test]
     fn endpoints_are_tried_in_turn_and_back_off_after_a_round() {
@@ -184,20 +211,26 @@ mod tests {
         assert_eq!(e.url(), "ws://here:8080/ws");
         assert_eq!(e.lost(), 500, "one server: the backoff at once");
         let mut e = Endpoints::new(
-            "here",
-            "edge1:8081, wss://edge2.example.org/ws ,,bad host",
+            "edge1:8080",
+            "edge1:8081, wss://elsewhere.example.org/ws ,,bad host",
             "ws",
             "?token=t",
             1,
         );
-        assert_eq!(e.url(), "wss://edge2.example.org/ws?token=t");
-        assert_eq!(e.lost(), 0, "the other edge at once");
+        assert_eq!(
+            e.url(),
+            "wss://elsewhere.example.org/ws",
+            "the token goes to the page's own host only"
+        );
+        assert_eq!(e.lost(), NEXT_ENDPOINT_MS, "the other edge after a moment");
         assert_eq!(e.url(), "ws://edge1:8081/ws?token=t");
         assert_eq!(e.lost(), 500, "both failed: wait");
         assert_eq!(e.lost(), 500);
         assert_eq!(e.lost(), 1_000, "the second round waits longer");
         e.connected();
-        assert_eq!(e.lost(), 0);
+        assert_eq!(e.lost(), NEXT_ENDPOINT_MS);
+        assert_eq!(super::host_name("[::1]:8080"), "[::1]");
+        assert_eq!(super::host_name("[::1]"), "[::1]");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! the edge asks for one every [`KEYFRAME_ASK_EVERY`] meanwhile.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ use super::wire::{
 use crate::command::OpError;
 use crate::engine::Request;
 use crate::engine::broadcast::Encoder;
-use crate::engine::published::{Published, SimState};
+use crate::engine::published::{Broadcast, Published, SimState};
 use crate::engine::tick::COMMAND_QUEUE;
 use crate::http::auth::Tokens;
 use crate::telemetry::Telemetry;
@@ -42,6 +42,8 @@ use crate::telemetry::Telemetry;
 /// NATS messages waiting for the feed thread, at most (more are dropped
 /// and the edge asks for a full set).
 pub const FEED_QUEUE: usize = 16_384;
+/// Bytes of NATS messages waiting for the feed thread, at most (likewise).
+pub const FEED_BYTES: usize = 64 << 20;
 /// How often an edge that is not in step asks the origin for keyframes.
 pub const KEYFRAME_ASK_EVERY: Duration = Duration::from_millis(500);
 
@@ -83,10 +85,12 @@ pub async fn start(
     let (feed_tx, feed_rx) = sync_channel(FEED_QUEUE);
     let want_keyframes = Arc::new(AtomicBool::new(true));
     let lost = Arc::new(AtomicBool::new(false));
+    let queued = Arc::new(AtomicUsize::new(0));
     tokio::spawn(receive(
         sub,
         cfg.subjects.clone(),
         feed_tx,
+        queued.clone(),
         lost.clone(),
         telemetry.clone(),
         stop.clone(),
@@ -99,6 +103,7 @@ pub async fn start(
         stop.clone(),
     ));
     let feed = Feed {
+        queued,
         keyframe_every: cfg.keyframe_every,
         telemetry: telemetry.clone(),
         want_keyframes,
@@ -110,6 +115,7 @@ pub async fn start(
         part: None,
         stream: None,
         encoder: Encoder::default(),
+        served: None,
         whole: Frame::default(),
         order: Vec::new(),
     };
@@ -168,6 +174,7 @@ async fn receive(
     mut sub: async_nats::Subscriber,
     subjects: Subjects,
     feed: SyncSender<FeedMsg>,
+    queued: Arc<AtomicUsize>,
     lost: Arc<AtomicBool>,
     telemetry: Arc<Telemetry>,
     mut stop: watch::Receiver<bool>,
@@ -182,9 +189,17 @@ async fn receive(
             telemetry.nats_drop("malformed");
             continue;
         };
+        let len = msg.payload.len();
+        if queued.load(Ordering::Relaxed) + len > FEED_BYTES {
+            telemetry.nats_drop("overflow");
+            lost.store(true, Ordering::Relaxed);
+            continue;
+        }
+        queued.fetch_add(len, Ordering::Relaxed);
         match feed.try_send((kind, msg.payload)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
+                queued.fetch_sub(len, Ordering::Relaxed);
                 telemetry.nats_drop("overflow");
                 lost.store(true, Ordering::Relaxed);
             }
@@ -223,6 +238,8 @@ struct Pending {
     state: StateMsg,
     /// Cell parts received.
     messages: u32,
+    /// A paused origin's repeated state: no cells, the last frame stays.
+    heartbeat: bool,
 }
 
 /// A cell update being put together from its parts.
@@ -243,6 +260,8 @@ struct Stream {
 }
 
 struct Feed {
+    /// Bytes waiting in the queue.
+    queued: Arc<AtomicUsize>,
     keyframe_every: u64,
     telemetry: Arc<Telemetry>,
     want_keyframes: Arc<AtomicBool>,
@@ -256,6 +275,8 @@ struct Feed {
     part: Option<PartialCell>,
     stream: Option<Stream>,
     encoder: Encoder,
+    /// The last broadcast served (a heartbeat serves it again).
+    served: Option<Arc<Broadcast>>,
     whole: Frame,
     /// (id, cell, index in cell), sorted by id to merge the cells.
     order: Vec<(u32, u32, u32)>,
@@ -274,6 +295,7 @@ impl Feed {
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            self.queued.fetch_sub(payload.len(), Ordering::Relaxed);
             if self.lost.swap(false, Ordering::Relaxed) {
                 self.out_of_step("messages were dropped");
             }
@@ -312,7 +334,9 @@ impl Feed {
         let (env, rest) = Envelope::split(payload).map_err(|e| self.malformed(e))?;
         let state = parse_state(rest).map_err(|e| self.malformed(e))?;
         if self.pending.is_some() {
-            return Err("a broadcast ended without its end message".into());
+            // The last broadcast never ended; this one may be a full set
+            // that brings the edge back, so it is still read.
+            self.out_of_step("a broadcast ended without its end message");
         }
         if self.epoch != Some(env.epoch) {
             if self.epoch.is_some() {
@@ -322,10 +346,17 @@ impl Feed {
             self.in_step = false;
             self.encoder.restart_chain();
         }
-        let follows = self.in_step && env.seq == self.last_seq + 1;
-        if !(state.full || follows) {
+        let same_world = self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.world_m == state.world_m && s.dims == state.dims);
+        let follows = self.in_step && same_world && env.seq == self.last_seq + 1;
+        // The origin repeats its last broadcast's state while paused.
+        let heartbeat = self.in_step && same_world && env.seq == self.last_seq && !state.full;
+        if !(state.full || follows || heartbeat) {
             self.telemetry.nats_drop("stale");
-            // Out of step already, or a broadcast went missing.
+            // Out of step already, a broadcast went missing, or the world
+            // changed without a full set.
             return Err(format!(
                 "broadcast {} does not follow {}",
                 env.seq, self.last_seq
@@ -335,9 +366,9 @@ impl Feed {
             let grid = CellGrid::for_world(state.world_m, state.dims);
             let quant = QuantBox::around_world(state.world_m, state.dims);
             match self.stream.as_mut() {
-                Some(s) if s.grid == grid && s.quant == quant => s.mirror.clear(),
+                Some(s) if s.grid == grid && s.quant == quant && same_world => s.mirror.clear(),
                 _ => {
-                    if !grid.is_valid() {
+                    if !(matches!(state.dims, 2 | 3) && grid.is_valid() && quant.is_valid()) {
                         return Err(self.malformed(format!(
                             "world {:?} × {} makes no cell grid",
                             state.world_m, state.dims
@@ -357,6 +388,7 @@ impl Feed {
             env,
             state,
             messages: 0,
+            heartbeat,
         });
         Ok(())
     }
@@ -432,6 +464,12 @@ impl Feed {
                 env.seq, pending.messages
             ));
         }
+        if pending.heartbeat {
+            if let Some(b) = self.served.clone() {
+                self.send(pending.state, b, out);
+            }
+            return Ok(());
+        }
         self.in_step = true;
         self.last_seq = env.seq;
         self.want_keyframes.store(false, Ordering::Relaxed);
@@ -475,14 +513,29 @@ impl Feed {
             self.keyframe_every,
             &self.telemetry,
         );
-        if broadcast.is_none() {
+        let Some(broadcast) = broadcast else {
             return;
-        }
+        };
         self.telemetry.nats_broadcasts.inc();
+        self.served = Some(broadcast.clone());
+        self.send(state, broadcast, out);
+    }
+
+    /// Publishes the origin's state with a broadcast for this edge's
+    /// viewers and REST.
+    fn send(
+        &self,
+        state: StateMsg,
+        broadcast: Arc<Broadcast>,
+        out: &watch::Sender<Arc<Published>>,
+    ) {
+        let Some(stream) = self.stream.as_ref() else {
+            return;
+        };
         let _ = out.send(Arc::new(Published {
             sim: state.sim,
             quant: stream.quant,
-            broadcast,
+            broadcast: Some(broadcast),
             at: Instant::now(),
         }));
     }
@@ -560,20 +613,19 @@ fn remote_busy(detail: &str) -> OpError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::interest::CellBuilder;
-    use crate::nats::wire::{MIN_PART_BYTES, put_end};
+    use crate::nats::origin::{Message, Stream as Origin};
+    use crate::nats::wire::MIN_PART_BYTES;
     use starling_protocol::encode_keyframe;
-    use starling_protocol::interest::Precision;
 
     const WORLD: [f32; 3] = [100.0, 100.0, 50.0];
 
     /// 3000 boids packed into one cell (its full update needs three parts
     /// of `MIN_PART_BYTES`) and one elsewhere, moved by `step`.
-    fn frame(tick: u64, step: u16) -> Frame {
+    fn frame(tick: u64, step: u16, world: [f32; 3]) -> Frame {
         let n = 3001u32;
         Frame {
             tick,
-            quant: Some(QuantBox::around_world(WORLD, 3)),
+            quant: Some(QuantBox::around_world(world, 3)),
             ids: (0..n).collect(),
             pos: (0..n)
                 .flat_map(|i| {
@@ -590,6 +642,7 @@ mod tests {
 
     fn feed() -> Feed {
         Feed {
+            queued: Arc::new(AtomicUsize::new(0)),
             keyframe_every: 300,
             telemetry: Arc::new(Telemetry::default()),
             want_keyframes: Arc::new(AtomicBool::new(true)),
@@ -601,65 +654,58 @@ mod tests {
             part: None,
             stream: None,
             encoder: Encoder::default(),
+            served: None,
             whole: Frame::default(),
             order: Vec::new(),
         }
     }
 
-    /// What the origin publishes for broadcast `seq` of `whole`, with the
-    /// stream holding `held` of every cell.
-    fn messages(
-        builder: &mut CellBuilder,
-        seq: u64,
-        whole: &Frame,
-        full: bool,
-        held: &mut [crate::engine::interest::Held],
-    ) -> Vec<(FrameSubject, Vec<u8>)> {
-        let tel = Arc::new(Telemetry::default());
-        let set = builder.build(seq, whole, WORLD, 3, &tel).unwrap();
-        let env = Envelope { epoch: 9, seq };
-        let mut out = Vec::new();
-        let mut state = Vec::new();
-        env.put(&mut state);
-        serde_json::to_writer(
-            &mut state,
-            &StateMsg {
-                tick: whole.tick,
-                full,
-                world_m: WORLD,
-                dims: 3,
-                sim: nothing_yet().sim,
-            },
-        )
-        .unwrap();
-        out.push((FrameSubject::State, state));
-        let mut parts = 0u32;
-        for (c, h) in held.iter_mut().enumerate() {
-            if set.now.cells[c].is_empty() && h[0].is_none() {
-                continue;
-            }
-            let u = set.update_for(c as u32, *h, Precision::EXACT).unwrap();
-            *h = u.held;
-            for p in CellPart::cut(c as u32, &u.bytes, MIN_PART_BYTES) {
-                let mut m = Vec::new();
-                p.put(env, &mut m);
-                out.push((FrameSubject::Cell, m));
-                parts += 1;
+    /// The origin's side: its encoder and its stream, as `serve --nats` runs them.
+    struct Side {
+        encoder: Encoder,
+        stream: Origin,
+        tel: Arc<Telemetry>,
+    }
+
+    impl Side {
+        fn new() -> Self {
+            Self {
+                encoder: Encoder::new(true),
+                stream: Origin::new(Subjects::new("starling"), 9),
+                tel: Arc::new(Telemetry::default()),
             }
         }
-        let mut end = Vec::new();
-        put_end(env, parts, &mut end);
-        out.push((FrameSubject::End, end));
-        out
+
+        /// The state published with broadcast of `whole`.
+        fn publish(&mut self, whole: &Frame, world: [f32; 3]) -> Published {
+            let b = self
+                .encoder
+                .encode_frame(whole, world, 3, 300, &self.tel)
+                .unwrap();
+            Published {
+                sim: nothing_yet().sim,
+                quant: QuantBox::around_world(world, 3),
+                broadcast: Some(b),
+                at: Instant::now(),
+            }
+        }
+
+        fn send(&mut self, st: &Published, asked: bool) -> Vec<Message> {
+            let b = st.broadcast.clone().unwrap();
+            self.stream
+                .broadcast(st, &b, asked, MIN_PART_BYTES)
+                .unwrap()
+        }
     }
 
     fn play(
         f: &mut Feed,
-        msgs: &[(FrameSubject, Vec<u8>)],
+        msgs: &[Message],
         out: &watch::Sender<Arc<Published>>,
     ) -> Result<(), String> {
-        for (kind, m) in msgs {
-            match kind {
+        let subjects = Subjects::new("starling");
+        for (subject, m) in msgs {
+            match subjects.kind_of(subject).unwrap() {
                 FrameSubject::State => f.on_state(m)?,
                 FrameSubject::Cell => f.on_cell(m)?,
                 FrameSubject::End => f.on_end(m, out)?,
@@ -674,53 +720,98 @@ mod tests {
         out
     }
 
+    fn served(rx: &watch::Receiver<Arc<Published>>) -> Vec<u8> {
+        rx.borrow().broadcast.as_ref().unwrap().keyframe.to_vec()
+    }
+
     #[test]
-    fn an_edge_rebuilds_the_origins_frames_from_parts_and_stops_at_a_gap() {
+    fn an_edge_serves_the_origins_frames_and_stops_at_a_gap_until_a_full_set() {
         let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
-        let mut f = feed();
-        let mut builder = CellBuilder::default();
-        let n_cells = CellGrid::for_world(WORLD, 3).len();
-        let mut held = vec![[None, None]; n_cells];
-        // A full set, the big cell in several parts.
-        let first = messages(&mut builder, 1, &frame(2, 0), true, &mut held);
-        assert!(first.iter().filter(|m| m.0 == FrameSubject::Cell).count() >= 4);
+        let (mut side, mut f) = (Side::new(), feed());
+        // The first broadcast is a full set, the big cell in several parts.
+        let st = side.publish(&frame(2, 0, WORLD), WORLD);
+        let first = side.send(&st, false);
+        assert!(first.len() >= 6, "state, 4+ parts, end");
         play(&mut f, &first, &tx).unwrap();
-        let b = rx.borrow().broadcast.clone().expect("a broadcast");
-        assert_eq!(&b.keyframe[..], &keyframe(&frame(2, 0))[..]);
+        assert_eq!(served(&rx), keyframe(&frame(2, 0, WORLD)));
         assert!(!f.want_keyframes.load(Ordering::Relaxed));
-        // Updates against it.
-        for seq in 2..=3u64 {
-            let next = frame(2 * seq, seq as u16);
-            let msgs = messages(&mut builder, seq, &next, false, &mut held);
-            play(&mut f, &msgs, &tx).unwrap();
-            let b = rx.borrow().broadcast.clone().unwrap();
-            assert_eq!(&b.keyframe[..], &keyframe(&next)[..], "seq {seq}");
+        // Updates against it, bit for bit.
+        for seq in 2..=3u16 {
+            let next = frame(2 * u64::from(seq), seq, WORLD);
+            let st = side.publish(&next, WORLD);
+            play(&mut f, &side.send(&st, false), &tx).unwrap();
+            assert_eq!(served(&rx), keyframe(&next), "seq {seq}");
         }
-        // A broadcast goes missing: the next is refused and keyframes asked for.
-        let _missed = messages(&mut builder, 4, &frame(8, 4), false, &mut held);
-        let after = messages(&mut builder, 5, &frame(10, 5), false, &mut held);
-        assert!(play(&mut f, &after, &tx).is_err());
+        // A paused origin's heartbeat keeps the frame and refreshes the state.
+        let hb = side.stream.heartbeat(&st).unwrap();
+        let before = rx.borrow().at;
+        play(&mut f, &hb, &tx).unwrap();
+        assert!(rx.borrow().at > before);
+        assert_eq!(served(&rx), keyframe(&frame(6, 3, WORLD)));
+        // A broadcast goes missing: the next is refused, keyframes asked for.
+        let st = side.publish(&frame(8, 4, WORLD), WORLD);
+        let _missed = side.send(&st, false);
+        let st = side.publish(&frame(10, 5, WORLD), WORLD);
+        assert!(play(&mut f, &side.send(&st, false), &tx).is_err());
         f.out_of_step("test");
         assert!(f.want_keyframes.load(Ordering::Relaxed));
-        let served =
-            |rx: &watch::Receiver<Arc<Published>>| rx.borrow().broadcast.as_ref().unwrap().tick;
-        assert_eq!(served(&rx), 6, "nothing served from the broken stream");
-        // A lost part breaks the broadcast too.
-        let mut held_full = vec![[None, None]; n_cells];
-        let mut again = messages(&mut builder, 6, &frame(12, 6), true, &mut held_full);
-        let cut = again
-            .iter()
-            .position(|m| m.0 == FrameSubject::Cell)
-            .unwrap();
-        again.remove(cut);
-        assert!(play(&mut f, &again, &tx).is_err());
-        assert_eq!(served(&rx), 6, "nor from a broadcast short of a part");
-        // The full set after it brings the edge back.
-        let mut held_full = vec![[None, None]; n_cells];
-        let full = messages(&mut builder, 7, &frame(14, 7), true, &mut held_full);
-        f.out_of_step("test");
-        play(&mut f, &full, &tx).unwrap();
-        let b = rx.borrow().broadcast.clone().unwrap();
-        assert_eq!(&b.keyframe[..], &keyframe(&frame(14, 7))[..]);
+        assert_eq!(
+            served(&rx),
+            keyframe(&frame(6, 3, WORLD)),
+            "nothing from the gap"
+        );
+        // The origin answers the ask with a full set: the edge is back.
+        let st = side.publish(&frame(12, 6, WORLD), WORLD);
+        play(&mut f, &side.send(&st, true), &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(12, 6, WORLD)));
+    }
+
+    #[test]
+    fn a_new_world_goes_in_full_and_a_broken_broadcast_does_not_cost_the_next_full_set() {
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let (mut side, mut f) = (Side::new(), feed());
+        let st = side.publish(&frame(2, 0, WORLD), WORLD);
+        play(&mut f, &side.send(&st, false), &tx).unwrap();
+        // The world doubles: the same cell count, another box. The origin
+        // sends the next broadcast in full and the edge serves the new box.
+        let big = [200.0, 200.0, 100.0];
+        let st = side.publish(&frame(4, 1, big), big);
+        let msgs = side.send(&st, false);
+        assert!(String::from_utf8_lossy(&msgs[0].1[16..]).contains("\"full\":true"));
+        play(&mut f, &msgs, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(4, 1, big)));
+        assert_eq!(rx.borrow().quant, QuantBox::around_world(big, 3));
+        // A broadcast loses its end (a publish failed midway): the origin
+        // sends the next in full, and the edge takes it at once.
+        let st = side.publish(&frame(6, 2, big), big);
+        let mut cut = side.send(&st, false);
+        cut.pop();
+        play(&mut f, &cut, &tx).unwrap();
+        side.stream.failed();
+        let st = side.publish(&frame(8, 3, big), big);
+        play(&mut f, &side.send(&st, false), &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(8, 3, big)));
+        // A state claiming another world without a full set is refused.
+        let mut g = feed();
+        let st = side.publish(&frame(10, 4, big), big);
+        play(&mut g, &side.send(&st, true), &tx).unwrap();
+        let mut other = Side::new();
+        let st2 = other.publish(&frame(12, 5, WORLD), WORLD);
+        let mut msgs = other.send(&st2, false);
+        // Re-stamp it as the next broadcast of the same run, not full.
+        let text =
+            String::from_utf8_lossy(&msgs[0].1[16..]).replace("\"full\":true", "\"full\":false");
+        let mut state = Vec::new();
+        Envelope {
+            epoch: 9,
+            seq: g.last_seq + 1,
+        }
+        .put(&mut state);
+        state.extend_from_slice(text.as_bytes());
+        msgs[0].1 = state.into();
+        assert!(
+            g.on_state(&msgs[0].1).is_err(),
+            "another world needs a full set"
+        );
     }
 }

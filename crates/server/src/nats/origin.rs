@@ -12,12 +12,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
-use starling_protocol::interest::Precision;
+use starling_protocol::QuantBox;
+use starling_protocol::interest::{CellGrid, Precision};
 use tokio::sync::{Semaphore, watch};
 
 use super::NatsError;
@@ -75,13 +76,8 @@ pub async fn start(
     tokio::spawn(
         Publisher {
             client,
-            subjects,
-            epoch,
+            stream: Some(Stream::new(subjects, epoch)),
             asked,
-            held: Vec::new(),
-            sent_len: Vec::new(),
-            last_seq: None,
-            buf: Vec::new(),
             telemetry: shared.0.telemetry.clone(),
         }
         .run(shared, stop),
@@ -102,72 +98,83 @@ fn new_epoch() -> u64 {
     z ^ (z >> 31)
 }
 
-/// What the stream holds of each cell, as a viewer would.
-struct Publisher {
-    client: Client,
+/// What the stream holds of each cell, as a viewer would, and what each
+/// broadcast therefore sends: the origin's side of the stream, without I/O
+/// (the edge's tests drive it too).
+#[derive(Debug)]
+pub struct Stream {
     subjects: Subjects,
     epoch: u64,
-    /// Set by an edge's request: the next broadcast goes out in full.
-    asked: Arc<AtomicBool>,
     held: Vec<Held>,
     /// Boids each cell had when last sent (an empty cell is sent once).
     sent_len: Vec<usize>,
-    /// The last broadcast published whole.
-    last_seq: Option<u64>,
-    buf: Vec<u8>,
-    telemetry: Arc<crate::telemetry::Telemetry>,
+    /// The last broadcast sent whole, and its tick.
+    last: Option<(u64, u64)>,
+    /// The world, dimensions, grid and box of the last set sent: any
+    /// change sends the next broadcast in full.
+    world: Option<([f32; 3], u8, CellGrid, QuantBox)>,
 }
 
-impl Publisher {
-    async fn run(mut self, shared: Shared, mut stop: watch::Receiver<bool>) {
-        let mut rx = shared.0.published.clone();
-        loop {
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { break },
-                _ = stop.changed() => break,
-            }
-            let st = rx.borrow_and_update().clone();
-            let Some(b) = st.broadcast.clone() else {
-                continue;
-            };
-            if self.last_seq.is_some_and(|s| s >= b.seq) {
-                continue;
-            }
-            match self.publish(&st, &b).await {
-                Ok(()) => {
-                    self.last_seq = Some(b.seq);
-                    shared.0.telemetry.nats_broadcasts.inc();
-                }
-                Err(e) => {
-                    // The next broadcast goes out in full.
-                    tracing::warn!(error = %e, seq = b.seq, "broadcast not published on NATS");
-                    self.last_seq = None;
-                }
-            }
+/// One message to publish.
+pub type Message = (String, Bytes);
+
+impl Stream {
+    /// A stream under `subjects` for the run `epoch`.
+    pub fn new(subjects: Subjects, epoch: u64) -> Self {
+        Self {
+            subjects,
+            epoch,
+            held: Vec::new(),
+            sent_len: Vec::new(),
+            last: None,
+            world: None,
         }
     }
 
-    async fn publish(&mut self, st: &Published, b: &Broadcast) -> Result<(), String> {
+    /// Whether broadcast `seq` has not been sent yet.
+    pub fn is_new(&self, seq: u64) -> bool {
+        self.last.is_none_or(|(s, _)| s < seq)
+    }
+
+    /// A send failed: the next broadcast goes in full.
+    pub fn failed(&mut self) {
+        self.last = None;
+    }
+
+    fn state(&self, env: Envelope, state: &StateMsg) -> Result<Message, String> {
+        let mut buf = Vec::new();
+        env.put(&mut buf);
+        serde_json::to_writer(&mut buf, state).map_err(|e| e.to_string())?;
+        Ok((self.subjects.state(), buf.into()))
+    }
+
+    fn end(&self, env: Envelope, messages: u32) -> Message {
+        let mut buf = Vec::new();
+        put_end(env, messages, &mut buf);
+        (self.subjects.end(), buf.into())
+    }
+
+    /// The messages of broadcast `b` (with `st`'s state): every cell's
+    /// update against what the stream holds, in full when `full_asked`,
+    /// after a gap, or when the world changed. Parts are at most
+    /// `part_bytes`.
+    pub fn broadcast(
+        &mut self,
+        st: &Published,
+        b: &Broadcast,
+        full_asked: bool,
+        part_bytes: usize,
+    ) -> Result<Vec<Message>, String> {
         let Some(cells) = b.cells.as_ref() else {
             return Err("the broadcast has no cells".into());
         };
-        // Parts fit the server's max_payload (unknown until connected: the
-        // default then; an over-large publish fails and is sent again in full).
-        let max_payload = self.client.server_info().max_payload;
-        let part_bytes = match max_payload {
-            0 => PART_BYTES,
-            m => PART_BYTES.min(m.saturating_sub(1024)),
-        };
-        if part_bytes < MIN_PART_BYTES {
-            return Err(format!(
-                "the NATS server's max_payload is {max_payload} bytes; parts need {MIN_PART_BYTES} and headers"
-            ));
-        }
         let now = &cells.now;
         let n = now.grid.len();
-        let full = self.asked.swap(false, Ordering::Relaxed)
-            || self.last_seq.is_none_or(|s| s + 1 != b.seq)
-            || self.held.len() != n;
+        let world = Some((now.world_m, now.dims, now.grid, now.quant));
+        let full = full_asked
+            || self.last.is_none_or(|(s, _)| s + 1 != b.seq)
+            || self.held.len() != n
+            || self.world != world;
         if full {
             self.held = vec![[None, None]; n];
             self.sent_len = vec![0; n];
@@ -176,17 +183,16 @@ impl Publisher {
             epoch: self.epoch,
             seq: b.seq,
         };
-        let state = StateMsg {
-            tick: b.tick,
-            full,
-            world_m: now.world_m,
-            dims: now.dims,
-            sim: st.sim.clone(),
-        };
-        self.buf.clear();
-        env.put(&mut self.buf);
-        serde_json::to_writer(&mut self.buf, &state).map_err(|e| e.to_string())?;
-        self.send(self.subjects.state()).await?;
+        let mut out = vec![self.state(
+            env,
+            &StateMsg {
+                tick: b.tick,
+                full,
+                world_m: now.world_m,
+                dims: now.dims,
+                sim: st.sim.clone(),
+            },
+        )?];
         let mut messages = 0u32;
         for c in 0..n {
             let len = now.cells[c].len();
@@ -199,23 +205,147 @@ impl Publisher {
             self.held[c] = u.held;
             self.sent_len[c] = len;
             for part in CellPart::cut(c as u32, &u.bytes, part_bytes) {
-                self.buf.clear();
-                part.put(env, &mut self.buf);
-                self.send(self.subjects.cell(c as u32)).await?;
+                let mut buf = Vec::with_capacity(part.bytes.len() + 32);
+                part.put(env, &mut buf);
+                out.push((self.subjects.cell(c as u32), buf.into()));
                 messages += 1;
             }
         }
-        self.buf.clear();
-        put_end(env, messages, &mut self.buf);
-        self.send(self.subjects.end()).await
+        out.push(self.end(env, messages));
+        self.last = Some((b.seq, b.tick));
+        self.world = world;
+        Ok(out)
     }
 
-    async fn send(&self, subject: String) -> Result<(), String> {
-        self.telemetry.nats_bytes.inc_by(self.buf.len() as u64);
-        self.client
-            .publish(subject, Bytes::copy_from_slice(&self.buf))
-            .await
-            .map_err(|e| e.to_string())
+    /// A state message (and an end with no cells) for the last broadcast
+    /// sent again: edges keep their state fresh (and `/readyz` ready)
+    /// while the origin is paused. None before any broadcast.
+    pub fn heartbeat(&self, st: &Published) -> Option<Vec<Message>> {
+        let ((seq, tick), (world_m, dims, _, _)) = (self.last?, self.world?);
+        let env = Envelope {
+            epoch: self.epoch,
+            seq,
+        };
+        let state = StateMsg {
+            tick,
+            full: false,
+            world_m,
+            dims,
+            sim: st.sim.clone(),
+        };
+        Some(vec![self.state(env, &state).ok()?, self.end(env, 0)])
+    }
+}
+
+/// Publishes the stream: the latest published state, read like any viewer
+/// reads it; the encoding on a blocking thread, never on the runtime's.
+struct Publisher {
+    client: Client,
+    stream: Option<Stream>,
+    /// Set by an edge's request: the next broadcast goes out in full.
+    asked: Arc<AtomicBool>,
+    telemetry: Arc<crate::telemetry::Telemetry>,
+}
+
+/// Keyframe asks are honoured at most this often (each costs a full set).
+pub const KEYFRAME_ASKS_EVERY: Duration = Duration::from_millis(500);
+
+/// How often a paused origin repeats its state for edges.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+impl Publisher {
+    async fn run(mut self, shared: Shared, mut stop: watch::Receiver<bool>) {
+        let mut rx = shared.0.published.clone();
+        let mut sent_at = Instant::now();
+        loop {
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { break },
+                _ = stop.changed() => break,
+            }
+            let st = rx.borrow_and_update().clone();
+            let (Some(b), Some(stream)) = (st.broadcast.clone(), self.stream.as_ref()) else {
+                continue;
+            };
+            let new = stream.is_new(b.seq);
+            let asked = self.asked.swap(false, Ordering::Relaxed);
+            let messages = if new || asked {
+                let part_bytes = match self.part_bytes() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "broadcast not published on NATS");
+                        continue;
+                    }
+                };
+                let Some(mut stream) = self.stream.take() else {
+                    break;
+                };
+                let built = tokio::task::spawn_blocking(move || {
+                    let r = stream.broadcast(&st, &b, asked, part_bytes);
+                    (stream, r)
+                })
+                .await;
+                match built {
+                    Ok((stream, r)) => {
+                        self.stream = Some(stream);
+                        r
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the NATS publisher stopped");
+                        break;
+                    }
+                }
+            } else if sent_at.elapsed() >= HEARTBEAT {
+                stream.heartbeat(&st).ok_or_else(String::new)
+            } else {
+                continue;
+            };
+            let sent = match messages {
+                Ok(m) => self.send(m).await,
+                Err(e) => Err(e),
+            };
+            sent_at = Instant::now();
+            match sent {
+                Ok(()) => {
+                    if new || asked {
+                        self.telemetry.nats_broadcasts.inc();
+                    }
+                }
+                Err(e) => {
+                    // The next broadcast goes out in full.
+                    tracing::warn!(error = %e, "broadcast not published on NATS");
+                    if let Some(s) = self.stream.as_mut() {
+                        s.failed();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Parts fit the server's max_payload (unknown until connected: the
+    /// default then; an over-large publish fails and goes again in full).
+    fn part_bytes(&self) -> Result<usize, String> {
+        let max_payload = self.client.server_info().max_payload;
+        let part_bytes = match max_payload {
+            0 => PART_BYTES,
+            m => PART_BYTES.min(m.saturating_sub(1024)),
+        };
+        if part_bytes < MIN_PART_BYTES {
+            return Err(format!(
+                "the NATS server's max_payload is {max_payload} bytes; parts need {MIN_PART_BYTES} and headers"
+            ));
+        }
+        Ok(part_bytes)
+    }
+
+    async fn send(&self, messages: Vec<Message>) -> Result<(), String> {
+        for (subject, payload) in messages {
+            self.telemetry.nats_bytes.inc_by(payload.len() as u64);
+            self.client
+                .publish(subject, payload)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 
@@ -229,13 +359,21 @@ async fn answer_keyframes(
     epoch: u64,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut honoured = None;
     loop {
         let msg = tokio::select! {
             m = sub.next() => match m { Some(m) => m, None => break },
             _ = stop.changed() => break,
         };
-        asked.store(true, Ordering::Relaxed);
-        shared.0.telemetry.nats_keyframe_requests.inc();
+        // Anyone on the NATS server may ask (its permissions decide who
+        // publishes here): a full set at most every KEYFRAME_ASKS_EVERY.
+        if honoured.is_some_and(|t: Instant| t.elapsed() < KEYFRAME_ASKS_EVERY) {
+            shared.0.telemetry.nats_drop("rate_limited");
+        } else {
+            honoured = Some(Instant::now());
+            asked.store(true, Ordering::Relaxed);
+            shared.0.telemetry.nats_keyframe_requests.inc();
+        }
         if let Some(reply) = msg.reply {
             let _ = client
                 .publish(reply, epoch.to_le_bytes().to_vec().into())

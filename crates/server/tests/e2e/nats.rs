@@ -406,20 +406,39 @@ async fn an_edge_serves_nothing_until_the_origin_sent_it_every_cell() {
     let origin = TestServer::start(origin_config(&nats)).await;
     ready(edge.addr, 200).await;
     // A late edge asks for keyframes and gets them.
+    let asked = || async {
+        reqwest::get(origin.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("starling_nats_keyframe_requests_total "))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    let before = asked().await;
     let late = TestServer::start_edge(edge_config(&nats, SECRET)).await;
     ready(late.addr, 200).await;
-    let asked = reqwest::get(origin.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("starling_nats_keyframe_requests_total "))
-        .map_or(0, |v| v.trim().parse::<u64>().unwrap());
-    assert!(asked >= 1, "the origin was asked for keyframes");
+    assert!(asked().await > before, "the late edge asked for keyframes");
     let mut v = Viewer::connect(late.addr, None, 30).await;
     assert_ne!(v.next_frame().await.len(), 0, "boids from the late edge");
+    // A paused origin makes no broadcasts: its edges stay ready (it repeats
+    // its state), and an edge started meanwhile still gets a full set.
+    let (status, body) = rest(
+        Method::POST,
+        &origin.url("/api/v1/control/pause"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ready(late.addr, 200).await;
+    let paused = TestServer::start_edge(edge_config(&nats, SECRET)).await;
+    ready(paused.addr, 200).await;
+    assert_eq!(get(&paused.url("/api/v1/state")).await["paused"], true);
+    paused.stop().await.unwrap();
     late.stop().await.unwrap();
     edge.stop().await.unwrap();
     origin.stop().await.unwrap();
