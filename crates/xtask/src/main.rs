@@ -360,14 +360,23 @@ fn docker() -> Result<()> {
     )?;
     ensure_podman()?;
     ensure_rust_target(MUSL_TARGET)?;
-    cargo(&[
+    ensure_musl_gcc()?;
+    // `ring` (TLS for NATS) builds C: Debian's musl-gcc compiles it for musl.
+    let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let cc_var = "CC_x86_64_unknown_linux_musl";
+    let mut build = Command::new(cargo_bin);
+    build.args([
         "build",
         "--release",
         "-p",
         "starling-server",
         "--target",
         MUSL_TARGET,
-    ])?;
+    ]);
+    if std::env::var_os(cc_var).is_none() {
+        build.env(cc_var, "musl-gcc");
+    }
+    run_tool(&mut build, "the static musl build")?;
     build_web()?;
     let ctx = root.join("target/docker-smoke");
     if ctx.exists() {
@@ -595,6 +604,21 @@ fn ensure_hadolint() -> Result<()> {
 }
 
 /// podman and runc from Debian when missing (as root).
+/// Debian's musl-gcc (package musl-tools), for the C in the static build.
+fn ensure_musl_gcc() -> Result<()> {
+    let has = Command::new("musl-gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has {
+        return Ok(());
+    }
+    apt_install(
+        &["musl-tools"],
+        "the static build of the image needs musl-gcc",
+    )
+}
+
 fn ensure_podman() -> Result<()> {
     let has = |tool: &str| {
         Command::new(tool)
