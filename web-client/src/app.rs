@@ -152,6 +152,11 @@ pub(crate) struct App {
     /// nonce comes back (everything queued before it has then gone by),
     /// then a keyframe is asked for.
     draining: Option<u64>,
+    /// A keyframe was asked for (Resync) and has not come: deltas that
+    /// miss their base meanwhile ask for no more.
+    resync_sent: bool,
+    /// When the page last drew, ms.
+    drawn_ms: f64,
 }
 
 impl App {
@@ -201,6 +206,8 @@ impl App {
             pace: Pace::new(WANT_FPS),
             ping_out: None,
             draining: None,
+            resync_sent: false,
+            drawn_ms: 0.0,
         }
     }
 
@@ -283,6 +290,7 @@ impl App {
         bytes.copy_to(&mut inbox);
         match decode_server(&inbox) {
             Ok(ServerFrame::Keyframe(k)) => {
+                self.resync_sent = false;
                 let arrived = self.stream.keyframe(&k);
                 self.frame_arrived(arrived.tick, arrived.aligned, inbox.len(), now_ms);
             }
@@ -291,8 +299,12 @@ impl App {
                     self.frame_arrived(arrived.tick, arrived.aligned, inbox.len(), now_ms)
                 }
                 Err(_) => {
-                    // Missed a base (a skipped frame): ask for a keyframe.
-                    self.send(&ClientMsg::Resync);
+                    // Missed a base (a skipped frame): ask for a keyframe,
+                    // once until it comes.
+                    if !self.resync_sent {
+                        self.resync_sent = true;
+                        self.send(&ClientMsg::Resync);
+                    }
                 }
             },
             Ok(ServerFrame::Control(msg)) => self.on_control(msg, now_ms),
@@ -472,6 +484,7 @@ impl App {
                     if let Some(i) = self.interest.as_mut() {
                         i.start_resync();
                     }
+                    self.resync_sent = true;
                     self.send(&ClientMsg::Resync);
                 }
             }
@@ -496,6 +509,8 @@ impl App {
     }
 
     fn on_hello(&mut self, h: Hello) {
+        self.resync_sent = false;
+        self.draining = None;
         self.endpoints.connected();
         self.state_fetch = true;
         self.stream.clear();
@@ -968,6 +983,14 @@ impl App {
 
     /// Draws a frame. Allocates nothing.
     pub(crate) fn render(&mut self, now_ms: f64, device_pixel_ratio: f64) {
+        // A page that had to slow the stream also draws less often, so
+        // the browser's own work (compositing) leaves room for messages.
+        if let Some(every) = self.pace.draw_every_ms()
+            && now_ms - self.drawn_ms < every
+        {
+            return;
+        }
+        self.drawn_ms = now_ms;
         let picked = self.picked.and_then(|id| {
             let f = self.shown()?;
             let i = match &self.interest {
@@ -1072,6 +1095,19 @@ impl App {
             && let Some(max_fps) = self.pace.review(now_ms, latency)
         {
             self.send(&ClientMsg::SetRate { max_fps });
+        }
+        if let Some(body) = self.dom.doc.body() {
+            // For tests: the page's pace (load, draining, waiting for a keyframe).
+            let _ = body.set_attribute(
+                "data-pace",
+                &format!(
+                    "load {:.2} draining {} resync {} latency {:.0}",
+                    self.pace.load,
+                    self.draining.is_some(),
+                    self.resync_sent,
+                    latency.unwrap_or(-1.0)
+                ),
+            );
         }
         // Over a second behind: drop what is queued instead of showing it late.
         if self.hello.is_some()

@@ -1,9 +1,9 @@
 //! How many snapshots a second this page asks the server for: as many as it
 //! can take. The page times its own work (handling snapshots, drawing) and
-//! its latency probe; when the work fills most of a second, or the probe
-//! comes back late (messages queuing up ahead of it), it asks for fewer at
-//! once (halving, as TCP does); when it has room again it asks for one more
-//! a second at a time. So a weak client gets a slower stream instead of a
+//! its latency probe; when the probe comes back late (messages queuing up
+//! ahead of it) it asks for fewer at once (at least halving, as TCP does,
+//! more when its own work fills most of a second); when it has room again
+//! it asks for one more at a time, up to just under the rate that was late. So a weak client gets a slower stream instead of a
 //! growing backlog and a dropped page.
 //!
 //! Pure Rust, no browser: tested natively.
@@ -14,10 +14,14 @@ pub(crate) const MIN_FPS: u16 = 2;
 const BUSY_HIGH: f64 = 0.7;
 /// Share below which it may speed it up again.
 const BUSY_LOW: f64 = 0.35;
-/// A latency probe slower than this means messages queue ahead of it, ms.
-const LATE_MS: f64 = 300.0;
+/// A latency probe slower than this means messages queue ahead of it, ms
+/// (a loaded machine's hiccups stay under it).
+const LATE_MS: f64 = 1_000.0;
 /// A probe faster than this allows speeding up, ms.
-const PROMPT_MS: f64 = 150.0;
+const PROMPT_MS: f64 = 250.0;
+/// After being late, the rate stays under the one that was late for this
+/// long per snapshot a second it climbs back, ms.
+const CEILING_RISE_MS: f64 = 15_000.0;
 /// Time between reviews, ms.
 const REVIEW_MS: f64 = 1_000.0;
 /// Time after any change before speeding up, ms.
@@ -28,6 +32,10 @@ const SETTLE_MS: f64 = 2_000.0;
 pub(crate) struct Pace {
     want: u16,
     asked: u16,
+    /// The highest rate to climb back to: just under the last rate that was
+    /// late, rising slowly.
+    ceiling: u16,
+    ceiling_ms: f64,
     busy_ms: f64,
     since_ms: f64,
     changed_ms: f64,
@@ -41,6 +49,8 @@ impl Pace {
         Self {
             want,
             asked: want,
+            ceiling: want,
+            ceiling_ms: 0.0,
             busy_ms: 0.0,
             since_ms: 0.0,
             changed_ms: f64::NEG_INFINITY,
@@ -56,6 +66,14 @@ impl Pace {
     /// Whether the page asks for less than it would like.
     pub(crate) fn slowed(&self) -> bool {
         self.asked < self.want
+    }
+
+    /// Least time between two drawings, ms, once the page slowed the
+    /// stream: four drawings a snapshot, at least 8 a second (None: every
+    /// animation frame).
+    pub(crate) fn draw_every_ms(&self) -> Option<f64> {
+        self.slowed()
+            .then(|| 1000.0 / f64::from((4 * self.asked).max(8)))
     }
 
     /// Adds main-thread time the page spent on the stream, ms.
@@ -78,17 +96,27 @@ impl Pace {
         let late = latency_ms.is_some_and(|l| l > LATE_MS);
         let prompt = latency_ms.is_none_or(|l| l < PROMPT_MS);
         let before = self.asked;
-        if (self.load > BUSY_HIGH || late) && self.asked > MIN_FPS {
+        if self.ceiling < self.want && now_ms - self.ceiling_ms >= CEILING_RISE_MS {
+            self.ceiling += 1;
+            self.ceiling_ms = now_ms;
+        }
+        if late {
+            self.ceiling = self.asked.saturating_sub(1).max(MIN_FPS);
+            self.ceiling_ms = now_ms;
+        }
+        // Busy alone does not slow the stream (on a loaded machine the
+        // page's time includes waiting for the GPU); busy and late does.
+        if late && self.asked > MIN_FPS {
             // Most of the work scales with the rate: aim under the limit.
-            let scale = if late {
-                0.5
+            let scale = if self.load > BUSY_HIGH {
+                (0.6 * BUSY_HIGH / self.load).min(0.5)
             } else {
-                0.6 * BUSY_HIGH / self.load
+                0.5
             };
             self.asked = ((f64::from(self.asked) * scale) as u16).clamp(MIN_FPS, self.asked - 1);
         } else if self.load < BUSY_LOW
             && prompt
-            && self.asked < self.want
+            && self.asked < self.ceiling
             && now_ms - self.changed_ms >= SETTLE_MS
         {
             self.asked += 1;
@@ -108,22 +136,30 @@ mod tests {
     fn a_busy_page_asks_for_less_then_more_once_it_has_room() {
         let mut p = Pace::new(30);
         assert_eq!(p.review(0.0, None), None, "nothing measured yet");
-        // 900 ms of work in a second: slow down at once, well under the limit.
+        // 900 ms of work in a second and late: slow down at once, well
+        // under the limit.
         p.spent(900.0);
-        let slower = p.review(1_000.0, Some(40.0)).unwrap();
+        let slower = p.review(1_000.0, Some(1_500.0)).unwrap();
         assert!((MIN_FPS..30).contains(&slower), "{slower}");
         assert!(p.slowed());
+        assert!(p.draw_every_ms().is_some_and(|ms| ms > 0.0 && ms <= 125.0));
+        // A hiccup of a loaded machine is not late.
+        assert_eq!(p.review(2_000.0, Some(600.0)), None);
         // A late probe alone slows it too.
-        let slower2 = p.review(2_000.0, Some(2_000.0)).unwrap();
+        let slower2 = p.review(3_000.0, Some(2_000.0)).unwrap();
         assert!(slower2 < slower);
-        // Idle and prompt: one more a second, but only after it settled.
-        assert_eq!(p.review(3_000.0, Some(30.0)), None, "settling");
-        assert_eq!(p.review(4_100.0, Some(30.0)), Some(slower2 + 1));
-        assert_eq!(p.review(5_200.0, Some(30.0)), None, "settling again");
+        // Busy but prompt: no change.
+        p.spent(950.0);
+        assert_eq!(p.review(4_000.0, Some(30.0)), None, "busy alone");
+        // Idle and prompt: one more after it settled, up to just under the
+        // rate that was late.
+        assert_eq!(p.review(5_100.0, Some(30.0)), Some(slower2 + 1));
+        assert_eq!(p.review(6_200.0, Some(30.0)), None, "settling again");
         // Not while the probe is slowish.
-        assert_eq!(p.review(7_300.0, Some(200.0)), None);
+        assert_eq!(p.review(8_300.0, Some(400.0)), None);
         // Never past what it wants, never under the floor.
-        for k in 0..100 {
+        // The ceiling climbs back slowly, then the rate with it.
+        for k in 0..400 {
             p.review(10_000.0 + 2_000.0 * f64::from(k), Some(10.0));
         }
         assert_eq!(p.asked(), 30);
@@ -143,5 +179,6 @@ mod tests {
         }
         assert_eq!(p.asked(), 30);
         assert!((p.load - 0.2).abs() < 1e-9);
+        assert_eq!(p.draw_every_ms(), None, "every animation frame");
     }
 }

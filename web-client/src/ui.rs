@@ -17,6 +17,9 @@ pub(crate) const PLOT_SAMPLES: usize = 240;
 
 /// The elements the viewer updates.
 pub(crate) struct Dom {
+    /// The server did not recognise the page's token (the banner says so,
+    /// whatever later gating says).
+    token_refused: std::cell::Cell<bool>,
     pub(crate) doc: Document,
     pub(crate) canvas: HtmlCanvasElement,
     message: HtmlElement,
@@ -60,6 +63,7 @@ impl Dom {
     pub(crate) fn find(doc: Document) -> Result<Self, String> {
         let f = |id: &str| by_id::<HtmlElement>(&doc, id);
         Ok(Self {
+            token_refused: std::cell::Cell::new(false),
             canvas: by_id(&doc, "view")?,
             message: f("message")?,
             conn: f("st-conn")?,
@@ -317,6 +321,7 @@ impl Dom {
     /// The server did not recognise the page's token: the banner says so
     /// (the page watches read-only).
     pub(crate) fn token_not_recognised(&self) {
+        self.token_refused.set(true);
         if let Some(banner) = self.doc.get_element_by_id("banner") {
             banner.set_text_content(Some(
                 "Token not recognised: the ?token= on the page address matches none the \
@@ -331,7 +336,9 @@ impl Dom {
     /// tooltip naming the role needed.
     pub(crate) fn gate(&self, role: Role, allowed: &[CommandKind]) {
         // Say so once, not only in each control's tooltip.
-        if let Some(banner) = self.doc.get_element_by_id("banner") {
+        if self.token_refused.get() && role == Role::Viewer {
+            self.token_not_recognised();
+        } else if let Some(banner) = self.doc.get_element_by_id("banner") {
             let read_only = role == Role::Viewer;
             let _ = if read_only {
                 banner.set_text_content(Some(
