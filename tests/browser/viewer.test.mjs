@@ -575,25 +575,3 @@ test('a CPU-throttled page asks for fewer frames and catches up', async () => {
   await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
   await page.close();
 });
-  const asked = async () => Number(await page.evaluate(() => document.body.dataset.askedFps ?? 0));
-  await until('the page to slow the stream', async () => (await asked()) > 0, 60_000);
-  const lag = async () => (await rest(server, '/state')).tick - (await number(page, '#st-tick'));
-  const t0 = Date.now();
-  await until('the page to catch up', async () => (await lag()) <= 60, 60_000);
-  console.log(`caught up ${Date.now() - t0} ms after slowing`);
-  // Settled: the tick on the page stays within about a second of the
-  // server's (60 ticks a second; 2 s allowed, as the status line is
-  // redrawn every 0.5 s and the page reacts to a probe over 1 s late).
-  const behind = [];
-  for (let k = 0; k < 8; k++) {
-    await new Promise((r) => setTimeout(r, 1000));
-    const shown = await number(page, '#st-tick');
-    const { tick } = await rest(server, '/state');
-    behind.push(tick - shown);
-  }
-  console.log(`throttled: asks ${await asked()}/s, ticks behind ${behind.join(' ')}, ${await page.evaluate(() => document.body.dataset.pace)}`);
-  assert.ok(Math.max(...behind) <= 120, `the page fell behind: ${behind.join(' ')} ticks`);
-  await shot(page, 'cpu-throttled');
-  await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
-  await page.close();
-});
