@@ -24,8 +24,6 @@ use crate::ui::{Dom, PLOT_SAMPLES, Status};
 
 /// Snapshots per second the viewer asks for.
 const WANT_FPS: u16 = 30;
-/// A page further behind than this drops the snapshots queued for it, ms.
-const DRAIN_AFTER_MS: f64 = 1_000.0;
 /// Commands awaiting an answer that the viewer remembers.
 const MAX_PENDING: usize = 256;
 /// Boids added per click in "add boids" mode.
@@ -1109,10 +1107,11 @@ impl App {
                 ),
             );
         }
-        // Over a second behind: drop what is queued instead of showing it late.
+        // Late (over a second behind): drop what is queued instead of
+        // showing it late.
         if self.hello.is_some()
             && self.draining.is_none()
-            && latency.is_some_and(|l| l > DRAIN_AFTER_MS)
+            && latency.is_some_and(|l| l > crate::pace::LATE_MS)
         {
             let nonce = (now_ms * 1000.0) as u64 + 1;
             self.send(&ClientMsg::Ping { nonce });

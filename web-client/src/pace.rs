@@ -15,8 +15,9 @@ const BUSY_HIGH: f64 = 0.7;
 /// Share below which it may speed it up again.
 const BUSY_LOW: f64 = 0.35;
 /// A latency probe slower than this means messages queue ahead of it, ms
-/// (a loaded machine's hiccups stay under it).
-const LATE_MS: f64 = 1_000.0;
+/// (a loaded machine's hiccups stay under it); the page also drops what
+/// queued up for it then.
+pub(crate) const LATE_MS: f64 = 1_000.0;
 /// A probe faster than this allows speeding up, ms.
 const PROMPT_MS: f64 = 250.0;
 /// After being late, the rate stays under the one that was late for this

@@ -86,17 +86,19 @@ impl Encoder {
     }
 
     /// Encodes a whole frame made elsewhere (an edge's, rebuilt from the
-    /// origin's cells) exactly as [`Self::encode`] encodes the flock's.
+    /// origin's cells) exactly as [`Self::encode`] encodes the flock's:
+    /// `fill` writes it into the encoder's own buffer (reused, so nothing
+    /// is copied or allocated once warm).
     pub fn encode_frame(
         &mut self,
-        whole: &Frame,
+        fill: impl FnOnce(&mut Frame),
         world_m: [f32; 3],
         dims: u8,
         keyframe_every: u64,
         telemetry: &Arc<Telemetry>,
     ) -> Option<Arc<Broadcast>> {
         self.frames.rotate_left(1);
-        self.frames[2].clone_from(whole);
+        fill(&mut self.frames[2]);
         self.finish(world_m, dims, keyframe_every, telemetry)
     }
 

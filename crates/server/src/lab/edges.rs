@@ -35,14 +35,17 @@ pub fn nats_server_binary() -> Result<PathBuf> {
         .context("no nats-server: apt-get install nats-server, or set STARLING_NATS_SERVER")
 }
 
-/// A nats-server child on a loopback port.
-struct Nats {
+/// A nats-server child on a loopback port, stopped when dropped (the
+/// end-to-end tests use it too).
+#[derive(Debug)]
+pub struct Nats {
     port: u16,
     child: Option<Child>,
 }
 
 impl Nats {
-    async fn start() -> Result<Self> {
+    /// Starts one on a free port and waits until it listens.
+    pub async fn start() -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -51,17 +54,20 @@ impl Nats {
         Ok(n)
     }
 
-    fn url(&self) -> String {
+    /// Its URL.
+    pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    async fn stop(&mut self) {
+    /// Kills it.
+    pub async fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
         }
     }
 
-    async fn restart(&mut self) -> Result<()> {
+    /// (Re)starts it on the same port and waits until it listens.
+    pub async fn restart(&mut self) -> Result<()> {
         self.stop().await;
         self.child = Some(
             tokio::process::Command::new(nats_server_binary()?)
@@ -151,36 +157,23 @@ async fn cluster(
 ) -> Result<((Child, u32, String), Vec<(Child, u32, String)>)> {
     let url = nats.url();
     let (n, f) = (population.to_string(), fps.to_string());
+    // What origin and edges share: the rate and the stream.
+    let common = [
+        "--snapshot-hz",
+        &f,
+        "--nats",
+        &url,
+        "--nats-subject",
+        subject,
+    ];
     let origin = spawn_starling(
-        &[
-            "serve",
-            "--population",
-            &n,
-            "--snapshot-hz",
-            &f,
-            "--nats",
-            &url,
-            "--nats-subject",
-            subject,
-        ],
+        &[&["serve", "--population", &n][..], &common].concat(),
         viewers,
     )
     .await?;
     let mut out = Vec::new();
     for _ in 0..edges {
-        let e = spawn_starling(
-            &[
-                "edge",
-                "--snapshot-hz",
-                &f,
-                "--nats",
-                &url,
-                "--nats-subject",
-                subject,
-            ],
-            viewers,
-        )
-        .await?;
+        let e = spawn_starling(&[&["edge"][..], &common].concat(), viewers).await?;
         ready(&e.2).await?;
         out.push(e);
     }

@@ -21,7 +21,7 @@ use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
 use starling_protocol::interest::{CellGrid, CellMirror};
-use starling_protocol::{AgentList, Frame, QuantBox};
+use starling_protocol::{AgentList, QuantBox};
 use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 use tokio::sync::{Semaphore, watch};
 
@@ -102,23 +102,13 @@ pub async fn start(
         telemetry.clone(),
         stop.clone(),
     ));
-    let feed = Feed {
-        queued,
-        keyframe_every: cfg.keyframe_every,
-        telemetry: telemetry.clone(),
+    let feed = Feed::new(
+        cfg.keyframe_every,
+        telemetry.clone(),
         want_keyframes,
         lost,
-        epoch: None,
-        in_step: false,
-        last_seq: 0,
-        pending: None,
-        part: None,
-        stream: None,
-        encoder: Encoder::default(),
-        served: None,
-        whole: Frame::default(),
-        order: Vec::new(),
-    };
+        queued,
+    );
     let stop_feed = stop.clone();
     std::thread::Builder::new()
         .name("starling-edge-feed".into())
@@ -275,14 +265,36 @@ struct Feed {
     part: Option<PartialCell>,
     stream: Option<Stream>,
     encoder: Encoder,
-    /// The last broadcast served (a heartbeat serves it again).
-    served: Option<Arc<Broadcast>>,
-    whole: Frame,
     /// (id, cell, index in cell), sorted by id to merge the cells.
     order: Vec<(u32, u32, u32)>,
 }
 
 impl Feed {
+    /// A feed following no origin run yet (it asks for keyframes).
+    fn new(
+        keyframe_every: u64,
+        telemetry: Arc<Telemetry>,
+        want_keyframes: Arc<AtomicBool>,
+        lost: Arc<AtomicBool>,
+        queued: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            queued,
+            keyframe_every,
+            telemetry,
+            want_keyframes,
+            lost,
+            epoch: None,
+            in_step: false,
+            last_seq: 0,
+            pending: None,
+            part: None,
+            stream: None,
+            encoder: Encoder::default(),
+            order: Vec::new(),
+        }
+    }
+
     fn run(
         mut self,
         rx: &Receiver<FeedMsg>,
@@ -465,7 +477,9 @@ impl Feed {
             ));
         }
         if pending.heartbeat {
-            if let Some(b) = self.served.clone() {
+            // The frame served stays; the state is the origin's newer one.
+            let served = out.borrow().broadcast.clone();
+            if let Some(b) = served {
                 self.send(pending.state, b, out);
             }
             return Ok(());
@@ -491,23 +505,24 @@ impl Feed {
             }
         }
         self.order.sort_unstable_by_key(|o| o.0);
-        let w = &mut self.whole;
-        w.tick = state.tick;
-        w.quant = Some(stream.quant);
-        w.ids.clear();
-        w.pos.clear();
-        w.heading.clear();
-        for &(id, c, i) in &self.order {
-            let Some(f) = stream.mirror.cell(c) else {
-                continue;
-            };
-            let i = i as usize;
-            w.ids.push(id);
-            w.pos.extend_from_slice(&f.pos[3 * i..3 * i + 3]);
-            w.heading.extend_from_slice(&f.heading[2 * i..2 * i + 2]);
-        }
+        let order = &self.order;
         let broadcast = self.encoder.encode_frame(
-            &self.whole,
+            |w| {
+                w.tick = state.tick;
+                w.quant = Some(stream.quant);
+                w.ids.clear();
+                w.pos.clear();
+                w.heading.clear();
+                for &(id, c, i) in order {
+                    let Some(f) = stream.mirror.cell(c) else {
+                        continue;
+                    };
+                    let i = i as usize;
+                    w.ids.push(id);
+                    w.pos.extend_from_slice(&f.pos[3 * i..3 * i + 3]);
+                    w.heading.extend_from_slice(&f.heading[2 * i..2 * i + 2]);
+                }
+            },
             stream.world_m,
             stream.dims,
             self.keyframe_every,
@@ -517,12 +532,11 @@ impl Feed {
             return;
         };
         self.telemetry.nats_broadcasts.inc();
-        self.served = Some(broadcast.clone());
         self.send(state, broadcast, out);
     }
 
     /// Publishes the origin's state with a broadcast for this edge's
-    /// viewers and REST.
+    /// viewers and REST (a heartbeat's repeats the one already served).
     fn send(
         &self,
         state: StateMsg,
@@ -615,7 +629,7 @@ mod tests {
     use super::*;
     use crate::nats::origin::{Message, Stream as Origin};
     use crate::nats::wire::MIN_PART_BYTES;
-    use starling_protocol::encode_keyframe;
+    use starling_protocol::{Frame, encode_keyframe};
 
     const WORLD: [f32; 3] = [100.0, 100.0, 50.0];
 
@@ -641,23 +655,13 @@ mod tests {
     }
 
     fn feed() -> Feed {
-        Feed {
-            queued: Arc::new(AtomicUsize::new(0)),
-            keyframe_every: 300,
-            telemetry: Arc::new(Telemetry::default()),
-            want_keyframes: Arc::new(AtomicBool::new(true)),
-            lost: Arc::new(AtomicBool::new(false)),
-            epoch: None,
-            in_step: false,
-            last_seq: 0,
-            pending: None,
-            part: None,
-            stream: None,
-            encoder: Encoder::default(),
-            served: None,
-            whole: Frame::default(),
-            order: Vec::new(),
-        }
+        Feed::new(
+            300,
+            Arc::new(Telemetry::default()),
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        )
     }
 
     /// The origin's side: its encoder and its stream, as `serve --nats` runs them.
@@ -680,7 +684,7 @@ mod tests {
         fn publish(&mut self, whole: &Frame, world: [f32; 3]) -> Published {
             let b = self
                 .encoder
-                .encode_frame(whole, world, 3, 300, &self.tel)
+                .encode_frame(|f| f.clone_from(whole), world, 3, 300, &self.tel)
                 .unwrap();
             Published {
                 sim: nothing_yet().sim,

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
-use starling_protocol::QuantBox;
-use starling_protocol::interest::{CellGrid, Precision};
+use starling_protocol::interest::Precision;
 use tokio::sync::{Semaphore, watch};
 
 use super::NatsError;
@@ -110,9 +109,9 @@ pub struct Stream {
     sent_len: Vec<usize>,
     /// The last broadcast sent whole, and its tick.
     last: Option<(u64, u64)>,
-    /// The world, dimensions, grid and box of the last set sent: any
-    /// change sends the next broadcast in full.
-    world: Option<([f32; 3], u8, CellGrid, QuantBox)>,
+    /// The world and dimensions of the last set sent (the grid and the box
+    /// follow from them): any change sends the next broadcast in full.
+    world: Option<([f32; 3], u8)>,
 }
 
 /// One message to publish.
@@ -156,7 +155,7 @@ impl Stream {
 
     /// The messages of broadcast `b` (with `st`'s state): every cell's
     /// update against what the stream holds, in full when `full_asked`,
-    /// after a gap, or when the world changed. Parts are at most
+    /// after a gap, or when the world changed (and with it the grid or box). Parts are at most
     /// `part_bytes`.
     pub fn broadcast(
         &mut self,
@@ -170,7 +169,7 @@ impl Stream {
         };
         let now = &cells.now;
         let n = now.grid.len();
-        let world = Some((now.world_m, now.dims, now.grid, now.quant));
+        let world = Some((now.world_m, now.dims));
         let full = full_asked
             || self.last.is_none_or(|(s, _)| s + 1 != b.seq)
             || self.held.len() != n
@@ -221,7 +220,7 @@ impl Stream {
     /// sent again: edges keep their state fresh (and `/readyz` ready)
     /// while the origin is paused. None before any broadcast.
     pub fn heartbeat(&self, st: &Published) -> Option<Vec<Message>> {
-        let ((seq, tick), (world_m, dims, _, _)) = (self.last?, self.world?);
+        let ((seq, tick), (world_m, dims)) = (self.last?, self.world?);
         let env = Envelope {
             epoch: self.epoch,
             seq,

@@ -291,10 +291,24 @@ pub struct StateMsg {
 
 /// Parses a state message's JSON.
 pub fn parse_state(rest: &[u8]) -> Result<StateMsg, WireError> {
-    if rest.len() > MAX_STATE_BYTES {
-        return Err(wire_error("length", rest.len(), "at most MAX_STATE_BYTES"));
+    parse_json(
+        rest,
+        (MAX_STATE_BYTES, "at most MAX_STATE_BYTES"),
+        ("state", "the state JSON"),
+    )
+}
+
+/// JSON of at most `max` bytes (`allowed` says so); a parse error names
+/// the field `what` and what was `expected`.
+fn parse_json<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    (max, allowed): (usize, &'static str),
+    (what, expected): (&'static str, &'static str),
+) -> Result<T, WireError> {
+    if bytes.len() > max {
+        return Err(wire_error("length", bytes.len(), allowed));
     }
-    serde_json::from_slice(rest).map_err(|e| wire_error("state", e, "the state JSON"))
+    serde_json::from_slice(bytes).map_err(|e| wire_error(what, e, expected))
 }
 
 /// An op an edge forwards to the origin, with the caller's token (the
@@ -312,14 +326,11 @@ pub struct CommandMsg {
 
 /// Parses a forwarded command.
 pub fn parse_command(bytes: &[u8]) -> Result<CommandMsg, WireError> {
-    if bytes.len() > MAX_COMMAND_BYTES {
-        return Err(wire_error(
-            "length",
-            bytes.len(),
-            "at most MAX_COMMAND_BYTES",
-        ));
-    }
-    serde_json::from_slice(bytes).map_err(|e| wire_error("command", e, "the command JSON"))
+    parse_json(
+        bytes,
+        (MAX_COMMAND_BYTES, "at most MAX_COMMAND_BYTES"),
+        ("command", "the command JSON"),
+    )
 }
 
 /// The origin's answer to a forwarded command.
@@ -348,14 +359,11 @@ pub enum CommandReply {
 
 /// Parses the origin's answer.
 pub fn parse_reply(bytes: &[u8]) -> Result<CommandReply, WireError> {
-    if bytes.len() > MAX_COMMAND_BYTES {
-        return Err(wire_error(
-            "length",
-            bytes.len(),
-            "at most MAX_COMMAND_BYTES",
-        ));
-    }
-    serde_json::from_slice(bytes).map_err(|e| wire_error("reply", e, "the reply JSON"))
+    parse_json(
+        bytes,
+        (MAX_COMMAND_BYTES, "at most MAX_COMMAND_BYTES"),
+        ("reply", "the reply JSON"),
+    )
 }
 
 #[cfg(test)]

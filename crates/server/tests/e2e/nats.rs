@@ -5,89 +5,17 @@
 //! restart; malformed NATS messages are counted and dropped.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use reqwest::Method;
 use starling_protocol::{Command, ErrorCode, Frame, PredatorMode};
 use starling_server::config::Config;
-use tokio::process::{Child, Command as Process};
+use starling_server::lab::edges::Nats;
 
 use crate::common::{Reply, TestServer, Viewer, WAIT, get, rest, test_config};
 
 const SECRET: &str = "edge-secret-0123456789";
 const OPERATOR: &str = "operator-token";
-
-/// A `nats-server` on a loopback port, stopped on drop.
-struct Nats {
-    port: u16,
-    child: Option<Child>,
-}
-
-fn nats_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("STARLING_NATS_SERVER") {
-        return p.into();
-    }
-    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "these tests need Debian's nats-server: `apt-get install nats-server` \
-                 (cargo xtask test installs it), or set STARLING_NATS_SERVER"
-            )
-        })
-}
-
-impl Nats {
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut n = Self { port, child: None };
-        n.restart().await;
-        n
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    async fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-        }
-    }
-
-    /// (Re)starts it on the same port and waits until it accepts.
-    async fn restart(&mut self) {
-        self.stop().await;
-        self.child = Some(
-            Process::new(nats_binary())
-                .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("nats-server starts"),
-        );
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "nats-server listens"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
 
 fn origin_config(nats: &Nats) -> Config {
     Config {
@@ -148,7 +76,7 @@ async fn dropped(addr: SocketAddr, reason: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge_apply() {
-    let nats = Nats::start().await;
+    let nats = Nats::start().await.unwrap();
     let origin = TestServer::start(origin_config(&nats)).await;
     let edges = [
         TestServer::start_edge(edge_config(&nats, SECRET)).await,
@@ -282,7 +210,7 @@ async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn edges_come_back_after_a_nats_restart_an_origin_restart_and_an_edge_loss() {
-    let mut nats = Nats::start().await;
+    let mut nats = Nats::start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("starling-nats-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let state_file = dir.join("state.json");
@@ -306,7 +234,7 @@ async fn edges_come_back_after_a_nats_restart_an_origin_restart_and_an_edge_loss
     // own, and its viewer (still connected) gets later ticks.
     nats.stop().await;
     ready(edges[0].addr, 503).await;
-    nats.restart().await;
+    nats.restart().await.unwrap();
     ready(edges[0].addr, 200).await;
     let mut after = v.next_frame().await.tick;
     while after <= before {
@@ -356,7 +284,7 @@ async fn edges_come_back_after_a_nats_restart_an_origin_restart_and_an_edge_loss
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn malformed_nats_messages_are_counted_and_dropped() {
-    let nats = Nats::start().await;
+    let nats = Nats::start().await.unwrap();
     let origin = TestServer::start(origin_config(&nats)).await;
     let edge = TestServer::start_edge(edge_config(&nats, SECRET)).await;
     ready(edge.addr, 200).await;
@@ -396,7 +324,7 @@ async fn malformed_nats_messages_are_counted_and_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_edge_serves_nothing_until_the_origin_sent_it_every_cell() {
-    let nats = Nats::start().await;
+    let nats = Nats::start().await.unwrap();
     let edge = TestServer::start_edge(edge_config(&nats, SECRET)).await;
     // No origin yet: not ready, and no WebSocket to open.
     let (status, body) = rest(Method::GET, &edge.url("/readyz"), None, None).await;
