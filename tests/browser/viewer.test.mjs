@@ -176,9 +176,49 @@ test('a weight slider changes the value the REST API reports', async () => {
   assert.notEqual(shown, before);
   await until('REST reports the new w_ali', async () => (await rest(server, '/params')).w_ali === shown);
   await until('the ack on the page', async () => /parameter change: done/.test(await page.locator('#message').innerText()));
-  // A preset from the menu applies too.
+  await page.close();
+});
+
+test('the sliders have human labels, tooltips and groups, start at their middle, and presets show which is active', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  // Labels with units, the help line as a tooltip, from the server's schema.
+  const label = (name) => page.locator(`label[for=param-${name}]`).innerText();
+  await until('the labels', async () => (await label('w_sep')) === 'Separation');
+  assert.equal(await label('max_speed_mps'), 'Max speed (m/s)');
+  assert.match(await page.locator('#param-w_sep').locator('xpath=..').getAttribute('title'), /nearest neighbours/);
+  // Groups, the failure injection collapsed.
+  const groups = await page.locator('#params details summary').allInnerTexts();
+  assert.deepEqual(groups, ['Flocking', 'Perception', 'Motion', 'World', 'Failures']);
+  assert.ok(await page.locator('#group-failures #param-dropout').count() === 1);
+  assert.ok(!(await page.locator('#param-dropout').isVisible()), 'failures start collapsed');
+  assert.ok(await page.locator('#param-fov_deg').isVisible());
+  // Every slider starts at the middle: the defaults are there.
+  const pos = (name) => page.evaluate((n) => Number(document.getElementById(`param-${n}`).value), name);
+  for (const name of ['w_sep', 'fov_deg', 'k_nearest', 'max_speed_mps']) {
+    assert.equal(await pos(name), 500, `${name} at the middle`);
+  }
+  // The menu shows the active preset: the defaults, then a chosen one.
+  const active = () => page.locator('#preset').inputValue();
+  await until('the defaults shown as active', async () => (await active()) === 'defaults');
   await page.selectOption('#preset', 'fish-ball');
-  await until('the preset applied', async () => (await rest(server, '/params')).w_ali !== shown);
+  await until('the preset applied', async () => (await rest(server, '/params')).k_nearest === 20);
+  await until('fish-ball shown as active', async () => (await active()) === 'fish-ball');
+  await shot(page, 'labels-and-preset');
+  // A slider moved: custom. Restore defaults brings every value back.
+  await page.evaluate(() => {
+    const s = document.getElementById('param-w_ali');
+    s.value = '800';
+    s.dispatchEvent(new Event('change', { bubbles: true }));
+  });
+  await until('custom', async () => (await active()) === '');
+  assert.equal(await page.locator('#preset option:checked').innerText(), 'custom');
+  await page.click('#defaults');
+  await until('the defaults restored', async () => (await active()) === 'defaults');
+  const params = await rest(server, '/params');
+  assert.equal(params.w_ali, 2);
+  assert.equal(params.k_nearest, 7);
+  assert.equal(await pos('w_ali'), 500);
   await page.close();
 });
 

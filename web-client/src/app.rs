@@ -691,6 +691,23 @@ impl App {
         );
     }
 
+    /// The server's parameter schema arrived: labels and groups, and the
+    /// sliders placed on their default-centred scale.
+    pub(crate) fn on_schema(&mut self, groups: &[crate::schema::Group]) {
+        let shown = self
+            .dom
+            .schema(groups)
+            .and_then(|()| self.dom.params(&self.params));
+        if let Err(e) = shown {
+            self.dom.message(&e, true);
+        }
+    }
+
+    /// The presets arrived.
+    pub(crate) fn on_presets(&mut self, presets: Vec<crate::schema::Preset>) {
+        self.dom.presets(presets, &self.params);
+    }
+
     /// The preset menu.
     pub(crate) fn preset(&mut self, name: &str) {
         self.command(

@@ -23,6 +23,7 @@ mod interest;
 mod net;
 mod pace;
 mod render;
+mod schema;
 mod stats;
 mod stream;
 mod ui;
@@ -59,7 +60,7 @@ pub fn start() -> Result<(), JsValue> {
     wire_keys(&app, &window)?;
     start_render_loop(&app, &window)?;
     start_status_timer(&app, &window)?;
-    load_presets(&app);
+    load_schema(&app);
     connect(&app);
     Ok(())
 }
@@ -262,11 +263,17 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
     let a = app.clone();
     let preset = app.borrow().dom.preset.clone();
     listen(&preset.clone(), "change", move |_: Event| {
+        // "custom" names no preset; the menu shows the active one again
+        // when the server's values come back.
         let name = preset.value();
         if !name.is_empty() {
             a.borrow_mut().preset(&name);
-            preset.set_value("");
         }
+    })?;
+    let a = app.clone();
+    let el = element(app, "defaults")?;
+    listen(&el, "click", move |_: Event| {
+        a.borrow_mut().preset("defaults")
     })?;
     Ok(())
 }
@@ -423,26 +430,95 @@ fn load_replay_range(app: &Shared) {
     });
 }
 
-/// Fills the preset menu from `GET /api/v1/params/presets`.
-fn load_presets(app: &Shared) {
+/// Loads the parameters' labels, groups and defaults
+/// (`GET /api/v1/params/schema`), then the presets
+/// (`GET /api/v1/params/presets`).
+fn load_schema(app: &Shared) {
     let a = app.clone();
     wasm_bindgen_futures::spawn_local(async move {
-        let names = async {
-            let json = fetch_json("/api/v1/params/presets").await?;
-            let list: js_sys::Array = json.dyn_into().ok()?;
-            Some(
-                list.iter()
-                    .filter_map(|o| js_sys::Reflect::get(&o, &"name".into()).ok()?.as_string())
-                    .collect::<Vec<_>>(),
-            )
+        match fetch_json("/api/v1/params/schema")
+            .await
+            .and_then(|j| parse_groups(&j))
+        {
+            Some(groups) => a.borrow_mut().on_schema(&groups),
+            None => a
+                .borrow()
+                .dom
+                .message("could not load the parameters' labels", true),
         }
-        .await;
-        match names {
-            Some(n) => a.borrow().dom.presets(&n),
+        match fetch_json("/api/v1/params/presets")
+            .await
+            .and_then(|j| parse_presets(&j))
+        {
+            Some(presets) => a.borrow_mut().on_presets(presets),
             None => a
                 .borrow()
                 .dom
                 .message("could not load the preset list", true),
         }
     });
+}
+
+fn field(o: &JsValue, k: &str) -> JsValue {
+    js_sys::Reflect::get(o, &k.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn text(o: &JsValue, k: &str) -> Option<String> {
+    field(o, k).as_string()
+}
+
+fn items(o: &JsValue) -> Option<Vec<JsValue>> {
+    Some(o.clone().dyn_into::<js_sys::Array>().ok()?.iter().collect())
+}
+
+fn parse_groups(json: &JsValue) -> Option<Vec<schema::Group>> {
+    items(json)?
+        .iter()
+        .map(|g| {
+            Some(schema::Group {
+                name: text(g, "name")?,
+                label: text(g, "label")?,
+                collapsed: field(g, "collapsed").as_bool()?,
+                params: items(&field(g, "params"))?
+                    .iter()
+                    .map(|d| {
+                        Some(schema::ParamDoc {
+                            name: text(d, "name")?,
+                            label: text(d, "label")?,
+                            unit: text(d, "unit")?,
+                            help: text(d, "help")?,
+                            default: field(d, "default").as_f64(),
+                            integer: field(d, "integer").as_bool()?,
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
+}
+
+fn parse_presets(json: &JsValue) -> Option<Vec<schema::Preset>> {
+    items(json)?
+        .iter()
+        .map(|p| {
+            let values = field(p, "params");
+            let names = js_sys::Object::keys(values.dyn_ref::<js_sys::Object>()?);
+            Some(schema::Preset {
+                name: text(p, "name")?,
+                description: text(p, "description")?,
+                params: names
+                    .iter()
+                    .map(|k| {
+                        let v = js_sys::Reflect::get(&values, &k).ok()?;
+                        let value = match (v.as_f64(), v.as_string()) {
+                            (Some(x), _) => ParamValue::Number(x),
+                            (None, Some(t)) => ParamValue::Text(t),
+                            (None, None) => return None,
+                        };
+                        Some((k.as_string()?, value))
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            })
+        })
+        .collect()
 }

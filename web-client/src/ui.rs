@@ -10,6 +10,7 @@ use web_sys::{
     HtmlSelectElement,
 };
 
+use crate::schema::{self, Group, ParamDoc, SLIDER_STEPS, Scale};
 use crate::stats::History;
 
 /// Samples in the live plot.
@@ -26,6 +27,10 @@ pub(crate) struct Dom {
     conn: HtmlElement,
     fields: [HtmlElement; 7],
     params: HtmlElement,
+    /// The server's groups, labels, units, help lines and defaults, once loaded.
+    docs: std::cell::RefCell<Vec<Group>>,
+    /// The presets and their values, once loaded.
+    presets: std::cell::RefCell<Vec<schema::Preset>>,
     pub(crate) preset: HtmlSelectElement,
     plot: HtmlCanvasElement,
     legend_order: HtmlElement,
@@ -77,6 +82,8 @@ impl Dom {
                 f("st-role")?,
             ],
             params: f("params")?,
+            docs: std::cell::RefCell::default(),
+            presets: std::cell::RefCell::default(),
             preset: by_id(&doc, "preset")?,
             plot: by_id(&doc, "plot")?,
             legend_order: f("lg-order")?,
@@ -169,13 +176,12 @@ impl Dom {
                     for (k, v) in [("data-min", min), ("data-max", max)] {
                         let _ = input.set_attribute(k, &v.to_string());
                     }
-                    if whole_number(&p.name) {
-                        let _ = input.set_attribute("data-int", "");
-                    }
                     input.set_min("0");
                     input.set_max(&SLIDER_STEPS.to_string());
                     input.set_step("1");
-                    input.set_value_as_number(slider_pos(*v, min, max));
+                    if let Some(scale) = scale_of(&input) {
+                        input.set_value_as_number(scale.position(*v));
+                    }
                     self.show_value(&p.name, *v);
                 }
                 ParamValue::Text(t) => {
@@ -184,6 +190,71 @@ impl Dom {
                     }
                 }
             }
+        }
+        self.show_preset(params);
+        Ok(())
+    }
+
+    /// Shows the preset the live values are, or "custom".
+    fn show_preset(&self, live: &[ParamInfo]) {
+        let presets = self.presets.borrow();
+        let active = schema::active_preset(&presets, live).unwrap_or("");
+        self.preset.set_value(active);
+        if let Some(body) = self.doc.body() {
+            let _ = body.set_attribute(
+                "data-preset",
+                if active.is_empty() { "custom" } else { active },
+            );
+        }
+    }
+
+    /// Labels, groups and tooltips from the server's parameter schema: a
+    /// collapsible section per group; rows already built move into theirs.
+    /// Call [`Dom::params`] afterwards to place the sliders on the new scale.
+    pub(crate) fn schema(&self, groups: &[Group]) -> Result<(), String> {
+        let js = |e: wasm_bindgen::JsValue| format!("{e:?}");
+        for g in groups {
+            let id = format!("group-{}", g.name);
+            if self.doc.get_element_by_id(&id).is_some() {
+                continue;
+            }
+            let details = self.doc.create_element("details").map_err(js)?;
+            details.set_id(&id);
+            details.set_class_name("group");
+            if !g.collapsed {
+                details.set_attribute("open", "").map_err(js)?;
+            }
+            let summary = self.doc.create_element("summary").map_err(js)?;
+            summary.set_text_content(Some(&g.label));
+            details.append_child(&summary).map_err(js)?;
+            self.params.append_child(&details).map_err(js)?;
+            for d in &g.params {
+                if let Some(input) = self.doc.get_element_by_id(&format!("param-{}", d.name))
+                    && let Some(row) = input.parent_element()
+                {
+                    self.describe_row(&row, &input, d)?;
+                    details.append_child(&row).map_err(js)?;
+                }
+            }
+        }
+        *self.docs.borrow_mut() = groups.to_vec();
+        Ok(())
+    }
+
+    /// A row's label, tooltip, default and whole-number flag from its doc.
+    fn describe_row(&self, row: &Element, input: &Element, d: &ParamDoc) -> Result<(), String> {
+        let js = |e: wasm_bindgen::JsValue| format!("{e:?}");
+        if let Some(label) = row.query_selector("label").map_err(js)? {
+            label.set_text_content(Some(&d.title()));
+        }
+        row.set_attribute("title", &d.help).map_err(js)?;
+        if let Some(v) = d.default {
+            input
+                .set_attribute("data-default", &v.to_string())
+                .map_err(js)?;
+        }
+        if d.integer {
+            input.set_attribute("data-int", "").map_err(js)?;
         }
         Ok(())
     }
@@ -222,7 +293,20 @@ impl Dom {
             out.set_id(&format!("value-{}", p.name));
             row.append_child(&out).map_err(js)?;
         }
-        self.params.append_child(&row).map_err(js)?;
+        let found = self.docs.borrow().iter().find_map(|g| {
+            let d = g.params.iter().find(|d| d.name == p.name)?;
+            Some((g.name.clone(), d.clone()))
+        });
+        match found
+            .as_ref()
+            .and_then(|(g, _)| self.doc.get_element_by_id(&format!("group-{g}")))
+        {
+            Some(group) => group.append_child(&row).map_err(js)?,
+            None => self.params.append_child(&row).map_err(js)?,
+        };
+        if let Some((_, d)) = &found {
+            self.describe_row(&row, &input, d)?;
+        }
         Ok(input)
     }
 
@@ -240,19 +324,21 @@ impl Dom {
         }
     }
 
-    /// Adds the preset names to the preset menu.
-    pub(crate) fn presets(&self, names: &[String]) {
-        let have = self.preset.length();
-        if have > 1 {
-            return;
-        }
-        for n in names {
-            if let Ok(o) = self.doc.create_element("option") {
-                let _ = o.set_attribute("value", n);
-                o.set_text_content(Some(n));
-                let _ = self.preset.append_child(&o);
+    /// Fills the preset menu (each with its description as a tooltip) and
+    /// shows which one the live values are.
+    pub(crate) fn presets(&self, presets: Vec<schema::Preset>, live: &[ParamInfo]) {
+        if self.preset.length() <= 1 {
+            for p in &presets {
+                if let Ok(o) = self.doc.create_element("option") {
+                    let _ = o.set_attribute("value", &p.name);
+                    let _ = o.set_attribute("title", &p.description);
+                    o.set_text_content(Some(&p.name));
+                    let _ = self.preset.append_child(&o);
+                }
             }
         }
+        *self.presets.borrow_mut() = presets;
+        self.show_preset(live);
     }
 
     /// Lists the agents, each with a remove button (`data-remove` its id,
@@ -472,47 +558,19 @@ impl Dom {
     }
 }
 
-/// Positions of a parameter slider.
-const SLIDER_STEPS: u32 = 1000;
-
-/// Parameters that take whole numbers.
-fn whole_number(name: &str) -> bool {
-    matches!(name, "k_nearest" | "tick_hz" | "latency_ticks")
-}
-
-/// A slider's position for value `v` of a parameter allowed in
-/// `min ..= max`. The scale is cubic: the allowed ranges are wide (a weight
-/// may be 0 ..= 100, a radius 0 ..= 1000) while useful values sit near the
-/// bottom, so the low end gets most of the slider.
-pub(crate) fn slider_pos(v: f64, min: f64, max: f64) -> f64 {
-    if max <= min || !v.is_finite() {
-        return 0.0;
-    }
-    ((v - min) / (max - min)).clamp(0.0, 1.0).cbrt() * f64::from(SLIDER_STEPS)
-}
-
-/// The value a slider position stands for: whole numbers for counts and
-/// rates, else three significant digits (what the label shows is exactly
-/// what is sent).
-pub(crate) fn slider_value(pos: f64, min: f64, max: f64, integer: bool) -> f64 {
-    let t = (pos / f64::from(SLIDER_STEPS)).clamp(0.0, 1.0);
-    let v = min + (max - min) * t * t * t;
-    if integer || v == 0.0 {
-        return v.round();
-    }
-    let scale = 10f64.powi(2 - v.abs().log10().floor() as i32);
-    ((v * scale).round() / scale).clamp(min, max)
-}
-
 /// The value an input slider stands for (its range in `data-min`,
-/// `data-max`, `data-int`).
+/// `data-max`, its default in `data-default`, whole numbers when
+/// `data-int`).
 pub(crate) fn value_of(input: &HtmlInputElement) -> Option<f64> {
+    Some(scale_of(input)?.value(input.value_as_number(), input.has_attribute("data-int")))
+}
+
+fn scale_of(input: &HtmlInputElement) -> Option<Scale> {
     let num = |k: &str| input.get_attribute(k)?.parse::<f64>().ok();
-    Some(slider_value(
-        input.value_as_number(),
+    Some(Scale::new(
         num("data-min")?,
         num("data-max")?,
-        input.has_attribute("data-int"),
+        num("data-default"),
     ))
 }
 
@@ -539,29 +597,6 @@ fn needed_role(kind: CommandKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sliders_round_trip_and_favour_small_values() {
-        // A default weight sits a quarter of the way along, not at the end.
-        let p = slider_pos(1.5, 0.0, 100.0);
-        assert!((200.0..300.0).contains(&p), "{p}");
-        for (v, min, max, int) in [
-            (1.5, 0.0, 100.0, false),
-            (10.0, 0.0, 1000.0, false),
-            (7.0, 0.0, 32.0, true),
-            (60.0, 1.0, 1000.0, true),
-            (270.0, 0.0, 360.0, false),
-        ] {
-            let back = slider_value(slider_pos(v, min, max).round(), min, max, int);
-            assert!((back - v).abs() <= v * 0.02, "{v} came back as {back}");
-        }
-        assert_eq!(slider_value(0.0, 0.0, 100.0, false), 0.0);
-        assert_eq!(slider_value(1000.0, 0.0, 100.0, false), 100.0);
-        assert_eq!(slider_value(500.0, 0.0, 32.0, true), 4.0);
-        // Three significant digits.
-        assert_eq!(slider_value(333.0, 0.0, 100.0, false), 3.69);
-        assert_eq!(slider_pos(f64::NAN, 0.0, 1.0), 0.0);
-    }
 
     #[test]
     fn every_gated_kind_names_a_role() {

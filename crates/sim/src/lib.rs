@@ -84,5 +84,5 @@ pub use error::{ParamError, SimError};
 pub use flock::{BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;
 pub use metrics::TickMetrics;
-pub use params::{Boundary, Params, ParamsPatch, Preset};
+pub use params::{Boundary, Group, Params, ParamsPatch, Preset};
 pub use swarm::{SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState};

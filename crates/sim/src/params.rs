@@ -206,11 +206,68 @@ pub struct UpperBound {
 pub struct ParamSpec {
     /// The field's name, as in REST, files and the wire.
     pub name: &'static str,
+    /// What a person reads: "Separation weight".
+    pub label: &'static str,
+    /// Its unit as people write it ("m/s"; empty for pure numbers).
+    pub unit: &'static str,
+    /// One line on what it does.
+    pub help: &'static str,
+    /// Where viewers list it.
+    pub group: Group,
     /// Its own range.
     pub bounds: Bounds,
     /// A bound another parameter sets, if any.
     pub upper: Option<UpperBound>,
     get: fn(&Params) -> Value,
+    copy: fn(&mut Params, &Params),
+}
+
+/// The groups parameters are listed in, in display order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// The rule weights.
+    Flocking,
+    /// What a boid sees: radii, field of view, neighbours.
+    Perception,
+    /// Speeds and steering limits.
+    Motion,
+    /// The world's faces and the tick.
+    World,
+    /// Injected perception failures.
+    Failures,
+}
+
+impl Group {
+    /// Every group, in display order.
+    pub const ALL: [Group; 5] = [
+        Self::Flocking,
+        Self::Perception,
+        Self::Motion,
+        Self::World,
+        Self::Failures,
+    ];
+
+    /// The lowercase name used in REST.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Flocking => "flocking",
+            Self::Perception => "perception",
+            Self::Motion => "motion",
+            Self::World => "world",
+            Self::Failures => "failures",
+        }
+    }
+
+    /// Its heading in viewers.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Flocking => "Flocking",
+            Self::Perception => "Perception",
+            Self::Motion => "Motion",
+            Self::World => "World",
+            Self::Failures => "Failures",
+        }
+    }
 }
 
 impl ParamSpec {
@@ -269,16 +326,23 @@ impl ParamSpec {
     }
 }
 
+/// One numeric parameter: its field, group, label, unit, help line and
+/// bounds (and a bound another parameter sets).
 macro_rules! spec {
-    ($name:ident, $bounds:expr) => {
-        spec!($name, $bounds, None)
+    ($name:ident, $group:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr) => {
+        spec!($name, $group, $label, $unit, $help, $bounds, None)
     };
-    ($name:ident, $bounds:expr, $upper:expr) => {
+    ($name:ident, $group:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr, $upper:expr) => {
         ParamSpec {
             name: stringify!($name),
+            label: $label,
+            unit: $unit,
+            help: $help,
+            group: Group::$group,
             bounds: $bounds,
             upper: $upper,
             get: |p| Value::Number(f64::from(p.$name)),
+            copy: |to, from| to.$name = from.$name,
         }
     };
 }
@@ -303,46 +367,206 @@ fn half_smallest_extent(p: &Params) -> f32 {
 }
 
 /// Every scalar parameter (all but `world_m` and `dims`, which shape the
-/// world), in the order viewers list them.
+/// world), in the order viewers list them, each group's together.
 pub const SPECS: [ParamSpec; 24] = {
     use ranges::*;
     [
-        spec!(w_sep, Bounds::Float(WEIGHT)),
-        spec!(w_ali, Bounds::Float(WEIGHT)),
-        spec!(w_coh, Bounds::Float(WEIGHT)),
-        spec!(w_obstacle, Bounds::Float(WEIGHT)),
-        spec!(w_goal, Bounds::Float(WEIGHT)),
-        spec!(w_flee, Bounds::Float(WEIGHT)),
-        spec!(w_wander, Bounds::Float(WEIGHT)),
-        spec!(sep_radius_m, Bounds::Float(RADIUS_M)),
-        spec!(ali_radius_m, Bounds::Float(RADIUS_M)),
-        spec!(coh_radius_m, Bounds::Float(RADIUS_M)),
-        spec!(fov_deg, Bounds::Float(FOV_DEG)),
-        spec!(k_nearest, count(0, MAX_K_NEAREST)),
-        spec!(max_speed_mps, Bounds::Float(MAX_SPEED_MPS)),
+        spec!(
+            w_sep,
+            Flocking,
+            "Separation",
+            "",
+            "Steer away from the nearest neighbours",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_ali,
+            Flocking,
+            "Alignment",
+            "",
+            "Turn to the neighbours' mean heading",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_coh,
+            Flocking,
+            "Cohesion",
+            "",
+            "Steer towards the neighbours' centre",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_obstacle,
+            Flocking,
+            "Obstacle avoidance",
+            "",
+            "Steer around obstacles ahead; keep it far above the social rules",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_goal,
+            Flocking,
+            "Goal seeking",
+            "",
+            "Steer towards the nearest goal",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_flee,
+            Flocking,
+            "Fleeing",
+            "",
+            "Steer away from predators within the flee radius",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            w_wander,
+            Flocking,
+            "Wander",
+            "",
+            "A slowly turning random steer of each boid's own",
+            Bounds::Float(WEIGHT)
+        ),
+        spec!(
+            sep_radius_m,
+            Perception,
+            "Separation radius",
+            "m",
+            "Neighbours closer than this push a boid away",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            ali_radius_m,
+            Perception,
+            "Alignment radius",
+            "m",
+            "Neighbours closer than this are aligned with",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            coh_radius_m,
+            Perception,
+            "Cohesion radius",
+            "m",
+            "Neighbours closer than this pull a boid in",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            fov_deg,
+            Perception,
+            "Field of view",
+            "°",
+            "The cone a boid sees, centred on its heading; 360 sees all around",
+            Bounds::Float(FOV_DEG)
+        ),
+        spec!(
+            k_nearest,
+            Perception,
+            "Nearest neighbours",
+            "",
+            "Only this many nearest visible boids count; 0 counts all in range",
+            count(0, MAX_K_NEAREST)
+        ),
+        spec!(
+            flee_radius_m,
+            Perception,
+            "Flee radius",
+            "m",
+            "Boids closer than this to a predator flee; 0 turns fleeing off",
+            Bounds::Float(FLEE_RADIUS_M)
+        ),
+        spec!(
+            lookahead_s,
+            Perception,
+            "Obstacle lookahead",
+            "s",
+            "How far ahead a boid probes for obstacles, in seconds of flight",
+            Bounds::Float(LOOKAHEAD_S)
+        ),
+        spec!(
+            max_speed_mps,
+            Motion,
+            "Max speed",
+            "m/s",
+            "Cruise speed cap",
+            Bounds::Float(MAX_SPEED_MPS)
+        ),
         spec!(
             min_speed_mps,
+            Motion,
+            "Min speed",
+            "m/s",
+            "Stall speed: boids never fly slower",
             Bounds::Float(MIN_SPEED_MPS),
             upper("max_speed_mps", |p| p.max_speed_mps)
         ),
-        spec!(max_force_mps2, Bounds::Float(MAX_FORCE_MPS2)),
-        spec!(panic_factor, Bounds::Float(PANIC_FACTOR)),
-        spec!(flee_radius_m, Bounds::Float(FLEE_RADIUS_M)),
+        spec!(
+            max_force_mps2,
+            Motion,
+            "Max steering",
+            "m/s²",
+            "Largest acceleration one rule may ask for: the turning circle",
+            Bounds::Float(MAX_FORCE_MPS2)
+        ),
+        spec!(
+            panic_factor,
+            Motion,
+            "Panic speed",
+            "×",
+            "A fleeing boid may fly this many times the max speed",
+            Bounds::Float(PANIC_FACTOR)
+        ),
         spec!(
             edge_margin_m,
+            World,
+            "Edge margin",
+            "m",
+            "Width of the soft boundary's push-back zone",
             Bounds::Float(EDGE_MARGIN_M),
             upper("half the smallest world extent", half_smallest_extent)
         ),
-        spec!(lookahead_s, Bounds::Float(LOOKAHEAD_S)),
-        spec!(tick_hz, count(1, MAX_TICK_HZ)),
-        spec!(noise_m, Bounds::Float(NOISE_M)),
-        spec!(dropout, Bounds::Float(DROPOUT)),
-        spec!(latency_ticks, count(0, MAX_LATENCY_TICKS)),
+        spec!(
+            tick_hz,
+            World,
+            "Tick rate",
+            "Hz",
+            "Simulation steps per second",
+            count(1, MAX_TICK_HZ)
+        ),
+        spec!(
+            noise_m,
+            Failures,
+            "Position noise",
+            "m",
+            "Error on every neighbour position a boid perceives (standard deviation)",
+            Bounds::Float(NOISE_M)
+        ),
+        spec!(
+            dropout,
+            Failures,
+            "Dropout",
+            "",
+            "Chance that a neighbour goes unseen, per observation",
+            Bounds::Float(DROPOUT)
+        ),
+        spec!(
+            latency_ticks,
+            Failures,
+            "Perception delay",
+            "ticks",
+            "Boids see their neighbours as they were this many ticks ago",
+            count(0, MAX_LATENCY_TICKS)
+        ),
         ParamSpec {
             name: "boundary",
+            label: "Boundary",
+            unit: "",
+            help: "What the world's faces do: push back softly, wrap around or bounce",
+            group: Group::World,
             bounds: Bounds::Choice(&Boundary::NAMES),
             upper: None,
             get: |p| Value::Text(p.boundary.as_str()),
+            copy: |to, from| to.boundary = from.boundary,
         },
     ]
 };
@@ -551,14 +775,27 @@ impl Params {
         Ok(p)
     }
 
-    /// These parameters with a preset's weights and radii.
+    /// These parameters with a preset applied: every parameter of the
+    /// groups it covers takes the preset's value, the rest stay.
     pub fn with_preset(&self, preset: Preset) -> Self {
+        let target = preset.params();
         let mut p = *self;
-        let (w_sep, w_ali, w_coh) = preset.weights();
-        p.w_sep = w_sep;
-        p.w_ali = w_ali;
-        p.w_coh = w_coh;
+        for spec in SPECS.iter().filter(|s| preset.covers(s.group)) {
+            (spec.copy)(&mut p, &target);
+        }
         p
+    }
+
+    /// The preset these parameters are, if any: the first (in menu order)
+    /// whose every covered parameter is equal. None is "custom".
+    pub fn preset(&self) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|&preset| {
+            let target = preset.params();
+            SPECS
+                .iter()
+                .filter(|s| preset.covers(s.group))
+                .all(|s| s.value(self) == s.value(&target))
+        })
     }
 }
 
@@ -600,25 +837,34 @@ pub struct ParamsPatch {
     pub latency_ticks: Option<u32>,
 }
 
-/// Named weight sets (separation : alignment : cohesion).
+/// Named parameter sets. `defaults` is every parameter's default; the
+/// others set the behaviour (flocking, perception and motion) and leave
+/// the world and the failure injection as they are. Each one's look is
+/// checked on a measured swarm metric (`tests/presets.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Preset {
-    /// 1 : 1.2 : 0.9 — the classic murmuration.
+    /// Every parameter at its default.
+    Defaults,
+    /// The classic murmuration: locally aligned groups that merge and split.
     Balanced,
-    /// High separation, low cohesion: the flock bursts apart.
+    /// Strong separation over a wide radius, little cohesion, much wander:
+    /// the boids spread out and wheel alone.
     StarlingsScattering,
-    /// High alignment, low separation: long, straight, parallel lines.
+    /// Strong alignment over a wide radius in a narrower view: one long,
+    /// straight, parallel stream.
     ArrowFormations,
-    /// High cohesion, low alignment: a dense milling ball.
+    /// Cohesion to the 20 nearest all around, strong separation, little
+    /// alignment: a milling ball that never overlaps.
     FishBall,
 }
 
 impl Preset {
     /// Every preset, in display order.
-    pub const ALL: [Preset; 4] = [
+    pub const ALL: [Preset; 5] = [
+        Preset::Defaults,
         Preset::Balanced,
         Preset::StarlingsScattering,
         Preset::ArrowFormations,
@@ -626,21 +872,71 @@ impl Preset {
     ];
     /// Every accepted name, for error messages.
     pub const ALLOWED: &'static str =
-        "balanced | starlings-scattering | arrow-formations | fish-ball";
+        "defaults | balanced | starlings-scattering | arrow-formations | fish-ball";
 
-    /// `(w_sep, w_ali, w_coh)`.
-    pub fn weights(self) -> (f32, f32, f32) {
+    /// Its parameters: the defaults with its own changes.
+    pub fn params(self) -> Params {
+        let d = Params::default();
         match self {
-            Self::Balanced => (1.0, 1.2, 0.9),
-            Self::StarlingsScattering => (3.0, 0.8, 0.2),
-            Self::ArrowFormations => (0.6, 2.5, 0.7),
-            Self::FishBall => (1.0, 0.3, 2.5),
+            Self::Defaults => d,
+            Self::Balanced => Params {
+                w_sep: 1.0,
+                w_ali: 1.2,
+                w_coh: 0.9,
+                ..d
+            },
+            Self::StarlingsScattering => Params {
+                w_sep: 3.0,
+                w_ali: 0.3,
+                w_coh: 0.1,
+                w_wander: 1.0,
+                sep_radius_m: 6.0,
+                ..d
+            },
+            Self::ArrowFormations => Params {
+                w_sep: 2.5,
+                w_ali: 4.0,
+                w_coh: 0.4,
+                ali_radius_m: 16.0,
+                fov_deg: 200.0,
+                ..d
+            },
+            Self::FishBall => Params {
+                w_sep: 4.0,
+                w_ali: 0.4,
+                w_coh: 1.5,
+                coh_radius_m: 15.0,
+                fov_deg: 360.0,
+                k_nearest: 20,
+                ..d
+            },
+        }
+    }
+
+    /// Whether it sets the parameters of group `g`.
+    pub fn covers(self, g: Group) -> bool {
+        self == Self::Defaults || matches!(g, Group::Flocking | Group::Perception | Group::Motion)
+    }
+
+    /// One line on what it looks like.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Defaults => "every parameter at its default",
+            Self::Balanced => "the classic murmuration: aligned groups that merge and split",
+            Self::StarlingsScattering => {
+                "strong separation, little cohesion: the boids spread out and wheel alone"
+            }
+            Self::ArrowFormations => "strong alignment, wide radius: one long straight stream",
+            Self::FishBall => {
+                "cohesion all around, little alignment: a milling ball that never overlaps"
+            }
         }
     }
 
     /// The kebab-case name.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Defaults => "defaults",
             Self::Balanced => "balanced",
             Self::StarlingsScattering => "starlings-scattering",
             Self::ArrowFormations => "arrow-formations",

@@ -3,7 +3,8 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
-use starling_sim::{Params, ParamsPatch, Preset};
+use starling_sim::params::{Bounds, SPECS, Value};
+use starling_sim::{Group, Params, ParamsPatch, Preset};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -17,6 +18,7 @@ use crate::http::shared::Shared;
 pub(super) fn routes() -> OpenApiRouter<Shared> {
     OpenApiRouter::new()
         .routes(routes!(get_params, patch_params))
+        .routes(routes!(param_schema))
         .routes(routes!(list_presets))
         .routes(routes!(apply_preset))
 }
@@ -30,17 +32,74 @@ struct ParamsChanged {
     params: Params,
 }
 
-/// A preset's weights.
+/// A parameter's value as JSON: a whole number, a number or a word.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+enum Setting {
+    /// Counts and rates.
+    Whole(u64),
+    /// Everything else numeric.
+    Number(f32),
+    /// A word (`boundary`).
+    Text(&'static str),
+}
+
+impl Setting {
+    fn of(bounds: Bounds, v: Value) -> Self {
+        match (bounds, v) {
+            (_, Value::Text(t)) => Self::Text(t),
+            (Bounds::Count { .. }, Value::Number(x)) => Self::Whole(x as u64),
+            (_, Value::Number(x)) => Self::Number(x as f32),
+        }
+    }
+}
+
+/// What a person needs to set one parameter.
+#[derive(Debug, Serialize, ToSchema)]
+struct ParamDoc {
+    /// Field name, as in `GET /params`.
+    name: &'static str,
+    /// Human label, without the unit ("Separation radius").
+    label: &'static str,
+    /// Unit ("m", "m/s"; empty for pure numbers).
+    unit: &'static str,
+    /// One line on what it does.
+    help: &'static str,
+    /// Its default.
+    default: Setting,
+    /// Smallest allowed (numbers; a bound another parameter sets is not applied).
+    min: Option<f64>,
+    /// Largest allowed (numbers).
+    max: Option<f64>,
+    /// Whether only whole numbers are allowed.
+    integer: bool,
+    /// Allowed words (`boundary`).
+    choices: Vec<&'static str>,
+}
+
+/// A group of parameters, as viewers list them.
+#[derive(Debug, Serialize, ToSchema)]
+struct ParamGroup {
+    /// Group name (`flocking`, `perception`, `motion`, `world`, `failures`).
+    name: &'static str,
+    /// Its heading.
+    label: &'static str,
+    /// Rarely changed: viewers show it collapsed.
+    collapsed: bool,
+    /// Its parameters, in display order.
+    params: Vec<ParamDoc>,
+}
+
+/// A preset: what it looks like and every parameter it sets.
 #[derive(Debug, Serialize, ToSchema)]
 struct PresetInfo {
     /// Name, for `POST /params/presets/{name}`.
     name: &'static str,
-    /// Separation weight.
-    w_sep: f32,
-    /// Alignment weight.
-    w_ali: f32,
-    /// Cohesion weight.
-    w_coh: f32,
+    /// One line on what it looks like.
+    description: &'static str,
+    /// The parameters it sets and their values (the others stay).
+    #[schema(value_type = Object)]
+    params: std::collections::BTreeMap<&'static str, Setting>,
 }
 
 /// Every simulation parameter.
@@ -64,28 +123,70 @@ async fn patch_params(
     }))
 }
 
-/// The presets and their weights.
+/// Labels, units, help lines, groups and defaults of every scalar
+/// parameter (what the viewer's sliders show).
+#[utoipa::path(get, path = "/params/schema", tag = "params", responses((status = 200, body = Vec<ParamGroup>)))]
+async fn param_schema() -> Json<Vec<ParamGroup>> {
+    let defaults = Params::default();
+    Json(
+        Group::ALL
+            .iter()
+            .map(|&g| ParamGroup {
+                name: g.as_str(),
+                label: g.label(),
+                collapsed: g == Group::Failures,
+                params: SPECS
+                    .iter()
+                    .filter(|s| s.group == g)
+                    .map(|s| {
+                        let range = s.bounds.numeric();
+                        ParamDoc {
+                            name: s.name,
+                            label: s.label,
+                            unit: s.unit,
+                            help: s.help,
+                            default: Setting::of(s.bounds, s.value(&defaults)),
+                            min: range.map(|r| r.0),
+                            max: range.map(|r| r.1),
+                            integer: matches!(s.bounds, Bounds::Count { .. }),
+                            choices: match s.bounds {
+                                Bounds::Choice(words) => words.to_vec(),
+                                _ => Vec::new(),
+                            },
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+/// The presets, each with every parameter it sets.
 #[utoipa::path(get, path = "/params/presets", tag = "params", responses((status = 200, body = Vec<PresetInfo>)))]
 async fn list_presets() -> Json<Vec<PresetInfo>> {
     Json(
         Preset::ALL
             .iter()
-            .map(|p| {
-                let (w_sep, w_ali, w_coh) = p.weights();
+            .map(|&p| {
+                let target = p.params();
                 PresetInfo {
                     name: p.as_str(),
-                    w_sep,
-                    w_ali,
-                    w_coh,
+                    description: p.describe(),
+                    params: SPECS
+                        .iter()
+                        .filter(|s| p.covers(s.group))
+                        .map(|s| (s.name, Setting::of(s.bounds, s.value(&target))))
+                        .collect(),
                 }
             })
             .collect(),
     )
 }
 
-/// Applies a preset's weights (operator).
+/// Applies a preset (operator): `defaults` restores every parameter's
+/// default; the others set flocking, perception and motion.
 #[utoipa::path(post, path = "/params/presets/{name}", tag = "params",
-    params(("name" = String, Path, description = "balanced | starlings-scattering | arrow-formations | fish-ball")),
+    params(("name" = String, Path, description = "defaults | balanced | starlings-scattering | arrow-formations | fish-ball")),
     responses((status = 200, body = ParamsChanged), (status = "4XX", body = ErrorBody)))]
 async fn apply_preset(
     State(s): State<Shared>,
