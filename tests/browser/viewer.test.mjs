@@ -265,8 +265,22 @@ test('clicks in goal, obstacle and add-boids modes create them', async () => {
   const server = await startServer();
   const page = await openViewer(server);
   await page.click('[data-mode=goal]');
+  // Hovering shows where the click will land (a marker, a crosshair), and
+  // the goal goes there. The flock moves between the two, so its centre's
+  // depth may too: within a few metres.
+  await page.mouse.move(560, 420);
+  const marker = (await until('the cursor marker', async () => page.locator('body').getAttribute('data-cursor')))
+    .split(' ').map(Number);
+  assert.equal(await page.evaluate(() => document.getElementById('view').style.cursor), 'crosshair');
+  await shot(page, 'cursor-marker');
   await page.mouse.click(560, 420);
-  await until('a goal', async () => (await rest(server, '/goals')).length === 1);
+  const [goal1] = await until('a goal', async () => {
+    const goals = await rest(server, '/goals');
+    return goals.length === 1 ? goals : null;
+  });
+  const at = goal1.kind.position;
+  const off = Math.hypot(...at.map((v, i) => v - marker[i]));
+  assert.ok(off < 8, `the goal at ${at}, the marker at ${marker}`);
   await page.click('[data-mode=obstacle]');
   await page.mouse.click(700, 380);
   await until('an obstacle', async () => (await rest(server, '/obstacles')).length === 1);
@@ -275,6 +289,10 @@ test('clicks in goal, obstacle and add-boids modes create them', async () => {
   await until('50 more boids', async () => (await rest(server, '/state')).population === 2050);
   // Off the world box: refused on the page, nothing sent.
   await page.click('[data-mode=goal]');
+  // No marker off the box: the pointer says a click won't land.
+  await page.mouse.move(20, 780);
+  await until('no marker off the box', async () => (await page.locator('body').getAttribute('data-cursor')) === null);
+  assert.equal(await page.evaluate(() => document.getElementById('view').style.cursor), 'not-allowed');
   await page.mouse.click(20, 780);
   await until('the message', async () => /inside the world box/.test(await page.locator('#message').innerText()));
   assert.equal((await rest(server, '/goals')).length, 1);
@@ -628,5 +646,38 @@ test('a CPU-throttled page asks for fewer frames and catches up', async () => {
   console.log(`throttled: caught up in ${Date.now() - t0 - 8000} ms, asks ${await asked()}/s, ticks behind ${behind.join(' ')}`);
   await shot(page, 'cpu-throttled');
   await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
+  await page.close();
+});
+
+test('a headless run writes a report whose plots open in the browser', async () => {
+  const { mkdtempSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const out = join(mkdtempSync(join(tmpdir(), 'starling-report-')), 'run');
+  const scenario = join(import.meta.dirname, '../../scenarios/failure-drill.toml');
+  // Two seeds, 25 simulated seconds: the first event (at 20 s) is marked.
+  const code = await new Promise((resolve) => {
+    const proc = spawn(BIN, ['run', scenario, '--seeds', '1..2', '--until-seconds', '25', '--out', out], { stdio: 'ignore' });
+    proc.on('exit', resolve);
+  });
+  assert.equal(code, 0, 'starling run succeeded');
+  const page = await browser.newPage({ viewport: { width: 820, height: 1300 } });
+  await page.goto(`file://${out}/report.html`);
+  assert.match(await page.locator('h1').innerText(), /failure-drill — 2 seed/);
+  const figures = page.locator('figure');
+  assert.deepEqual(
+    await figures.evaluateAll((fs) => fs.map((f) => f.dataset.metric)),
+    ['order', 'largest_cluster', 'collisions', 'min_nn_m'],
+  );
+  for (const f of await figures.all()) {
+    assert.equal(await f.locator('svg').count(), 1);
+    assert.ok(Number(await f.getAttribute('data-points')) > 100, 'a point every 10 ticks for 25 s');
+    assert.match(await f.innerText(), /mean of 2 seeds/);
+    assert.match(await f.innerText(), /kill_boids/, 'the event is marked');
+  }
+  // Drawn, not blank: the order plot's line is there.
+  const box = await figures.first().locator('svg').boundingBox();
+  assert.ok(box.width > 700 && box.height > 200, `plot of ${box.width}x${box.height}`);
+  assert.match(await page.locator('#figures').innerText(), /final order/);
+  await shot(page, 'run-report');
   await page.close();
 });

@@ -17,7 +17,7 @@ use crate::camera::Camera;
 use crate::interest::Interest;
 use crate::net::{Endpoints, NetEvent, Socket, close_words};
 use crate::pace::Pace;
-use crate::render::{Renderer, Scene};
+use crate::render::{Marker, Renderer, Scene};
 use crate::stats::{History, Rate, TickLog};
 use crate::stream::Stream;
 use crate::ui::{Dom, PLOT_SAMPLES, Status};
@@ -28,6 +28,10 @@ const WANT_FPS: u16 = 30;
 const MAX_PENDING: usize = 256;
 /// Boids added per click in "add boids" mode.
 const SPAWN_COUNT: u32 = 50;
+/// Boids added by a click spread over the world's larger side divided by this.
+const SPREAD_PER_WORLD: f32 = 40.0;
+/// A clicked obstacle's radius: the world's larger side divided by this.
+const OBSTACLE_PER_WORLD: f32 = 25.0;
 /// Seconds a pointer predator lives if the page never removes it.
 const POINTER_PREDATOR_TTL_S: f32 = 120.0;
 /// Least time between predator moves sent while dragging.
@@ -155,6 +159,15 @@ pub(crate) struct App {
     resync_sent: bool,
     /// When the page last drew, ms.
     drawn_ms: f64,
+    /// Where the pointer hovers over the canvas, CSS pixels.
+    hover: Option<(f64, f64)>,
+    /// The shown frame's tick and the flock's centre in it (clicks land at
+    /// its depth; worked out once a frame, not per pointer event).
+    centre: Option<(u64, Vec3)>,
+    /// The canvas's mouse pointer now ("crosshair" where a click lands).
+    pointer_shown: &'static str,
+    /// Where the cursor marker was last drawn.
+    cursor_at: Option<Vec3>,
 }
 
 impl App {
@@ -198,6 +211,10 @@ impl App {
             pinch: None,
             status_ticks: 0,
             state_fetch: false,
+            hover: None,
+            centre: None,
+            pointer_shown: "",
+            cursor_at: None,
             replay: None,
             seeking: false,
             interest: interest.map(Interest::new),
@@ -729,17 +746,26 @@ impl App {
             f64::from(self.dom.canvas.client_height().max(1)),
         );
         let (nx, ny) = ((x / w * 2.0 - 1.0) as f32, (1.0 - y / ht * 2.0) as f32);
-        cam.click_point(nx, ny, self.flock_centre(h.world.world_m))
+        let centre = match self.centre {
+            Some((_, c)) => c,
+            None => Vec3::from(h.world.world_m) * 0.5,
+        };
+        cam.click_point(nx, ny, centre)
     }
 
-    /// The mean position of the boids shown (the world's centre before any).
-    fn flock_centre(&self, world: [f32; 3]) -> Vec3 {
-        let centre = Vec3::from(world) * 0.5;
+    /// Keeps the flock's centre for the frame shown: the mean position of
+    /// its boids (None before any).
+    fn update_centre(&mut self) {
         let Some((f, q)) = self.shown().and_then(|f| Some((f, f.quant?))) else {
-            return centre;
+            self.centre = None;
+            return;
         };
         if f.is_empty() {
-            return centre;
+            self.centre = None;
+            return;
+        }
+        if self.centre.is_some_and(|(tick, _)| tick == f.tick) {
+            return;
         }
         let mut sum = [0u64; 3];
         for p in f.pos.chunks_exact(3) {
@@ -748,7 +774,49 @@ impl App {
             }
         }
         let n = f.len() as u64;
-        Vec3::from(q.dequantize(sum.map(|s| (s / n) as u16)))
+        let c = Vec3::from(q.dequantize(sum.map(|s| (s / n) as u16)));
+        self.centre = Some((f.tick, c));
+    }
+
+    /// The cursor marker: where a click in the current mode would place
+    /// something, and what (None in view mode, off the canvas or outside
+    /// the box). The canvas's pointer says whether a click would land.
+    fn cursor(&self) -> (Option<(Vec3, Marker)>, &'static str) {
+        let placing = !matches!(self.mode, Mode::View) && self.drag == Drag::None;
+        let hit = self
+            .hover
+            .filter(|_| placing)
+            .map(|(x, y)| self.world_point(x, y));
+        let pointer = match hit {
+            None => "",
+            Some(Some(_)) => "crosshair",
+            Some(None) => "not-allowed",
+        };
+        (hit.flatten().and_then(|at| self.marker(at)), pointer)
+    }
+
+    fn marker(&self, at: Vec3) -> Option<(Vec3, Marker)> {
+        let size = self.placement_size();
+        let marker = match self.mode {
+            Mode::Goal => Marker::Goal,
+            Mode::Obstacle => Marker::Sphere(size / OBSTACLE_PER_WORLD),
+            Mode::Boids => Marker::Sphere(size / SPREAD_PER_WORLD),
+            Mode::Predator => Marker::Predator,
+            Mode::View => return None,
+        };
+        Some((at, marker))
+    }
+
+    /// The world's larger horizontal side: what placed things are sized by.
+    fn placement_size(&self) -> f32 {
+        self.hello
+            .as_ref()
+            .map_or(100.0, |h| h.world.world_m[0].max(h.world.world_m[1]))
+    }
+
+    /// The pointer left the canvas.
+    pub(crate) fn pointer_leave(&mut self) {
+        self.hover = None;
     }
 
     fn outside_message(&self) {
@@ -799,6 +867,7 @@ impl App {
 
     /// The pointer moved.
     pub(crate) fn pointer_move(&mut self, id: i32, x: f64, y: f64, now_ms: f64) {
+        self.hover = Some((x, y));
         let Some(t) = self.touches.iter_mut().find(|t| t.id == id) else {
             return;
         };
@@ -871,16 +940,13 @@ impl App {
             self.outside_message();
             return;
         };
-        let size = self
-            .hello
-            .as_ref()
-            .map_or(100.0, |h| h.world.world_m[0].max(h.world.world_m[1]));
+        let size = self.placement_size();
         match self.mode {
             Mode::Boids => self.command(
                 Command::SpawnBoids {
                     center: p.into(),
                     count: SPAWN_COUNT,
-                    spread_m: size / 40.0,
+                    spread_m: size / SPREAD_PER_WORLD,
                 },
                 Pending::Other("add boids"),
             ),
@@ -897,7 +963,7 @@ impl App {
                 Command::AddObstacle {
                     shape: Shape::Sphere {
                         center: p.into(),
-                        radius_m: size / 25.0,
+                        radius_m: size / OBSTACLE_PER_WORLD,
                     },
                     ttl_s: None,
                 },
@@ -1022,6 +1088,13 @@ impl App {
             };
             Some((p, num(sep), num(coh)))
         });
+        self.update_centre();
+        let (cursor, pointer) = self.cursor();
+        if pointer != self.pointer_shown {
+            let _ = self.dom.canvas.style().set_property("cursor", pointer);
+            self.pointer_shown = pointer;
+        }
+        self.cursor_at = cursor.map(|(at, _)| at);
         let (Some(r), Some(cam), Some(h)) = (&self.renderer, &mut self.camera, &self.hello) else {
             return;
         };
@@ -1050,6 +1123,7 @@ impl App {
             blobs: self.interest.as_ref().map_or(&[], |i| &i.blobs),
             picked,
             flee_radius_m: self.param("flee_radius_m").unwrap_or(0.0),
+            cursor,
         };
         r.draw(&scene);
         self.rendered.add(now_ms, 1.0);
@@ -1083,6 +1157,7 @@ impl App {
             frames: self.frames_total,
             role: self.hello.as_ref().map(|h| h.role),
             view_distance: self.camera.as_ref().map(Camera::distance),
+            cursor: self.cursor_at,
         });
         self.dom.tick_log(self.ticks.iter());
         if self.replay.is_some()

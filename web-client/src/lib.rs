@@ -299,6 +299,10 @@ fn wire_canvas(app: &Shared) -> Result<(), JsValue> {
             now(),
         );
     })?;
+    let a = app.clone();
+    listen(&canvas, "pointerleave", move |_: PointerEvent| {
+        a.borrow_mut().pointer_leave();
+    })?;
     for ev in ["pointerup", "pointercancel"] {
         let a = app.clone();
         listen(&canvas, ev, move |e: PointerEvent| {

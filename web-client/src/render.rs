@@ -130,6 +130,38 @@ pub(crate) struct Scene<'a> {
     pub(crate) picked: Option<(Vec3, f32, f32)>,
     /// Flee radius around predators, metres.
     pub(crate) flee_radius_m: f32,
+    /// Where a click would place something, and what.
+    pub(crate) cursor: Option<(Vec3, Marker)>,
+}
+
+/// What the cursor marker previews.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Marker {
+    /// A goal.
+    Goal,
+    /// A spherical obstacle of this radius, or boids spread this far.
+    Sphere(f32),
+    /// A pointer predator.
+    Predator,
+}
+
+/// Colour of the ground grid.
+const GROUND: [f32; 4] = [0.15, 0.19, 0.27, 1.0];
+/// Most ground lines along the world's longer side.
+const GROUND_LINES: f32 = 20.0;
+/// Colour of the cursor marker and its drop line.
+const CURSOR: [f32; 4] = [1.0, 0.85, 0.3, 1.0];
+
+/// The ground grid's spacing for a world this wide: 1, 2 or 5 × 10^k
+/// metres, the smallest giving at most [`GROUND_LINES`] lines.
+pub(crate) fn ground_step(extent_m: f32) -> f32 {
+    let raw = (extent_m / GROUND_LINES).max(1e-3);
+    let decade = 10f32.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * decade)
+        .find(|&s| s >= raw * 0.999)
+        .unwrap_or(10.0 * decade)
 }
 
 /// The GL objects.
@@ -421,6 +453,7 @@ impl Renderer {
         gl.bind_vertex_array(Some(&self.shape_vao));
         gl.uniform_matrix4fv_with_f32_array(self.u_shape.vp.as_ref(), false, &vp);
         let w = Vec3::from(scene.world);
+        self.ground(w);
         let world_box = if scene.dims == 2 { w.with_z(0.0) } else { w };
         self.shape(
             Gl::LINES,
@@ -458,7 +491,77 @@ impl Renderer {
             self.sphere(p, sep, [1.0, 0.45, 0.3, 1.0], scene.dims);
             self.sphere(p, coh, [0.4, 0.9, 1.0, 1.0], scene.dims);
         }
+        if let Some((at, marker)) = scene.cursor {
+            self.cursor(at, marker, scene);
+        }
         gl.bind_vertex_array(None);
+    }
+
+    /// Lines on the floor (z = 0) every [`ground_step`] metres.
+    fn ground(&self, w: Vec3) {
+        let step = ground_step(w.x.max(w.y));
+        let (first, _) = self.shapes.cross;
+        // The cross's first two vertices run along x, the next two along y.
+        let (along_x, along_y) = ((first, 2), (first + 2, 2));
+        let lines = |extent: f32| (0..=(extent / step) as u32).map(move |k| k as f32 * step);
+        for x in lines(w.x) {
+            let at = Vec3::new(x, w.y * 0.5, 0.0);
+            self.shape(
+                Gl::LINES,
+                along_y,
+                at,
+                Vec3::new(1.0, w.y * 0.5, 1.0),
+                GROUND,
+            );
+        }
+        for y in lines(w.y) {
+            let at = Vec3::new(w.x * 0.5, y, 0.0);
+            self.shape(
+                Gl::LINES,
+                along_x,
+                at,
+                Vec3::new(w.x * 0.5, 1.0, 1.0),
+                GROUND,
+            );
+        }
+    }
+
+    /// What a click would place, where, with a line down to the floor (3-D).
+    fn cursor(&self, at: Vec3, marker: Marker, scene: &Scene<'_>) {
+        let size = scene.world[0].max(scene.world[1]) / 60.0;
+        match marker {
+            Marker::Goal => {
+                self.shape(Gl::LINES, self.shapes.cross, at, Vec3::splat(size), CURSOR);
+            }
+            Marker::Sphere(r) => self.sphere(at, r, CURSOR, scene.dims),
+            Marker::Predator => self.shape(
+                Gl::LINES,
+                self.shapes.cross,
+                at,
+                Vec3::splat(size * 1.5),
+                [1.0, 0.3, 0.2, 1.0],
+            ),
+        }
+        if scene.dims == 3 && at.z > 0.0 {
+            let (first, _) = self.shapes.cross;
+            // The cross's z segment, from the point to the floor.
+            let drop = (first + 4, 2);
+            let half = at.z * 0.5;
+            self.shape(
+                Gl::LINES,
+                drop,
+                at.with_z(half),
+                Vec3::new(1.0, 1.0, half),
+                CURSOR,
+            );
+            self.shape(
+                Gl::LINE_LOOP,
+                self.shapes.circles[0],
+                at.with_z(0.0),
+                Vec3::splat(size * 0.5),
+                CURSOR,
+            );
+        }
     }
 
     fn agents(&self, agents: &AgentList, scene: &Scene<'_>) {
@@ -689,6 +792,22 @@ fn shape_mesh() -> (Vec<f32>, Shapes) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ground_grid_has_round_spacing_and_at_most_twenty_lines() {
+        assert_eq!(ground_step(160.0), 10.0);
+        assert_eq!(ground_step(1000.0), 50.0);
+        assert_eq!(ground_step(100_000.0), 5000.0);
+        assert_eq!(ground_step(20.0), 1.0);
+        assert_eq!(ground_step(3.0), 0.2);
+        for extent in [1.0, 7.0, 33.0, 160.0, 999.0, 12_345.0] {
+            let lines = extent / ground_step(extent);
+            assert!(
+                lines <= GROUND_LINES + 1e-3 && lines > GROUND_LINES / 5.0,
+                "{extent}: {lines}"
+            );
+        }
+    }
 
     #[test]
     fn meshes_are_whole_triangles_with_unit_scale() {

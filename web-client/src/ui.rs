@@ -54,6 +54,8 @@ pub(crate) struct Status {
     pub(crate) role: Option<Role>,
     /// The camera's distance from what it orbits, metres.
     pub(crate) view_distance: Option<f32>,
+    /// Where a click would place something (the cursor marker).
+    pub(crate) cursor: Option<glam::Vec3>,
 }
 
 fn by_id<T: JsCast>(doc: &Document, id: &str) -> Result<T, String> {
@@ -131,6 +133,16 @@ impl Dom {
             let _ = match s.asked_fps {
                 Some(a) => body.set_attribute("data-asked-fps", &a.to_string()),
                 None => body.remove_attribute("data-asked-fps"),
+            };
+        }
+        // For tests: where a click would land, on <body>.
+        if let Some(body) = self.doc.body() {
+            let _ = match s.cursor {
+                Some(at) => body.set_attribute(
+                    "data-cursor",
+                    &format!("{:.2} {:.2} {:.2}", at.x, at.y, at.z),
+                ),
+                None => body.remove_attribute("data-cursor"),
             };
         }
         // For tests: the camera's zoom on <body>.

@@ -1,6 +1,7 @@
 //! `starling run`: scenarios headless, as fast as the machine allows,
-//! writing `metrics.csv`, `trajectories.csv` and `summary.json`. Several
-//! seeds run in parallel and are summarised with mean and spread.
+//! writing `metrics.csv`, `trajectories.csv` and `summary.json`, and a
+//! `report.html` of plots (`report.rs`). Several seeds run in parallel and
+//! are summarised with mean and spread.
 //!
 //! Outputs are deterministic: the same scenario and seed give byte-identical
 //! `metrics.csv` and `trajectories.csv` on any thread count (wall-clock
@@ -19,6 +20,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
 
+use super::report;
 use super::scenario::{Scenario, apply_op};
 use crate::engine::recording::Recorder;
 
@@ -356,7 +358,24 @@ pub fn run_batch(
     if seeds.len() > 1 {
         std::fs::write(out.join("summary.json"), serde_json::to_vec_pretty(&batch)?)?;
     }
+    report::write(out, &batch, &dirs, &event_marks(s, ticks))?;
     Ok(batch)
+}
+
+/// The scenario's events within the run's `ticks`, for the report.
+fn event_marks(s: &Scenario, ticks: u64) -> Vec<report::Mark> {
+    let hz = f64::from(s.params.tick_hz);
+    s.events
+        .iter()
+        .filter(|e| s.event_tick(e) < ticks)
+        .map(|e| report::Mark {
+            time_s: s.event_tick(e) as f64 / hz,
+            // Counts are not cut here: the label only needs the kind.
+            label: e
+                .op(usize::MAX / 2, 0)
+                .map_or_else(|_| "event".to_owned(), |(op, _)| op.name().to_owned()),
+        })
+        .collect()
 }
 
 /// Parses `A..B` (inclusive) or a single seed.
@@ -417,7 +436,7 @@ pub fn run_file(
     let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
     let batch = run_batch(&s, &seeds, ticks, &out, record)?;
     Ok(format!(
-        "{} seed(s), {ticks} ticks each, into {}: final order {:.3} ± {:.3}, {:.0} ticks/s",
+        "{} seed(s), {ticks} ticks each, into {} (plots in report.html): final order {:.3} ± {:.3}, {:.0} ticks/s",
         seeds.len(),
         out.display(),
         batch.final_order.mean,

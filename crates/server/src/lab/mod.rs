@@ -1,6 +1,6 @@
 //! The lab: the engine run headless for experiments and measurement.
 //! `scenario.rs` reads scenario files; `headless.rs` is `starling run`
-//! (CSV and JSON outputs, seed batches); `bench.rs` is `starling bench`
+//! (CSV and JSON outputs, seed batches), `report.rs` its plots; `bench.rs` is `starling bench`
 //! (scenarios A, B and the swarm metrics' cost); `wire.rs` measures the
 //! protocol on a live flock; `interest.rs` measures the interest stream
 //! (a probe viewer's budget and update rate, encode cost against the
@@ -14,5 +14,6 @@ pub mod fanout;
 pub mod headless;
 pub mod interest;
 pub mod peak_rss;
+pub mod report;
 pub mod scenario;
 pub mod wire;
