@@ -222,6 +222,32 @@ test('the sliders have human labels, tooltips and groups, start at their middle,
   await page.close();
 });
 
+test('a preset chosen in the menu looks like its name: fish-ball is one milling ball without overlaps', async () => {
+  // The default flock a newcomer sees (5000 boids), started over with the
+  // preset: after ten seconds the server's swarm metrics say what it looks
+  // like (the engine's own check is crates/sim/tests/presets.rs).
+  const server = await startServer(['--population', '5000']);
+  const page = await openViewer(server);
+  await until('the presets', async () => (await page.locator('#preset option').count()) > 2);
+  await page.selectOption('#preset', 'fish-ball');
+  await until('fish-ball active', async () => (await page.locator('#preset').inputValue()) === 'fish-ball');
+  await page.click('#reset');
+  const start = await until('the reset', async () => {
+    const t = (await rest(server, '/state')).tick;
+    return t < 120 ? t : null;
+  });
+  const m = await until('ten seconds of fish-ball', async () => {
+    const { swarm } = await rest(server, '/metrics');
+    return swarm.tick >= start + 600 ? swarm : null;
+  }, 60_000);
+  const share = m.largest_cluster / m.population;
+  assert.ok(share > 0.6, `largest cluster ${share}`);
+  assert.ok(m.order < 0.3, `order ${m.order}`);
+  assert.ok(m.collision_ratio < 0.01, `collision ratio ${m.collision_ratio}`);
+  await shot(page, 'preset-fish-ball');
+  await page.close();
+});
+
 test('predator mode: holding the mouse makes a pointer predator the boids flee', async () => {
   const server = await startServer(['--population', '500']);
   const page = await openViewer(server);
@@ -636,14 +662,17 @@ test('a CPU-throttled page asks for fewer frames and catches up', async () => {
   const lag = async () => (await rest(server, '/state')).tick - (await number(page, '#st-tick'));
   const t0 = Date.now();
   await until('the page to catch up', async () => (await lag()) <= 60, 60_000);
-  // How far behind it then stays is reported, not asserted: on two shared
-  // cores it peaks at 0.3 to 3 s.
+  // Then it stays within about a second: the median of eight looks, one a
+  // second, is at most 60 ticks behind (measured here: 8 to 28; a single
+  // look may catch a pause of the shared cores, so the median).
   const behind = [];
   for (let k = 0; k < 8; k++) {
     await new Promise((r) => setTimeout(r, 1000));
     behind.push(await lag());
   }
   console.log(`throttled: caught up in ${Date.now() - t0 - 8000} ms, asks ${await asked()}/s, ticks behind ${behind.join(' ')}`);
+  const median = [...behind].sort((x, y) => x - y)[4];
+  assert.ok(median <= 60, `ticks behind: ${behind}`);
   await shot(page, 'cpu-throttled');
   await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
   await page.close();
