@@ -12,7 +12,9 @@ use clap::{Parser, Subcommand};
 use starling_server::app::{Mode, serve_until_signal};
 use starling_server::config::Config;
 use starling_server::lab::bench::Plan;
-use starling_server::lab::headless::{Length, run_file};
+use starling_server::lab::headless::{Exports, Length, run_file};
+use starling_server::lab::mcap::McapExport;
+use starling_sim::SwarmConfig;
 
 #[derive(Parser)]
 #[command(
@@ -134,6 +136,10 @@ enum Cmd {
         /// tokens, --snapshot-hz; the flock's settings come from the recording).
         #[arg(long)]
         serve: bool,
+        /// Also write the replayed run as MCAP (boids, scene, metrics; opens
+        /// in Foxglove).
+        #[arg(long, conflicts_with = "serve")]
+        mcap: Option<PathBuf>,
         #[command(flatten)]
         server: ServeArgs,
     },
@@ -158,6 +164,10 @@ enum Cmd {
         /// Record the run (start state, events, digests) for `starling replay`.
         #[arg(long)]
         record: Option<PathBuf>,
+        /// Also write the run as MCAP (boids, scene, metrics; opens in
+        /// Foxglove); one seed.
+        #[arg(long)]
+        mcap: Option<PathBuf>,
     },
     /// Exit 0 if a server answers 200 on /healthz (for container health
     /// checks; the runtime image has no curl).
@@ -182,9 +192,43 @@ fn main() -> Result<()> {
             file,
             serve: true,
             server,
+            ..
         } => serve_replay(file, &server)?,
-        Cmd::Replay { file, .. } => {
+        Cmd::Replay {
+            file, mcap: None, ..
+        } => {
             let report = starling_server::engine::recording::replay(&file, |_| {})?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Cmd::Replay {
+            file,
+            mcap: Some(path),
+            ..
+        } => {
+            let mut export: Option<McapExport> = None;
+            let mut failed: Option<anyhow::Error> = None;
+            let report = starling_server::engine::recording::replay(&file, |flock| {
+                if failed.is_some() {
+                    return;
+                }
+                let written = match export.as_mut() {
+                    Some(e) => e.tick(flock),
+                    None => McapExport::create(&path, SwarmConfig::default()).and_then(|mut e| {
+                        e.tick(flock)?;
+                        export = Some(e);
+                        Ok(())
+                    }),
+                };
+                if let Err(e) = written {
+                    failed = Some(e.into());
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if let Some(e) = export {
+                e.finish()?;
+            }
             println!("{}", serde_json::to_string(&report)?);
         }
         Cmd::Run {
@@ -194,13 +238,18 @@ fn main() -> Result<()> {
             out,
             seeds,
             record,
+            mcap,
         } => {
             let length = match (ticks, until_seconds) {
                 (Some(t), _) => Length::Ticks(t),
                 (None, Some(s)) => Length::Seconds(s),
                 (None, None) => Length::Scenario,
             };
-            let done = run_file(&scenario, length, out, seeds.as_deref(), record.as_deref())?;
+            let exports = Exports {
+                record: record.as_deref(),
+                mcap: mcap.as_deref(),
+            };
+            let done = run_file(&scenario, length, out, seeds.as_deref(), exports)?;
             println!("{done}");
         }
         Cmd::Bench(plan) => starling_server::lab::bench::run(&plan)?,

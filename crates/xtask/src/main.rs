@@ -66,6 +66,7 @@ fn test() -> Result<()> {
         bail!("the viewer's wasm is {wasm_bytes} bytes, over the {WASM_BUDGET_BYTES}-byte budget");
     }
     browser_tests()?;
+    mcap_read_back()?;
     api_contract()?;
     docker()?;
     println!("xtask test: all checks passed");
@@ -524,6 +525,8 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// PyPI's MCAP reader, for reading exports back independently.
+const PYTHON_MCAP: &str = "mcap==1.6.0";
 /// The schemathesis version the API contract is checked with.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
@@ -541,6 +544,79 @@ fn ensure_schemathesis() -> Result<()> {
         Command::new("python3").args(["-m", "pip", "install", "--quiet", SCHEMATHESIS]),
         "pip install schemathesis (or install it by hand)",
     )
+}
+
+/// PyPI's `mcap` reader, pinned, when missing.
+fn ensure_python_mcap() -> Result<()> {
+    let version = PYTHON_MCAP.split("==").nth(1).unwrap_or_default();
+    let have = Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('mcap'))",
+        ])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == version);
+    if have {
+        return Ok(());
+    }
+    run_tool(
+        Command::new("python3").args(["-m", "pip", "install", "--quiet", PYTHON_MCAP]),
+        "pip install mcap (or install it by hand)",
+    )
+}
+
+/// MCAP files from `starling run --mcap` and `starling replay --mcap`
+/// read back by an independent reader (PyPI's `mcap`,
+/// `tests/mcap/read_back.py`).
+fn mcap_read_back() -> Result<()> {
+    ensure_python_mcap()?;
+    let root = workspace_root();
+    let dir = root.join("target/mcap-read-back");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let bin = root.join("target/debug/starling");
+    let (run, replayed, record) = (
+        dir.join("run.mcap"),
+        dir.join("replay.mcap"),
+        dir.join("run.jsonl"),
+    );
+    run_tool(
+        Command::new(&bin)
+            .args([
+                "run",
+                "scenarios/murmuration.toml",
+                "--until-seconds",
+                "3",
+                "--out",
+            ])
+            .arg(dir.join("out"))
+            .arg("--mcap")
+            .arg(&run)
+            .arg("--record")
+            .arg(&record)
+            .current_dir(&root),
+        "starling run --mcap",
+    )?;
+    run_tool(
+        Command::new(&bin)
+            .arg("replay")
+            .arg(&record)
+            .arg("--mcap")
+            .arg(&replayed),
+        "starling replay --mcap",
+    )?;
+    for file in [&run, &replayed] {
+        run_tool(
+            Command::new("python3")
+                .arg(root.join("tests/mcap/read_back.py"))
+                .arg(file)
+                .arg("5000"),
+            "reading the MCAP file back with PyPI's mcap",
+        )?;
+    }
+    Ok(())
 }
 
 /// The OpenAPI document checked against the real server by schemathesis

@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
 
+use super::mcap::McapExport;
 use super::report;
 use super::scenario::{Scenario, apply_op};
 use crate::engine::recording::Recorder;
@@ -127,6 +128,15 @@ fn opt(v: Option<f32>) -> String {
 const METRICS_HEADER: &str = "tick,time_s,population,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation\n";
 const TRAJ_HEADER: &str = "tick,id,x,y,z,vx,vy,vz\n";
 
+/// What a single-seed run writes besides its directory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exports<'a> {
+    /// A recording for `starling replay`.
+    pub record: Option<&'a Path>,
+    /// An MCAP file (`mcap.rs`).
+    pub mcap: Option<&'a Path>,
+}
+
 /// Runs one seed for `ticks` ticks, writing into `dir` (created; must not exist).
 pub fn run_one(
     s: &Scenario,
@@ -134,15 +144,23 @@ pub fn run_one(
     ticks: u64,
     dir: &Path,
     bar: &ProgressBar,
-    record: Option<&Path>,
+    exports: Exports<'_>,
 ) -> Result<RunSummary> {
     written_atomically(dir, |dir| {
         let mut flock: Flock = s.build(seed)?;
-        let mut recorder = record
+        let mut recorder = exports
+            .record
             .map(|p| {
                 Recorder::create(p, &flock).with_context(|| format!("recording to {}", p.display()))
             })
             .transpose()?;
+        let mut mcap = exports
+            .mcap
+            .map(|p| McapExport::create(p, s.swarm))
+            .transpose()?;
+        if let Some(m) = mcap.as_mut() {
+            m.tick(&flock)?;
+        }
         let mut metrics = std::io::BufWriter::new(std::fs::File::create(dir.join("metrics.csv"))?);
         let mut traj =
             std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.csv"))?);
@@ -198,6 +216,9 @@ pub fn run_one(
             if let Some(rec) = recorder.as_mut() {
                 rec.after_tick(&flock);
             }
+            if let Some(m) = mcap.as_mut() {
+                m.tick(&flock)?;
+            }
             let tick = flock.tick();
             if tick.is_multiple_of(s.output.metrics_every) {
                 let m = *flock.metrics();
@@ -250,6 +271,9 @@ pub fn run_one(
         traj.flush()?;
         if let Some(rec) = recorder.as_mut() {
             rec.finish(&flock);
+        }
+        if let Some(m) = mcap {
+            m.finish()?;
         }
         let wall = t0.elapsed().as_secs_f64();
         let summary = RunSummary {
@@ -311,10 +335,13 @@ pub fn run_batch(
     seeds: &[u64],
     ticks: u64,
     out: &Path,
-    record: Option<&Path>,
+    exports: Exports<'_>,
 ) -> Result<BatchSummary> {
-    if record.is_some() && seeds.len() != 1 {
+    if exports.record.is_some() && seeds.len() != 1 {
         bail!("--record records one run: give a single seed");
+    }
+    if exports.mcap.is_some() && seeds.len() != 1 {
+        bail!("--mcap exports one run: give a single seed");
     }
     let multi = MultiProgress::new();
     let style =
@@ -338,7 +365,7 @@ pub fn run_batch(
                     .with_style(style.clone())
                     .with_prefix(format!("seed {seed}")),
             );
-            let r = run_one(s, seed, ticks, dir, &bar, record);
+            let r = run_one(s, seed, ticks, dir, &bar, exports);
             bar.finish();
             r
         })
@@ -412,7 +439,7 @@ pub fn run_file(
     length: Length,
     out: Option<PathBuf>,
     seeds: Option<&str>,
-    record: Option<&Path>,
+    exports: Exports<'_>,
 ) -> Result<String> {
     let s = Scenario::load(scenario)?;
     let ticks = match length {
@@ -434,7 +461,7 @@ pub fn run_file(
         .file_stem()
         .map_or("run".into(), |x| x.to_string_lossy().into_owned());
     let out = out.unwrap_or_else(|| PathBuf::from("out").join(stem));
-    let batch = run_batch(&s, &seeds, ticks, &out, record)?;
+    let batch = run_batch(&s, &seeds, ticks, &out, exports)?;
     Ok(format!(
         "{} seed(s), {ticks} ticks each, into {} (plots in report.html): final order {:.3} ± {:.3}, {:.0} ticks/s",
         seeds.len(),

@@ -1,0 +1,82 @@
+"""Reads a Starling MCAP file with the independent PyPI `mcap` reader and
+checks what Foxglove relies on: each topic's schema name and encodings,
+JSON bodies, point clouds whose data matches their stride, a scene with
+the world box, and metrics in tick order.
+
+Usage: python3 read_back.py FILE.mcap EXPECTED_BOIDS
+Exit 0 and one summary line on success; a message naming what is wrong
+otherwise. Run by `cargo xtask test`.
+"""
+
+import base64
+import json
+import math
+import struct
+import sys
+
+from mcap.reader import make_reader
+
+EXPECTED = {
+    "/boids": "foxglove.PointCloud",
+    "/scene": "foxglove.SceneUpdate",
+    "/metrics": "starling.Metrics",
+}
+
+
+def fail(msg):
+    print(f"read_back: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main(path, boids):
+    counts = {topic: 0 for topic in EXPECTED}
+    last_tick = -1
+    last_time = -1
+    with open(path, "rb") as f:
+        reader = make_reader(f)
+        summary = reader.get_summary()
+        if summary is None:
+            fail("no summary section")
+        for schema, channel, message in reader.iter_messages():
+            topic = channel.topic
+            if EXPECTED.get(topic) != schema.name:
+                fail(f"{topic}: schema {schema.name!r}, expected {EXPECTED.get(topic)!r}")
+            if (schema.encoding, channel.message_encoding) != ("jsonschema", "json"):
+                fail(f"{topic}: encodings {schema.encoding}/{channel.message_encoding}")
+            json.loads(schema.data)
+            body = json.loads(message.data)
+            if message.log_time < last_time:
+                fail(f"{topic}: log time went back to {message.log_time}")
+            last_time = message.log_time
+            counts[topic] += 1
+            if topic == "/boids":
+                data = base64.b64decode(body["data"])
+                stride = body["point_stride"]
+                names = [fld["name"] for fld in body["fields"]]
+                if names[:3] != ["x", "y", "z"] or any(fld["type"] != 7 for fld in body["fields"]):
+                    fail(f"/boids: fields {body['fields']}")
+                if len(data) != stride * boids:
+                    fail(f"/boids: {len(data)} bytes for {boids} points of {stride}")
+                for (x,) in struct.iter_unpack("<f", data):
+                    if not math.isfinite(x):
+                        fail("/boids: a value is not finite")
+            elif topic == "/scene":
+                ids = [e["id"] for e in body["entities"]]
+                if "world" not in ids:
+                    fail(f"/scene: no world box in {ids}")
+            else:
+                tick = body["tick"]["tick"]
+                if tick <= last_tick:
+                    fail(f"/metrics: tick {tick} after {last_tick}")
+                last_tick = tick
+                if not 0 <= body["swarm"]["order"] <= 1:
+                    fail(f"/metrics: order {body['swarm']['order']}")
+    if min(counts.values()) == 0:
+        fail(f"a topic is empty: {counts}")
+    print(f"read_back: {path}: {counts}, last tick {last_tick}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        fail("usage: read_back.py FILE.mcap EXPECTED_BOIDS")
+    main(sys.argv[1], int(sys.argv[2]))
