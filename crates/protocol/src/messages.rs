@@ -14,7 +14,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 2;
+pub const PROTOCOL_MINOR: u16 = 3;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -324,6 +324,13 @@ pub enum Command {
     Seek {
         /// The tick.
         tick: u64,
+    },
+    /// Reach this many boids (1.3): new ones spawn around the world's
+    /// centre, surplus ones are removed at random from the run's seed.
+    /// Absolute, so a client's stale count cannot overshoot.
+    SetPopulation {
+        /// Boids wanted.
+        count: u32,
     },
 }
 

@@ -116,6 +116,7 @@ fn command() -> impl Strategy<Value = Command> {
         any::<u32>().prop_map(|count| Command::FreezeBoids { count }),
         Just(Command::ThawBoids),
         any::<u64>().prop_map(|tick| Command::Seek { tick }),
+        any::<u32>().prop_map(|count| Command::SetPopulation { count }),
     ]
 }
 

@@ -105,6 +105,9 @@ pub fn op_from_command(command: Command) -> Result<Op, OpError> {
         Command::FreezeBoids { count } => Op::FreezeBoids(Selection::Count(count as usize)),
         Command::ThawBoids => Op::Thaw { ids: None },
         Command::Seek { tick } => Op::Seek { tick },
+        Command::SetPopulation { count } => Op::SetPopulation {
+            population: count as usize,
+        },
     })
 }
 

@@ -176,7 +176,7 @@ fn rows() -> Vec<Row> {
             "/api/v1/boids/population",
             Some(json!({ "population": 200 })),
             200,
-            None,
+            Some(Command::SetPopulation { count: 200 }),
         ),
         row(
             op,

@@ -715,6 +715,23 @@ async fn failure_injection_kills_boids_over_rest_and_websocket() {
     while f.len() != 800 {
         f = v.next_frame().await;
     }
+    // SetPopulation (1.3) is absolute: up, down, and past the cap refused
+    // naming the field, the flock unchanged.
+    for (id, count) in [(10, 1_100), (11, 300)] {
+        assert!(matches!(
+            v.command(id, Command::SetPopulation { count }).await,
+            Reply::Ack(_)
+        ));
+        assert_eq!(get(&server.url("/api/v1/state")).await["population"], count);
+    }
+    match v
+        .command(12, Command::SetPopulation { count: u32::MAX })
+        .await
+    {
+        Reply::Error(e) => assert_eq!(e.field.as_deref(), Some("population"), "{e:?}"),
+        Reply::Ack(a) => panic!("{a:?}"),
+    }
+    assert_eq!(get(&server.url("/api/v1/state")).await["population"], 300);
     server.stop().await.unwrap();
 }
 
