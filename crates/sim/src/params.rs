@@ -857,7 +857,7 @@ pub enum Preset {
     /// straight, parallel stream.
     ArrowFormations,
     /// Cohesion to the 20 nearest all around, strong separation, little
-    /// alignment: a milling ball that never overlaps.
+    /// alignment: a few milling balls that never overlap.
     FishBall,
 }
 
@@ -928,7 +928,7 @@ impl Preset {
             }
             Self::ArrowFormations => "strong alignment, wide radius: one long straight stream",
             Self::FishBall => {
-                "cohesion all around, little alignment: a milling ball that never overlaps"
+                "cohesion all around, little alignment: a few milling balls that never overlap"
             }
         }
     }

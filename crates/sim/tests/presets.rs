@@ -63,12 +63,16 @@ fn arrow_formations_fly_one_straight_way_without_touching() {
 }
 
 #[test]
-fn fish_ball_mills_in_one_ball_without_overlapping() {
+fn fish_ball_mills_in_a_few_balls_without_overlapping() {
     let m = after_ten_seconds(Preset::FishBall);
-    // One ball holds most boids (measured 0.82), milling: no common
-    // heading (order 0.09), and no two boids overlap (closest 1.02 m).
-    assert!(largest_share(&m) > 0.6, "{m:?}");
-    assert!(m.order < 0.3, "{m:?}");
+    // Every boid in a few balls (measured 4 clusters, a lone boid counting
+    // as one; from 8 to 30 s and on seeds 1 and 2, 4 to 8), milling: no
+    // common heading (order 0.09) and neighbours crossing (velocity
+    // correlation 0.51, the defaults' 0.89), and no two boids overlap
+    // (closest 1.02 m).
+    assert!(m.clusters <= 10, "{m:?}");
+    assert!(m.order < 0.4, "{m:?}");
+    assert!(m.velocity_correlation.unwrap() < 0.65, "{m:?}");
     assert!(m.min_nn_m.unwrap() > 0.5, "{m:?}");
     assert!(m.collision_ratio < 0.01, "{m:?}");
 }
