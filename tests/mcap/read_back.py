@@ -1,9 +1,9 @@
 """Reads a Starling MCAP file with the independent PyPI `mcap` reader and
 checks what Foxglove relies on: each topic's schema name and encodings,
-JSON bodies, point clouds whose data matches their stride, a scene with
-the world box, and metrics in tick order.
+JSON bodies, point clouds with one point per boid the metrics count at the
+same time, a scene with the world box, and metrics in tick order.
 
-Usage: python3 read_back.py FILE.mcap EXPECTED_BOIDS
+Usage: python3 read_back.py FILE.mcap
 Exit 0 and one summary line on success; a message naming what is wrong
 otherwise. Run by `cargo xtask test`.
 """
@@ -28,8 +28,10 @@ def fail(msg):
     sys.exit(1)
 
 
-def main(path, boids):
+def main(path):
     counts = {topic: 0 for topic in EXPECTED}
+    points = {}
+    population = {}
     last_tick = -1
     last_time = -1
     with open(path, "rb") as f:
@@ -55,8 +57,9 @@ def main(path, boids):
                 names = [fld["name"] for fld in body["fields"]]
                 if names[:3] != ["x", "y", "z"] or any(fld["type"] != 7 for fld in body["fields"]):
                     fail(f"/boids: fields {body['fields']}")
-                if len(data) != stride * boids:
-                    fail(f"/boids: {len(data)} bytes for {boids} points of {stride}")
+                if stride != 4 * len(names) or len(data) % stride:
+                    fail(f"/boids: {len(data)} bytes in points of {stride} for {names}")
+                points[message.log_time] = len(data) // stride
                 for (x,) in struct.iter_unpack("<f", data):
                     if not math.isfinite(x):
                         fail("/boids: a value is not finite")
@@ -69,14 +72,17 @@ def main(path, boids):
                 if tick <= last_tick:
                     fail(f"/metrics: tick {tick} after {last_tick}")
                 last_tick = tick
+                population[message.log_time] = body["tick"]["population"]
                 if not 0 <= body["swarm"]["order"] <= 1:
                     fail(f"/metrics: order {body['swarm']['order']}")
     if min(counts.values()) == 0:
         fail(f"a topic is empty: {counts}")
+    if points != population:
+        fail("the point clouds do not hold one point per boid the metrics count")
     print(f"read_back: {path}: {counts}, last tick {last_tick}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        fail("usage: read_back.py FILE.mcap EXPECTED_BOIDS")
-    main(sys.argv[1], int(sys.argv[2]))
+    if len(sys.argv) != 2:
+        fail("usage: read_back.py FILE.mcap")
+    main(sys.argv[1])

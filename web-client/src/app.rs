@@ -28,8 +28,6 @@ const WANT_FPS: u16 = 30;
 const MAX_PENDING: usize = 256;
 /// Boids added per click in "add boids" mode.
 const SPAWN_COUNT: u32 = 50;
-/// The protocol minor that brought `SetPopulation`.
-const SET_POPULATION_MINOR: u16 = 3;
 /// Boids added by a click spread over the world's larger side divided by this.
 const SPREAD_PER_WORLD: f32 = 40.0;
 /// A clicked obstacle's radius: the world's larger side divided by this.
@@ -645,10 +643,10 @@ impl App {
         self.command(Command::RemoveAgent { id }, Pending::Other("removed"));
     }
 
-    /// The population control: spawn boids at the world's centre, or
-    /// remove some at random, to reach `want` (one absolute command from
-    /// protocol 1.3; against an older server, the difference from the
-    /// last count seen).
+    /// The population control: reach `want` boids (one absolute command
+    /// from protocol 1.3: new ones placed at random in the world, the
+    /// newest removed first; against an older server, boids spawned at the
+    /// centre or killed at random, the difference from the last count seen).
     pub(crate) fn set_population(&mut self, typed: &str, want: f64) {
         // The field follows the flock again.
         self.population_shown = typed.to_owned();
@@ -666,7 +664,7 @@ impl App {
         }
         let (want, have) = (want.min(f64::from(u32::MAX)) as u32, m.population);
         let world = h.world.world_m;
-        if h.minor >= SET_POPULATION_MINOR {
+        if h.minor >= starling_protocol::SET_POPULATION_MINOR {
             self.command(
                 Command::SetPopulation { count: want },
                 Pending::Other("population set"),

@@ -15,6 +15,9 @@ use crate::quant::QuantBox;
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
 pub const PROTOCOL_MINOR: u16 = 3;
+/// The minor that brought [`Command::SetPopulation`]: clients send it only
+/// to servers at least this new.
+pub const SET_POPULATION_MINOR: u16 = 3;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -325,9 +328,9 @@ pub enum Command {
         /// The tick.
         tick: u64,
     },
-    /// Reach this many boids (1.3): new ones spawn around the world's
-    /// centre, surplus ones are removed at random from the run's seed.
-    /// Absolute, so a client's stale count cannot overshoot.
+    /// Reach this many boids (1.3): new ones are placed uniformly at
+    /// random in the world (from the run's seed), the newest are removed
+    /// first. Absolute, so a client's stale count cannot overshoot.
     SetPopulation {
         /// Boids wanted.
         count: u32,

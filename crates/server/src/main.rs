@@ -137,7 +137,8 @@ enum Cmd {
         #[arg(long)]
         serve: bool,
         /// Also write the replayed run as MCAP (boids, scene, metrics; opens
-        /// in Foxglove).
+        /// in Foxglove), from the first tick replayed; swarm metrics with
+        /// the default links (a recording does not keep the scenario's).
         #[arg(long, conflicts_with = "serve")]
         mcap: Option<PathBuf>,
         #[command(flatten)]

@@ -584,11 +584,12 @@ fn mcap_read_back() -> Result<()> {
     );
     run_tool(
         Command::new(&bin)
+            // Past its first event (a fifth of the boids killed at 20 s).
             .args([
                 "run",
-                "scenarios/murmuration.toml",
+                "scenarios/failure-drill.toml",
                 "--until-seconds",
-                "3",
+                "25",
                 "--out",
             ])
             .arg(dir.join("out"))
@@ -611,8 +612,7 @@ fn mcap_read_back() -> Result<()> {
         run_tool(
             Command::new("python3")
                 .arg(root.join("tests/mcap/read_back.py"))
-                .arg(file)
-                .arg("5000"),
+                .arg(file),
             "reading the MCAP file back with PyPI's mcap",
         )?;
     }

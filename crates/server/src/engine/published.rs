@@ -87,3 +87,23 @@ impl std::ops::Deref for Published {
         &self.sim
     }
 }
+
+/// The flock's metrics as `GET /api/v1/metrics` and the MCAP export's
+/// `/metrics` topic give them.
+#[derive(Debug, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
+pub struct MetricsBody {
+    /// The tick's metrics (every tick).
+    pub tick: TickMetrics,
+    /// Swarm metrics: collisions, clusters, clearance, goal distance,
+    /// velocity correlation (the server samples them every 15 ticks).
+    pub swarm: SwarmMetrics,
+}
+
+impl From<&Published> for MetricsBody {
+    fn from(st: &Published) -> Self {
+        Self {
+            tick: st.metrics,
+            swarm: st.swarm,
+        }
+    }
+}

@@ -3,14 +3,17 @@
 //!
 //! Three topics, JSON-encoded with JSON schemas (MCAP's `json` message
 //! encoding, `jsonschema` schema encoding), sampled [`MCAP_HZ`] times a
-//! simulated second, stamped with simulated time from 0:
+//! simulated second on average (the first tick at or past each sample
+//! time), stamped with the simulated time elapsed since the first tick
+//! written (summed tick by tick, so a tick-rate change keeps it monotonic):
 //! - `/boids`: `foxglove.PointCloud` in the `world` frame; each point is
 //!   `x y z vx vy vz speed` as little-endian f32, boids in id order;
 //! - `/scene`: `foxglove.SceneUpdate`: the world box as lines, obstacles
 //!   (spheres and boxes), goals (spheres of their arrive radius) and
 //!   predators (red spheres), written when any of them changed;
-//! - `/metrics`: `starling.Metrics`, the same body as `GET /api/v1/metrics`
-//!   (per-tick and swarm metrics), its schema generated from the same types.
+//! - `/metrics`: `starling.Metrics`, the body of `GET /api/v1/metrics`
+//!   ([`MetricsBody`], per-tick and swarm metrics), its JSON schema
+//!   generated from that type.
 //!
 //! The Foxglove schemas here carry the fields this file writes, under
 //! Foxglove's names and numbering.
@@ -22,19 +25,22 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use mcap::records::MessageHeader;
-use serde::Serialize;
 use serde_json::{Value, json};
 use starling_sim::{Flock, Shape, SwarmConfig, SwarmMeter, SwarmMetrics, TickMetrics, Vec3};
 
+use crate::engine::published::MetricsBody;
+
 /// Samples per simulated second (every tick when the tick rate is lower).
-pub const MCAP_HZ: u32 = 10;
-/// Largest MCAP file a run may write, bytes: past it the export stops
-/// with an error naming the file.
+pub const MCAP_HZ: u64 = 10;
+/// Most message bytes (JSON, before compression) an export may write: past
+/// it the export stops with an error naming the file.
 pub const MAX_MCAP_BYTES: u64 = 8 << 30;
-/// Bytes per point in `/boids`: seven f32.
-const POINT_STRIDE: usize = 28;
 /// The point fields, in order (all `FLOAT32`, numeric type 7).
 const POINT_FIELDS: [&str; 7] = ["x", "y", "z", "vx", "vy", "vz", "speed"];
+/// Bytes per point in `/boids`.
+const POINT_STRIDE: usize = POINT_FIELDS.len() * 4;
+/// Nanoseconds between samples.
+const SAMPLE_NS: u64 = 1_000_000_000 / MCAP_HZ;
 
 /// A failed export, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -65,15 +71,6 @@ pub enum McapError {
     },
 }
 
-/// `/metrics`: what `GET /api/v1/metrics` returns.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MetricsMessage {
-    /// The tick's metrics.
-    pub tick: TickMetrics,
-    /// The swarm metrics at that tick.
-    pub swarm: SwarmMetrics,
-}
-
 /// Channel ids.
 struct Channels {
     boids: u16,
@@ -90,6 +87,13 @@ pub struct McapExport {
     meter: SwarmMeter,
     /// The scene last written (without its timestamps), to skip repeats.
     last_scene: Option<Value>,
+    /// The tick of the last tick-rate change, the simulated time then
+    /// (ns) and the rate since.
+    clock: Option<(u64, u64, u32)>,
+    /// The last tick seen.
+    last_tick: u64,
+    /// When the next sample is due, ns.
+    next_ns: u64,
     points: Vec<u8>,
     order: Vec<usize>,
     sequence: u32,
@@ -184,25 +188,28 @@ fn scene_update_schema() -> Value {
     })
 }
 
-fn metrics_schema() -> Value {
+/// The JSON schema of [`MetricsBody`], its parts under `$defs`.
+fn metrics_schema() -> serde_json::Result<Value> {
     use utoipa::PartialSchema as _;
-    let mut schema = serde_json::to_value(MetricsMessage::schema()).unwrap_or(Value::Null);
-    // The parts it refers to, inlined where a JSON-schema reader looks.
+    let mut schema = serde_json::to_value(MetricsBody::schema())?;
     let mut defs = serde_json::Map::new();
-    for (name, part) in [
-        ("TickMetrics", serde_json::to_value(TickMetrics::schema())),
-        ("SwarmMetrics", serde_json::to_value(SwarmMetrics::schema())),
-    ] {
-        defs.insert(name.to_owned(), part.unwrap_or(Value::Null));
-    }
+    defs.insert(
+        "TickMetrics".into(),
+        serde_json::to_value(TickMetrics::schema())?,
+    );
+    defs.insert(
+        "SwarmMetrics".into(),
+        serde_json::to_value(SwarmMetrics::schema())?,
+    );
     if let Value::Object(o) = &mut schema {
         o.insert("title".into(), json!("starling.Metrics"));
         o.insert("$defs".into(), Value::Object(defs));
     }
-    let text = schema
-        .to_string()
-        .replace("#/components/schemas/", "#/$defs/");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
+    serde_json::from_str(
+        &schema
+            .to_string()
+            .replace("#/components/schemas/", "#/$defs/"),
+    )
 }
 
 /// An entity of the scene, with every primitive list Foxglove reads.
@@ -315,7 +322,11 @@ impl McapExport {
         let channels = Channels {
             boids: channel(point_cloud_schema(), "foxglove.PointCloud", "/boids")?,
             scene: channel(scene_update_schema(), "foxglove.SceneUpdate", "/scene")?,
-            metrics: channel(metrics_schema(), "starling.Metrics", "/metrics")?,
+            metrics: channel(
+                metrics_schema().map_err(|e| io(e.into()))?,
+                "starling.Metrics",
+                "/metrics",
+            )?,
         };
         Ok(Self {
             path: path.to_owned(),
@@ -324,6 +335,9 @@ impl McapExport {
             swarm,
             meter: SwarmMeter::default(),
             last_scene: None,
+            clock: None,
+            last_tick: 0,
+            next_ns: 0,
             points: Vec::new(),
             order: Vec::new(),
             sequence: 0,
@@ -331,19 +345,31 @@ impl McapExport {
         })
     }
 
-    /// Ticks between samples at this tick rate.
-    pub fn every(tick_hz: u32) -> u64 {
-        u64::from((tick_hz / MCAP_HZ).max(1))
-    }
-
-    /// Writes the flock's state when its tick is a sample tick (and tick 0).
+    /// Call after every tick (and once before the first): writes the
+    /// flock's state when a sample is due.
     pub fn tick(&mut self, flock: &Flock) -> Result<(), McapError> {
-        let p = flock.params();
         let tick = flock.tick();
-        if !tick.is_multiple_of(Self::every(p.tick_hz)) {
+        let hz = flock.params().tick_hz;
+        // From the last tick-rate change, exactly: (its tick, its time, the rate).
+        let at = |since: u64, base: u64, rate: u32, t: u64| {
+            base + t.saturating_sub(since) * 1_000_000_000 / u64::from(rate)
+        };
+        let (since, base) = match self.clock {
+            Some((since, base, rate)) if rate == hz => (since, base),
+            // The rate changed since the last tick seen: time runs on from
+            // there at the new rate.
+            Some((since, base, rate)) => (self.last_tick, at(since, base, rate, self.last_tick)),
+            None => (tick, 0),
+        };
+        self.clock = Some((since, base, hz));
+        self.last_tick = tick;
+        let ns = at(since, base, hz, tick);
+        if ns < self.next_ns {
             return Ok(());
         }
-        let ns = tick * 1_000_000_000 / u64::from(p.tick_hz);
+        while self.next_ns <= ns {
+            self.next_ns += SAMPLE_NS;
+        }
         // Boids, in id order.
         let (ids, boids) = (flock.ids(), flock.boids());
         self.order.clear();
@@ -377,7 +403,7 @@ impl McapExport {
             self.write(self.channels.scene, ns, &update, tick)?;
             self.last_scene = Some(Value::Array(entities));
         }
-        let metrics = MetricsMessage {
+        let metrics = MetricsBody {
             tick: *flock.metrics(),
             swarm: self.meter.measure(flock, &self.swarm),
         };
@@ -465,6 +491,17 @@ mod tests {
             flock.step();
             out.tick(&flock).unwrap();
         }
+        // Half the tick rate: time runs on, twice as fast per tick.
+        flock
+            .patch_params(&starling_sim::ParamsPatch {
+                tick_hz: Some(30),
+                ..Default::default()
+            })
+            .unwrap();
+        for _ in 0..3 {
+            flock.step();
+            out.tick(&flock).unwrap();
+        }
         out.finish().unwrap();
 
         let bytes = std::fs::read(&path).unwrap();
@@ -495,8 +532,12 @@ mod tests {
             ]
         );
         let boids = &per_topic["/boids foxglove.PointCloud"];
-        assert_eq!(boids.len(), 11, "ticks 0, 6, ..., 60");
+        assert_eq!(boids.len(), 12, "ticks 0, 6, ..., 60, then 63 at 30 Hz");
         assert_eq!(boids[1].0, 100_000_000, "tick 6 at 60 Hz is 0.1 s");
+        assert_eq!(
+            boids[11].0, 1_100_000_000,
+            "tick 63 is 1 s + 3 ticks of 1/30 s"
+        );
         // The first cloud holds the boids' positions, in id order.
         let data = base64::engine::general_purpose::STANDARD
             .decode(boids[0].1["data"].as_str().unwrap())

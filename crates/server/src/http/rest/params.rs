@@ -33,7 +33,7 @@ struct ParamsChanged {
 }
 
 /// A parameter's value as JSON: a whole number, a number or a word.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Setting {
     /// Counts and rates.
@@ -54,6 +54,18 @@ impl Setting {
     }
 }
 
+/// The schema of a [`Setting`]: a number or a word (`anyOf`: a whole
+/// number is a number too).
+fn number_or_word() -> utoipa::openapi::Schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Schema, Type};
+    Schema::AnyOf(
+        AnyOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Number))
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .build(),
+    )
+}
+
 /// What a person needs to set one parameter.
 #[derive(Debug, Serialize, ToSchema)]
 struct ParamDoc {
@@ -65,7 +77,8 @@ struct ParamDoc {
     unit: &'static str,
     /// One line on what it does.
     help: &'static str,
-    /// Its default.
+    /// Its default: a number, or a word for `boundary`.
+    #[schema(schema_with = number_or_word)]
     default: Setting,
     /// Smallest allowed (numbers; a bound another parameter sets is not applied).
     min: Option<f64>,

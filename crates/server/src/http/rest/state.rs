@@ -6,7 +6,6 @@ use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
-use starling_sim::{SwarmMetrics, TickMetrics};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -21,7 +20,7 @@ use super::ErrorBody;
 use super::extract::Caller;
 use crate::command::{OpError, serde_field};
 use crate::engine::history::HISTORY_MAX_S;
-use crate::engine::published::Published;
+use crate::engine::published::MetricsBody;
 use crate::http::error::ApiError;
 use crate::http::shared::{EXPORTS_AT_ONCE, EXPORTS_PER_MINUTE, Shared};
 
@@ -169,27 +168,8 @@ async fn trajectories(
     Ok(([(CONTENT_TYPE, "text/csv")], Body::from_stream(chunks)).into_response())
 }
 
-/// `GET /metrics`.
-#[derive(Debug, Serialize, ToSchema)]
-struct MetricsBody {
-    /// The last tick's metrics (every tick).
-    tick: TickMetrics,
-    /// Swarm metrics: collisions, clusters, clearance, goal distance,
-    /// velocity correlation (sampled every 15 ticks).
-    swarm: SwarmMetrics,
-}
-
 /// The flock's metrics: per tick, and the sampled swarm metrics.
 #[utoipa::path(get, path = "/metrics", tag = "state", responses((status = 200, body = MetricsBody)))]
 async fn metrics(State(s): State<Shared>) -> Json<MetricsBody> {
     Json(MetricsBody::from(&*s.state()))
-}
-
-impl From<&Published> for MetricsBody {
-    fn from(st: &Published) -> Self {
-        Self {
-            tick: st.metrics,
-            swarm: st.swarm,
-        }
-    }
 }
