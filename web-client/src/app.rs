@@ -28,6 +28,8 @@ const WANT_FPS: u16 = 30;
 const MAX_PENDING: usize = 256;
 /// Boids added per click in "add boids" mode.
 const SPAWN_COUNT: u32 = 50;
+/// What a preset command is called in messages (and how its reply is known).
+const PRESET: &str = "preset";
 /// Boids added by a click spread over the world's larger side divided by this.
 const SPREAD_PER_WORLD: f32 = 40.0;
 /// A clicked obstacle's radius: the world's larger side divided by this.
@@ -161,11 +163,14 @@ pub(crate) struct App {
     drawn_ms: f64,
     /// Where the pointer hovers over the canvas, CSS pixels.
     hover: Option<(f64, f64)>,
-    /// The shown frame's tick and the flock's centre in it (clicks land at
-    /// its depth; worked out once a frame, not per pointer event).
-    centre: Option<(u64, Vec3)>,
+    /// The shown frame's tick and boid count, and the flock's centre in it
+    /// (clicks land at its depth; worked out once a frame, not per pointer
+    /// event; a paused flock's frame changes count, not tick).
+    centre: Option<(u64, usize, Vec3)>,
     /// The canvas's mouse pointer now ("crosshair" where a click lands).
     pointer_shown: &'static str,
+    /// Ask the server which preset is active.
+    presets_stale: bool,
     /// Where the cursor marker was last drawn.
     cursor_at: Option<Vec3>,
 }
@@ -214,6 +219,7 @@ impl App {
             hover: None,
             centre: None,
             pointer_shown: "",
+            presets_stale: false,
             cursor_at: None,
             replay: None,
             seeking: false,
@@ -409,6 +415,7 @@ impl App {
                     self.dom.message(&e, true);
                 }
                 self.params = p;
+                self.presets_stale = true;
             }
             ServerMsg::Agents(a) => {
                 if let Drag::Active(id) = self.drag
@@ -471,6 +478,10 @@ impl App {
                 let what = e.request_id.and_then(|id| self.take_pending(id));
                 if what == Some(Pending::Predator) {
                     self.drag = Drag::None;
+                }
+                if what == Some(Pending::Other(PRESET)) {
+                    // The menu shows the one chosen: back to the active one.
+                    self.presets_stale = true;
                 }
                 let label = match what {
                     Some(Pending::Other(l)) => l,
@@ -727,9 +738,15 @@ impl App {
         }
     }
 
-    /// The presets arrived.
+    /// The presets arrived (with the active one).
     pub(crate) fn on_presets(&mut self, presets: Vec<crate::schema::Preset>) {
-        self.dom.presets(presets, &self.params);
+        self.dom.presets(&presets);
+    }
+
+    /// Whether the preset menu should ask which preset is active (the
+    /// parameters changed, or a preset was refused); clears the flag.
+    pub(crate) fn take_presets_stale(&mut self) -> bool {
+        std::mem::take(&mut self.presets_stale)
     }
 
     /// The preset menu.
@@ -738,7 +755,7 @@ impl App {
             Command::Preset {
                 name: name.to_owned(),
             },
-            Pending::Other("preset"),
+            Pending::Other(PRESET),
         );
     }
 
@@ -754,7 +771,7 @@ impl App {
         );
         let (nx, ny) = ((x / w * 2.0 - 1.0) as f32, (1.0 - y / ht * 2.0) as f32);
         let centre = match self.centre {
-            Some((_, c)) => c,
+            Some((_, _, c)) => c,
             None => Vec3::from(h.world.world_m) * 0.5,
         };
         cam.click_point(nx, ny, centre)
@@ -771,7 +788,10 @@ impl App {
             self.centre = None;
             return;
         }
-        if self.centre.is_some_and(|(tick, _)| tick == f.tick) {
+        if self
+            .centre
+            .is_some_and(|(tick, n, _)| tick == f.tick && n == f.len())
+        {
             return;
         }
         let mut sum = [0u64; 3];
@@ -782,7 +802,7 @@ impl App {
         }
         let n = f.len() as u64;
         let c = Vec3::from(q.dequantize(sum.map(|s| (s / n) as u16)));
-        self.centre = Some((f.tick, c));
+        self.centre = Some((f.tick, f.len(), c));
     }
 
     /// The cursor marker: where a click in the current mode would place
@@ -1206,7 +1226,7 @@ impl App {
                 ),
             );
         }
-        // Late (over a second behind): drop what is queued instead of
+        // Late (the probe over LATE_MS behind): drop what is queued instead of
         // showing it late.
         if self.hello.is_some()
             && self.draining.is_none()

@@ -239,6 +239,14 @@ fn wire_controls(app: &Shared) -> Result<(), JsValue> {
             return;
         };
         let value = if let Some(input) = target.dyn_ref::<HtmlInputElement>() {
+            if !input.has_attribute("data-default") {
+                // Without the schema the slider knows neither its default
+                // nor whether it takes whole numbers: send nothing.
+                a.borrow()
+                    .dom
+                    .message("the parameters' labels are still loading: try again", true);
+                return;
+            }
             let Some(v) = ui::value_of(input) else { return };
             ParamValue::Number(v)
         } else if let Some(select) = target.dyn_ref::<HtmlSelectElement>() {
@@ -398,6 +406,9 @@ fn start_status_timer(app: &Shared, window: &Window) -> Result<(), JsValue> {
         if a.borrow_mut().take_state_fetch() {
             load_replay_range(&a);
         }
+        if a.borrow_mut().take_presets_stale() {
+            reload_presets(&a);
+        }
     });
     window
         .set_interval_with_callback_and_timeout_and_arguments_0(c.as_ref().unchecked_ref(), 500)?;
@@ -505,24 +516,25 @@ fn parse_presets(json: &JsValue) -> Option<Vec<schema::Preset>> {
     items(json)?
         .iter()
         .map(|p| {
-            let values = field(p, "params");
-            let names = js_sys::Object::keys(values.dyn_ref::<js_sys::Object>()?);
             Some(schema::Preset {
                 name: text(p, "name")?,
                 description: text(p, "description")?,
-                params: names
-                    .iter()
-                    .map(|k| {
-                        let v = js_sys::Reflect::get(&values, &k).ok()?;
-                        let value = match (v.as_f64(), v.as_string()) {
-                            (Some(x), _) => ParamValue::Number(x),
-                            (None, Some(t)) => ParamValue::Text(t),
-                            (None, None) => return None,
-                        };
-                        Some((k.as_string()?, value))
-                    })
-                    .collect::<Option<Vec<_>>>()?,
+                active: field(p, "active").as_bool()?,
             })
         })
         .collect()
+}
+
+/// Asks `GET /api/v1/params/presets` again: which preset is active after a
+/// change (or after a preset was refused).
+fn reload_presets(app: &Shared) {
+    let a = app.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        if let Some(presets) = fetch_json("/api/v1/params/presets")
+            .await
+            .and_then(|j| parse_presets(&j))
+        {
+            a.borrow_mut().on_presets(presets);
+        }
+    });
 }

@@ -15,7 +15,8 @@ const BUSY_HIGH: f64 = 0.7;
 /// Share below which it may speed it up again.
 const BUSY_LOW: f64 = 0.35;
 /// A latency probe slower than this means messages queue ahead of it, ms
-/// (a loaded machine's hiccups stay under it); the page also drops what
+/// (most hiccups of a loaded machine stay under it; a longer one costs a
+/// slower stream for a while and a keyframe); the page also drops what
 /// queued up for it then. Half a second keeps a page that cannot keep up
 /// within about a second of the server (a page that slows while another
 /// shares its cores gets fewer of the same broadcasts, nothing worse).

@@ -1,10 +1,8 @@
 //! What the server says about its parameters beyond their values
 //! (`GET /api/v1/params/schema` and `/params/presets`): human labels,
-//! units, help lines, groups, defaults and the presets' values. The slider
-//! scale centred on each default, and which preset the live values are,
-//! are worked out here, natively tested.
-
-use starling_protocol::{ParamInfo, ParamValue};
+//! units, help lines, groups, defaults, the presets and which one is
+//! active. The slider scale centred on each default is worked out here,
+//! natively tested.
 
 /// One parameter as a person sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,34 +36,12 @@ pub(crate) struct Group {
     pub(crate) params: Vec<ParamDoc>,
 }
 
-/// A preset and every parameter it sets.
+/// A preset, and whether the live parameters are it (the server decides).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Preset {
     pub(crate) name: String,
     pub(crate) description: String,
-    pub(crate) params: Vec<(String, ParamValue)>,
-}
-
-/// The first preset (in the server's order) whose every parameter equals
-/// the live value; None is "custom". Numbers compare to f32 precision: the
-/// presets come as JSON, the live values as f32 widened to f64.
-pub(crate) fn active_preset<'a>(presets: &'a [Preset], live: &[ParamInfo]) -> Option<&'a str> {
-    let same = |a: &ParamValue, b: &ParamValue| match (a, b) {
-        (ParamValue::Number(x), ParamValue::Number(y)) => (x - y).abs() <= 1e-6 * x.abs().max(1.0),
-        (ParamValue::Text(x), ParamValue::Text(y)) => x == y,
-        _ => false,
-    };
-    presets
-        .iter()
-        .find(|p| {
-            !p.params.is_empty()
-                && p.params.iter().all(|(name, want)| {
-                    live.iter()
-                        .find(|l| &l.name == name)
-                        .is_some_and(|l| same(&l.value, want))
-                })
-        })
-        .map(|p| p.name.as_str())
+    pub(crate) active: bool,
 }
 
 /// Positions of a parameter slider.
@@ -213,64 +189,5 @@ mod tests {
         assert_eq!(w.position(f64::NAN), 0.0);
         // Three significant digits.
         assert_eq!(w.value(333.0, false), 0.999);
-    }
-
-    fn live(values: &[(&str, ParamValue)]) -> Vec<ParamInfo> {
-        values
-            .iter()
-            .map(|(n, v)| ParamInfo {
-                name: (*n).to_owned(),
-                value: v.clone(),
-                min: None,
-                max: None,
-                choices: Vec::new(),
-                live: true,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_active_preset_is_the_first_whose_values_all_match() {
-        let n = ParamValue::Number;
-        let presets = vec![
-            Preset {
-                name: "defaults".into(),
-                description: String::new(),
-                params: vec![
-                    ("w_sep".into(), n(1.5)),
-                    ("boundary".into(), ParamValue::Text("soft".into())),
-                ],
-            },
-            Preset {
-                name: "fish-ball".into(),
-                description: String::new(),
-                params: vec![("w_sep".into(), n(0.9))],
-            },
-        ];
-        // 0.9 as f32, widened: still the preset's 0.9.
-        let wide = f64::from(0.9f32);
-        let text = |t: &str| ParamValue::Text(t.into());
-        assert_eq!(
-            active_preset(
-                &presets,
-                &live(&[("w_sep", n(wide)), ("boundary", text("wrap"))])
-            ),
-            Some("fish-ball")
-        );
-        assert_eq!(
-            active_preset(
-                &presets,
-                &live(&[("w_sep", n(1.5)), ("boundary", text("soft"))])
-            ),
-            Some("defaults")
-        );
-        assert_eq!(
-            active_preset(
-                &presets,
-                &live(&[("w_sep", n(1.6)), ("boundary", text("soft"))])
-            ),
-            None
-        );
-        assert_eq!(active_preset(&presets, &[]), None);
     }
 }

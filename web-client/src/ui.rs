@@ -29,8 +29,6 @@ pub(crate) struct Dom {
     params: HtmlElement,
     /// The server's groups, labels, units, help lines and defaults, once loaded.
     docs: std::cell::RefCell<Vec<Group>>,
-    /// The presets and their values, once loaded.
-    presets: std::cell::RefCell<Vec<schema::Preset>>,
     pub(crate) preset: HtmlSelectElement,
     plot: HtmlCanvasElement,
     legend_order: HtmlElement,
@@ -85,7 +83,6 @@ impl Dom {
             ],
             params: f("params")?,
             docs: std::cell::RefCell::default(),
-            presets: std::cell::RefCell::default(),
             preset: by_id(&doc, "preset")?,
             plot: by_id(&doc, "plot")?,
             legend_order: f("lg-order")?,
@@ -203,21 +200,7 @@ impl Dom {
                 }
             }
         }
-        self.show_preset(params);
         Ok(())
-    }
-
-    /// Shows the preset the live values are, or "custom".
-    fn show_preset(&self, live: &[ParamInfo]) {
-        let presets = self.presets.borrow();
-        let active = schema::active_preset(&presets, live).unwrap_or("");
-        self.preset.set_value(active);
-        if let Some(body) = self.doc.body() {
-            let _ = body.set_attribute(
-                "data-preset",
-                if active.is_empty() { "custom" } else { active },
-            );
-        }
     }
 
     /// Labels, groups and tooltips from the server's parameter schema: a
@@ -337,10 +320,10 @@ impl Dom {
     }
 
     /// Fills the preset menu (each with its description as a tooltip) and
-    /// shows which one the live values are.
-    pub(crate) fn presets(&self, presets: Vec<schema::Preset>, live: &[ParamInfo]) {
+    /// shows the active one, or "custom".
+    pub(crate) fn presets(&self, presets: &[schema::Preset]) {
         if self.preset.length() <= 1 {
-            for p in &presets {
+            for p in presets {
                 if let Ok(o) = self.doc.create_element("option") {
                     let _ = o.set_attribute("value", &p.name);
                     let _ = o.set_attribute("title", &p.description);
@@ -349,8 +332,11 @@ impl Dom {
                 }
             }
         }
-        *self.presets.borrow_mut() = presets;
-        self.show_preset(live);
+        let active = presets
+            .iter()
+            .find(|p| p.active)
+            .map_or("", |p| p.name.as_str());
+        self.preset.set_value(active);
     }
 
     /// Lists the agents, each with a remove button (`data-remove` its id,

@@ -407,7 +407,7 @@ impl McapExport {
             tick: *flock.metrics(),
             swarm: self.meter.measure(flock, &self.swarm),
         };
-        let metrics = serde_json::to_value(&metrics).map_err(|e| McapError::Io {
+        let metrics = serde_json::to_value(metrics).map_err(|e| McapError::Io {
             path: self.path.clone(),
             source: e.into(),
         })?;

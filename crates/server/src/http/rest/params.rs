@@ -110,6 +110,9 @@ struct PresetInfo {
     name: &'static str,
     /// One line on what it looks like.
     description: &'static str,
+    /// Whether the live parameters are this preset (the first in the list
+    /// that matches; none is "custom").
+    active: bool,
     /// The parameters it sets and their values (the others stay).
     #[schema(value_type = Object)]
     params: std::collections::BTreeMap<&'static str, Setting>,
@@ -174,9 +177,11 @@ async fn param_schema() -> Json<Vec<ParamGroup>> {
     )
 }
 
-/// The presets, each with every parameter it sets.
+/// The presets, each with every parameter it sets, and which one the live
+/// parameters are.
 #[utoipa::path(get, path = "/params/presets", tag = "params", responses((status = 200, body = Vec<PresetInfo>)))]
-async fn list_presets() -> Json<Vec<PresetInfo>> {
+async fn list_presets(State(s): State<Shared>) -> Json<Vec<PresetInfo>> {
+    let active = s.state().params.preset();
     Json(
         Preset::ALL
             .iter()
@@ -185,6 +190,7 @@ async fn list_presets() -> Json<Vec<PresetInfo>> {
                 PresetInfo {
                     name: p.as_str(),
                     description: p.describe(),
+                    active: active == Some(p),
                     params: SPECS
                         .iter()
                         .filter(|s| p.covers(s.group))
