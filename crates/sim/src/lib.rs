@@ -59,6 +59,7 @@ pub mod boids;
 #[cfg(feature = "serde")]
 pub mod checkpoint;
 mod clock;
+pub mod connectivity;
 pub mod error;
 mod exec;
 pub mod faults;

@@ -1,7 +1,9 @@
 //! Swarm metrics for drone-swarm prototyping (as in Swarmlab and
 //! Vásárhelyi et al. 2018): order, nearest-neighbour distances, collisions,
-//! clusters (union-find over the "closer than `link_m`" graph), obstacle
-//! clearance, distance to goal and pairwise velocity correlation.
+//! clusters (union-find over the "closer than `link_m`" graph; SwarmLab's
+//! union is `largest_cluster / population`), obstacle clearance, distance
+//! to goal, pairwise velocity correlation and, on request, the link
+//! graph's algebraic connectivity (SwarmLab's connectivity).
 //!
 //! One pass over neighbour pairs on a grid of its own (cell = the larger of
 //! the two distances), with reused buffers: O(n · neighbours), no
@@ -12,6 +14,7 @@ use glam::Vec3;
 
 use crate::agents::Agents;
 use crate::boids::Boid;
+use crate::connectivity::Lanczos;
 use crate::error::ParamError;
 use crate::flock::Flock;
 use crate::grid::{Block, Grid};
@@ -28,13 +31,22 @@ pub struct SwarmConfig {
     /// Boids closer than this are linked into one cluster (and their
     /// velocities correlated), metres. Default 10, range > 0 ..= 1000.
     pub link_m: f32,
+    /// Also measure the algebraic connectivity λ₂ of the link graph
+    /// (`connectivity.rs`): up to [`LANCZOS_STEPS`](crate::connectivity::LANCZOS_STEPS) passes over the links,
+    /// for flocks of at most [`MAX_CONNECTIVITY_BOIDS`]. Default false.
+    pub connectivity: bool,
 }
+
+/// Largest flock whose algebraic connectivity is measured (the Lanczos
+/// vectors take [`LANCZOS_STEPS`](crate::connectivity::LANCZOS_STEPS) × 8 bytes a boid).
+pub const MAX_CONNECTIVITY_BOIDS: usize = 20_000;
 
 impl Default for SwarmConfig {
     fn default() -> Self {
         Self {
             safety_m: 1.0,
             link_m: 10.0,
+            connectivity: false,
         }
     }
 }
@@ -83,6 +95,11 @@ pub struct SwarmMetrics {
     /// Mean cosine of the angle between the velocities of linked pairs,
     /// -1 ..= 1 (None: no linked pair).
     pub velocity_correlation: Option<f32>,
+    /// Algebraic connectivity λ₂ of the link graph (SwarmLab's
+    /// connectivity): 0 when it is not one cluster, larger the better
+    /// connected. None unless `connectivity` is on and the flock has at most
+    /// [`MAX_CONNECTIVITY_BOIDS`] boids.
+    pub algebraic_connectivity: Option<f32>,
 }
 
 /// What the swarm metrics read: a flock's state, borrowed.
@@ -112,6 +129,9 @@ pub struct SwarmMeter {
     nn2: Vec<f32>,
     /// Whether a boid is in a collision.
     hit: Vec<bool>,
+    /// Linked pairs (sorted indices), when connectivity is measured.
+    links: Vec<(u32, u32)>,
+    lanczos: Lanczos,
 }
 
 fn find(parent: &mut [u32], mut i: u32) -> u32 {
@@ -173,6 +193,8 @@ impl SwarmMeter {
         self.nn2.resize(n, f32::INFINITY);
         self.hit.clear();
         self.hit.resize(n, false);
+        self.links.clear();
+        let connectivity = cfg.connectivity && n <= MAX_CONNECTIVITY_BOIDS;
 
         let (link2, safety2) = (cfg.link_m * cfg.link_m, cfg.safety_m * cfg.safety_m);
         let mut corr_sum = 0.0f64;
@@ -189,6 +211,8 @@ impl SwarmMeter {
                 size,
                 nn2,
                 hit,
+                links,
+                ..
             } = self;
             grid.for_each_run(cell, Block::Near, |run| {
                 for j in run.range.clone() {
@@ -201,6 +225,9 @@ impl SwarmMeter {
                     }
                     nn2[i] = nn2[i].min(d2);
                     nn2[j] = nn2[j].min(d2);
+                    if connectivity {
+                        links.push((i as u32, j as u32));
+                    }
                     if d2 < safety2 {
                         m.collisions += 1;
                         hit[i] = true;
@@ -250,6 +277,14 @@ impl SwarmMeter {
         m.mean_nn_m = (with_nn > 0).then(|| (nn_sum / with_nn as f64) as f32);
         m.collision_ratio = self.hit.iter().filter(|&&h| h).count() as f32 / n as f32;
         m.velocity_correlation = (corr_pairs > 0).then(|| (corr_sum / corr_pairs as f64) as f32);
+        if connectivity {
+            let l2 = if m.clusters > 1 {
+                0.0
+            } else {
+                self.lanczos.algebraic_connectivity(n, &self.links)
+            };
+            m.algebraic_connectivity = Some(l2 as f32);
+        }
 
         let agents = state.agents;
         if !agents.obstacles().is_empty() {
@@ -300,7 +335,14 @@ mod tests {
     }
 
     fn measure(f: &Flock, safety_m: f32, link_m: f32) -> SwarmMetrics {
-        SwarmMeter::default().measure(f, &SwarmConfig { safety_m, link_m })
+        SwarmMeter::default().measure(
+            f,
+            &SwarmConfig {
+                safety_m,
+                link_m,
+                ..SwarmConfig::default()
+            },
+        )
     }
 
     fn close(a: f32, b: f32) -> bool {
@@ -357,6 +399,19 @@ mod tests {
         ));
         assert!(m.order < 1e-5);
         assert_eq!(m.collisions, 0);
+        assert_eq!(m.algebraic_connectivity, None, "off by default");
+        // Connectivity on: the 12 adjacent links make a cycle, whose λ₂ is
+        // 2(1 − cos(2π/12)).
+        let m = SwarmMeter::default().measure(
+            &flock(&ring),
+            &SwarmConfig {
+                link_m: 4.0,
+                connectivity: true,
+                ..SwarmConfig::default()
+            },
+        );
+        let want = 2.0 * (1.0 - (std::f32::consts::TAU / 12.0).cos());
+        assert!(close(m.algebraic_connectivity.unwrap(), want), "{m:?}");
     }
 
     #[test]
@@ -387,6 +442,13 @@ mod tests {
         .unwrap();
         let m = measure(&f, 1.0, 3.0);
         assert_eq!((m.clusters, m.largest_cluster), (2, 5));
+        let cfg = SwarmConfig {
+            link_m: 3.0,
+            connectivity: true,
+            ..SwarmConfig::default()
+        };
+        let apart = SwarmMeter::default().measure(&f, &cfg);
+        assert_eq!(apart.algebraic_connectivity, Some(0.0), "two groups");
         // Within each group velocities are parallel.
         assert!(close(m.velocity_correlation.unwrap(), 1.0));
         // Nearest boid to the sphere: (20, 20, 20), 10 m from its centre.
@@ -405,6 +467,7 @@ mod tests {
         let e = SwarmConfig {
             safety_m: f32::NAN,
             link_m: 1.0,
+            ..SwarmConfig::default()
         }
         .validate()
         .unwrap_err();
@@ -412,6 +475,7 @@ mod tests {
         let e = SwarmConfig {
             safety_m: 1.0,
             link_m: 0.0,
+            ..SwarmConfig::default()
         }
         .validate()
         .unwrap_err();

@@ -125,7 +125,7 @@ fn opt(v: Option<f32>) -> String {
     v.map_or(String::new(), |x| x.to_string())
 }
 
-const METRICS_HEADER: &str = "tick,time_s,population,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation\n";
+const METRICS_HEADER: &str = "tick,time_s,population,order,mean_speed_mps,min_nn_m,mean_nn_m,collisions,collision_ratio,clusters,largest_cluster,obstacle_clearance_m,goal_distance_m,velocity_correlation,algebraic_connectivity\n";
 const TRAJ_HEADER: &str = "tick,id,x,y,z,vx,vy,vz\n";
 
 /// What a single-seed run writes besides its directory.
@@ -226,7 +226,7 @@ pub fn run_one(
                 line.clear();
                 writeln!(
                     line,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     tick,
                     tick as f64 * dt,
                     m.population,
@@ -241,6 +241,7 @@ pub fn run_one(
                     opt(w.obstacle_clearance_m),
                     opt(w.goal_distance_m),
                     opt(w.velocity_correlation),
+                    opt(w.algebraic_connectivity),
                 )?;
                 metrics.write_all(line.as_bytes())?;
                 order_sum += f64::from(m.order);
