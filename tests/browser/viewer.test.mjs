@@ -191,7 +191,7 @@ test('the sliders have human labels, tooltips and groups, start at their middle,
   assert.match(await page.locator('#param-w_sep').locator('xpath=..').getAttribute('title'), /nearest neighbours/);
   // Groups, the failure injection collapsed.
   const groups = await page.locator('#params details summary').allInnerTexts();
-  assert.deepEqual(groups, ['Flocking', 'Perception', 'Motion', 'World', 'Failures']);
+  assert.deepEqual(groups, ['Flocking', 'Perception', 'Motion', 'Drone dynamics', 'World', 'Failures']);
   assert.ok(await page.locator('#group-failures #param-dropout').count() === 1);
   assert.ok(!(await page.locator('#param-dropout').isVisible()), 'failures start collapsed');
   assert.ok(await page.locator('#param-fov_deg').isVisible());

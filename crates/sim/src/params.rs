@@ -150,6 +150,8 @@ pub mod ranges {
     pub const WORLD_M: FloatRange = FloatRange::incl(MIN_WORLD_M, MAX_WORLD_M);
     pub const NOISE_M: FloatRange = FloatRange::incl(0.0, 100.0);
     pub const DROPOUT: FloatRange = FloatRange::incl(0.0, 1.0);
+    pub const TAU_S: FloatRange = FloatRange::incl(0.0, 10.0);
+    pub const MAX_ACCEL_MPS2: FloatRange = FloatRange::excl(0.0, 100_000.0);
 }
 
 /// How one parameter's values are bounded.
@@ -231,6 +233,8 @@ pub enum Group {
     Perception,
     /// Speeds and steering limits.
     Motion,
+    /// How a drone's velocity follows the rules' command.
+    Dynamics,
     /// The world's faces and the tick.
     World,
     /// Injected perception failures.
@@ -239,10 +243,11 @@ pub enum Group {
 
 impl Group {
     /// Every group, in display order.
-    pub const ALL: [Group; 5] = [
+    pub const ALL: [Group; 6] = [
         Self::Flocking,
         Self::Perception,
         Self::Motion,
+        Self::Dynamics,
         Self::World,
         Self::Failures,
     ];
@@ -253,6 +258,7 @@ impl Group {
             Self::Flocking => "flocking",
             Self::Perception => "perception",
             Self::Motion => "motion",
+            Self::Dynamics => "dynamics",
             Self::World => "world",
             Self::Failures => "failures",
         }
@@ -264,6 +270,7 @@ impl Group {
             Self::Flocking => "Flocking",
             Self::Perception => "Perception",
             Self::Motion => "Motion",
+            Self::Dynamics => "Drone dynamics",
             Self::World => "World",
             Self::Failures => "Failures",
         }
@@ -368,7 +375,7 @@ fn half_smallest_extent(p: &Params) -> f32 {
 
 /// Every scalar parameter (all but `world_m` and `dims`, which shape the
 /// world), in the order viewers list them, each group's together.
-pub const SPECS: [ParamSpec; 24] = {
+pub const SPECS: [ParamSpec; 26] = {
     use ranges::*;
     [
         spec!(
@@ -517,6 +524,22 @@ pub const SPECS: [ParamSpec; 24] = {
             Bounds::Float(PANIC_FACTOR)
         ),
         spec!(
+            tau_s,
+            Dynamics,
+            "Response time",
+            "s",
+            "Drone dynamics: the velocity follows what the rules command with this time constant; 0 is at once (boids)",
+            Bounds::Float(TAU_S)
+        ),
+        spec!(
+            max_accel_mps2,
+            Dynamics,
+            "Max acceleration",
+            "m/s²",
+            "Drone dynamics: the largest change of velocity a second, with a response time above 0",
+            Bounds::Float(MAX_ACCEL_MPS2)
+        ),
+        spec!(
             edge_margin_m,
             World,
             "Edge margin",
@@ -637,6 +660,13 @@ pub struct Params {
     /// Failure injection: boids see their neighbours' positions and
     /// velocities as they were this many ticks ago. Default 0, range 0 ..= 120.
     pub latency_ticks: u32,
+    /// Drone dynamics (robotsim's point mass): the velocity follows the
+    /// rules' command with this first-order time constant, seconds; 0 =
+    /// at once, as boids do. Default 0, range 0 ..= 10.
+    pub tau_s: f32,
+    /// Drone dynamics: the largest change of velocity per second when
+    /// `tau_s` > 0, m/s². Default 20, range > 0 ..= 100000.
+    pub max_accel_mps2: f32,
 }
 
 impl Default for Params {
@@ -668,6 +698,8 @@ impl Default for Params {
             noise_m: 0.0,
             dropout: 0.0,
             latency_ticks: 0,
+            tau_s: 0.0,
+            max_accel_mps2: 20.0,
         }
     }
 }
@@ -689,6 +721,12 @@ impl Params {
     /// step then takes the scalar perception path (`faults.rs`).
     pub fn perception_faults(&self) -> bool {
         self.noise_m > 0.0 || self.dropout > 0.0 || self.latency_ticks > 0
+    }
+
+    /// Whether the drone dynamics are on (a response time above 0): the
+    /// step then takes the scalar update path.
+    pub fn drone_dynamics(&self) -> bool {
+        self.tau_s > 0.0
     }
 
     /// Whether boids live in the z = 0 plane.
@@ -770,6 +808,8 @@ impl Params {
             noise_m,
             dropout,
             latency_ticks,
+            tau_s,
+            max_accel_mps2,
         );
         p.validate()?;
         Ok(p)
@@ -835,11 +875,13 @@ pub struct ParamsPatch {
     pub noise_m: Option<f32>,
     pub dropout: Option<f32>,
     pub latency_ticks: Option<u32>,
+    pub tau_s: Option<f32>,
+    pub max_accel_mps2: Option<f32>,
 }
 
 /// Named parameter sets. `defaults` is every parameter's default; the
 /// others set the behaviour (flocking, perception and motion) and leave
-/// the world and the failure injection as they are. Each one's look is
+/// the drone dynamics, the world and the failure injection as they are. Each one's look is
 /// checked on a measured swarm metric (`tests/presets.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

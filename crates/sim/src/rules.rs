@@ -297,6 +297,19 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
     s
 }
 
+/// Drone dynamics (robotsim's agent): velocity `v` moves toward the
+/// commanded `command` (already within the speed limits) as a first-order
+/// lag of time constant `tau_s` (at most all the way in one tick), the
+/// change capped at `max_accel` per second. The command takes effect over
+/// several ticks, not in the one it was given. The new velocity lies
+/// between `v` and `command`, so it is never faster than the faster of
+/// the two: a boid leaving its panic speed slows at `max_accel`, not at once.
+#[inline]
+pub fn follow(v: Vec3, command: Vec3, dt: f32, tau_s: f32, max_accel: f32) -> Vec3 {
+    let dv = (command - v) * (dt / tau_s).min(1.0);
+    v + clamp_length(dv, max_accel * dt)
+}
+
 /// One boid's next `(position, velocity)`.
 #[inline]
 pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, Vec3) {
@@ -307,7 +320,12 @@ pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, 
     } else {
         pr.max_speed_mps
     };
-    let mut v1 = clamp_speed(v + s.acceleration(pr) * dt, pr.min_speed_mps, vmax, v);
+    let command = clamp_speed(v + s.acceleration(pr) * dt, pr.min_speed_mps, vmax, v);
+    let mut v1 = if pr.drone_dynamics() {
+        follow(v, command, dt, pr.tau_s, pr.max_accel_mps2)
+    } else {
+        command
+    };
     if pr.is_2d() {
         v1.z = 0.0;
     }
@@ -319,6 +337,36 @@ pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drone_dynamics_follow_the_command_gradually_within_their_limits() {
+        let dt = 1.0 / 60.0;
+        let command = Vec3::new(10.0, 0.0, 0.0);
+        // τ = 0.5 s: a boid at rest covers dt/τ of the way in one tick.
+        let v1 = follow(Vec3::ZERO, command, dt, 0.5, 1000.0);
+        assert!((v1.x - 10.0 * dt / 0.5).abs() < 1e-5, "{v1}");
+        // Held, it approaches the command like 1 − e^(−t/τ): 63 % after τ.
+        let mut v = Vec3::ZERO;
+        for _ in 0..30 {
+            v = follow(v, command, dt, 0.5, 1000.0);
+        }
+        assert!((v.x / 10.0 - 0.63).abs() < 0.02, "{v}");
+        // The acceleration cap binds: at most 2 m/s² · dt a tick.
+        let v1 = follow(Vec3::ZERO, command, dt, 0.01, 2.0);
+        assert!((v1.length() - 2.0 * dt).abs() < 1e-6, "{v1}");
+        // From panic speed back to a slower command: slowing at the cap,
+        // never faster than before.
+        let v1 = follow(
+            Vec3::new(20.0, 0.0, 0.0),
+            Vec3::new(10.0, 0.0, 0.0),
+            dt,
+            0.01,
+            6.0,
+        );
+        assert!((v1.x - (20.0 - 6.0 * dt)).abs() < 1e-5, "{v1}");
+        // A time constant under a tick reaches the command at once.
+        assert_eq!(follow(Vec3::ZERO, command, dt, dt / 2.0, 1e5), command);
+    }
 
     #[test]
     fn steer_is_clamped_to_max_force_and_points_the_right_way() {

@@ -29,10 +29,12 @@ pub(crate) const LANES: usize = 8;
 type Lanes3 = [[f32; LANES]; 3];
 
 /// Whether [`update`] computes what the scalar rules would this tick: no
-/// obstacle, goal or predator that could steer a boid.
+/// obstacle, goal or predator that could steer a boid, and no drone
+/// dynamics.
 pub(crate) fn applies(ctx: &UpdateCtx<'_>) -> bool {
     let a = ctx.agents;
-    a.obstacles.is_empty()
+    !ctx.params.drone_dynamics()
+        && a.obstacles.is_empty()
         && a.goals.is_empty()
         && (a.predators.is_empty() || ctx.params.flee_radius_m <= 0.0)
 }

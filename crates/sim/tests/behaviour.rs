@@ -346,3 +346,56 @@ fn steering_and_speed_limits_hold_also_while_fleeing() {
         "the hunter never got close enough to test panic speed"
     );
 }
+
+#[test]
+fn drones_change_velocity_only_as_fast_as_their_dynamics_allow() {
+    // A flock flown as drones: a response time of 0.4 s and at most 6 m/s²,
+    // well under the rules' 15 m/s² steering, with a predator to flee.
+    let mut flock = small_world(500, 5);
+    flock
+        .patch_params(&ParamsPatch {
+            tau_s: Some(0.4),
+            max_accel_mps2: Some(6.0),
+            ..Default::default()
+        })
+        .unwrap();
+    flock
+        .add_predator(
+            PredatorMode::Static,
+            Vec3::new(32.0, 32.0, 16.0),
+            None,
+            None,
+        )
+        .unwrap();
+    let dt = flock.params().dt_s();
+    let (mut largest, mut fastest) = (0.0f32, 0.0f32);
+    for _ in 0..600 {
+        let before: Vec<(u32, Vec3)> = flock
+            .ids()
+            .iter()
+            .copied()
+            .zip(flock.boids().iter().map(|b| b.v))
+            .collect();
+        flock.step();
+        let after: std::collections::HashMap<u32, Vec3> = flock
+            .ids()
+            .iter()
+            .copied()
+            .zip(flock.boids().iter().map(|b| b.v))
+            .collect();
+        for (id, v0) in before {
+            let dv = (after[&id] - v0).length() / dt;
+            largest = largest.max(dv);
+            fastest = fastest.max(after[&id].length());
+        }
+    }
+    // Measured: 6.0 m/s² (the cap binds); without dynamics boids turn at
+    // up to several times the steering limit.
+    assert!(
+        largest <= 6.0 * 1.001,
+        "largest acceleration {largest} m/s²"
+    );
+    assert!(largest > 5.0, "the cap is reached: {largest}");
+    // Never past the panic speed (2 × 10 m/s).
+    assert!(fastest <= 20.0 * 1.0001, "fastest {fastest} m/s");
+}

@@ -89,6 +89,30 @@ fn failure_runs_are_bit_identical_on_1_2_and_8_threads() {
     assert_ne!(faulty_run(40, 4).digest(), busy_run(100, 4).digest());
 }
 
+/// The busy world flown with drone dynamics (response time, acceleration cap).
+fn drone_run(ticks: usize, seed: u64) -> Flock {
+    let mut flock = busy_run(30, seed);
+    flock
+        .patch_params(&starling_sim::ParamsPatch {
+            tau_s: Some(0.3),
+            max_accel_mps2: Some(8.0),
+            ..Default::default()
+        })
+        .unwrap();
+    for _ in 0..ticks {
+        flock.step();
+    }
+    flock
+}
+
+#[test]
+fn drone_runs_are_bit_identical_on_1_2_and_8_threads() {
+    let one = on_threads(1, || drone_run(60, 5).digest());
+    assert_eq!(on_threads(2, || drone_run(60, 5).digest()), one);
+    assert_eq!(on_threads(8, || drone_run(60, 5).digest()), one);
+    assert_ne!(drone_run(60, 5).digest(), busy_run(90, 5).digest());
+}
+
 #[test]
 fn results_are_bit_identical_on_1_2_and_8_threads() {
     let one = on_threads(1, || busy_run(200, 9).digest());

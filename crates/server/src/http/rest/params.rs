@@ -93,7 +93,8 @@ struct ParamDoc {
 /// A group of parameters, as viewers list them.
 #[derive(Debug, Serialize, ToSchema)]
 struct ParamGroup {
-    /// Group name (`flocking`, `perception`, `motion`, `world`, `failures`).
+    /// Group name (`flocking`, `perception`, `motion`, `dynamics`, `world`,
+    /// `failures`).
     name: &'static str,
     /// Its heading.
     label: &'static str,
@@ -150,7 +151,7 @@ async fn param_schema() -> Json<Vec<ParamGroup>> {
             .map(|&g| ParamGroup {
                 name: g.as_str(),
                 label: g.label(),
-                collapsed: g == Group::Failures,
+                collapsed: matches!(g, Group::Dynamics | Group::Failures),
                 params: SPECS
                     .iter()
                     .filter(|s| s.group == g)
