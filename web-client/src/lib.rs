@@ -461,10 +461,7 @@ fn load_schema(app: &Shared) {
                 .dom
                 .message("could not load the parameters' labels", true),
         }
-        match fetch_json("/api/v1/params/presets")
-            .await
-            .and_then(|j| parse_presets(&j))
-        {
+        match fetch_presets().await {
             Some(presets) => a.borrow_mut().on_presets(presets),
             None => a
                 .borrow()
@@ -512,6 +509,11 @@ fn parse_groups(json: &JsValue) -> Option<Vec<schema::Group>> {
         .collect()
 }
 
+/// `GET /api/v1/params/presets`, parsed; None when it fails.
+async fn fetch_presets() -> Option<Vec<schema::Preset>> {
+    parse_presets(&fetch_json("/api/v1/params/presets").await?)
+}
+
 fn parse_presets(json: &JsValue) -> Option<Vec<schema::Preset>> {
     items(json)?
         .iter()
@@ -530,10 +532,7 @@ fn parse_presets(json: &JsValue) -> Option<Vec<schema::Preset>> {
 fn reload_presets(app: &Shared) {
     let a = app.clone();
     wasm_bindgen_futures::spawn_local(async move {
-        if let Some(presets) = fetch_json("/api/v1/params/presets")
-            .await
-            .and_then(|j| parse_presets(&j))
-        {
+        if let Some(presets) = fetch_presets().await {
             a.borrow_mut().on_presets(presets);
         }
     });

@@ -85,8 +85,8 @@ pub struct McapExport {
     channels: Channels,
     swarm: SwarmConfig,
     meter: SwarmMeter,
-    /// The scene last written (without its timestamps), to skip repeats.
-    last_scene: Option<Value>,
+    /// The scene last written (stamped 0), to skip repeats.
+    last_scene: Option<Vec<Value>>,
     /// The tick of the last tick-rate change, the simulated time then
     /// (ns) and the rate since.
     clock: Option<(u64, u64, u32)>,
@@ -213,9 +213,9 @@ fn metrics_schema() -> serde_json::Result<Value> {
 }
 
 /// An entity of the scene, with every primitive list Foxglove reads.
-fn entity(id: String, ns: u64, fill: impl FnOnce(&mut serde_json::Map<String, Value>)) -> Value {
+fn entity(id: String, fill: impl FnOnce(&mut serde_json::Map<String, Value>)) -> Value {
     let mut e = serde_json::Map::new();
-    e.insert("timestamp".into(), stamp(ns));
+    e.insert("timestamp".into(), stamp(0));
     e.insert("frame_id".into(), json!("world"));
     e.insert("id".into(), json!(id));
     e.insert("lifetime".into(), json!({ "sec": 0, "nsec": 0 }));
@@ -237,8 +237,9 @@ fn entity(id: String, ns: u64, fill: impl FnOnce(&mut serde_json::Map<String, Va
     Value::Object(e)
 }
 
-/// The scene's entities at `ns` (world box, obstacles, goals, predators).
-fn scene(flock: &Flock, ns: u64) -> Vec<Value> {
+/// The scene's entities (world box, obstacles, goals, predators), stamped
+/// 0: the caller stamps what it writes.
+fn scene(flock: &Flock) -> Vec<Value> {
     let w = Vec3::from(flock.params().world_m);
     let w = if flock.params().is_2d() {
         w.with_z(0.0)
@@ -262,7 +263,7 @@ fn scene(flock: &Flock, ns: u64) -> Vec<Value> {
         }
     }
     let grey = color(0.6, 0.65, 0.75, 1.0);
-    let mut out = vec![entity("world".into(), ns, |e| {
+    let mut out = vec![entity("world".into(), |e| {
         e.insert(
             "lines".into(),
             json!([{ "type": 2, "pose": pose(Vec3::ZERO), "thickness": 1.5,
@@ -272,7 +273,7 @@ fn scene(flock: &Flock, ns: u64) -> Vec<Value> {
     })];
     let agents = flock.agents();
     for o in agents.obstacles() {
-        out.push(entity(format!("obstacle-{}", o.id), ns, |e| {
+        out.push(entity(format!("obstacle-{}", o.id), |e| {
             let c = color(0.75, 0.75, 0.8, 0.6);
             match o.shape {
                 Shape::Sphere { center, radius_m } => {
@@ -285,13 +286,13 @@ fn scene(flock: &Flock, ns: u64) -> Vec<Value> {
         }));
     }
     for g in agents.goals() {
-        out.push(entity(format!("goal-{}", g.id), ns, |e| {
+        out.push(entity(format!("goal-{}", g.id), |e| {
             let size = Vec3::splat(2.0 * g.arrive_radius_m);
             e.insert("spheres".into(), json!([{ "pose": pose(g.target()), "size": vec3(size), "color": color(0.35, 1.0, 0.45, 0.35) }]));
         }));
     }
     for p in agents.predators() {
-        out.push(entity(format!("predator-{}", p.id), ns, |e| {
+        out.push(entity(format!("predator-{}", p.id), |e| {
             e.insert("spheres".into(), json!([{ "pose": pose(p.position), "size": vec3(Vec3::splat(2.0)), "color": color(1.0, 0.2, 0.15, 1.0) }]));
         }));
     }
@@ -394,14 +395,18 @@ impl McapExport {
         });
         self.write(self.channels.boids, ns, &cloud, tick)?;
         // The scene, when it changed.
-        let entities = scene(flock, 0);
-        if self.last_scene.as_ref() != Some(&Value::Array(entities.clone())) {
+        let entities = scene(flock);
+        if self.last_scene.as_deref() != Some(&entities[..]) {
+            let mut stamped = entities.clone();
+            for e in &mut stamped {
+                e["timestamp"] = stamp(ns);
+            }
             let update = json!({
                 "deletions": [{ "timestamp": stamp(ns), "type": 1, "id": "" }],
-                "entities": scene(flock, ns),
+                "entities": stamped,
             });
             self.write(self.channels.scene, ns, &update, tick)?;
-            self.last_scene = Some(Value::Array(entities));
+            self.last_scene = Some(entities);
         }
         let metrics = MetricsBody {
             tick: *flock.metrics(),
