@@ -147,7 +147,9 @@ fn observe(p: &Params, seed: u64, tick: u64, me: u32, them: u32) -> Option<Vec3>
 
 /// What sorted boid `i` perceives: the grid and `seen` hold what others
 /// see (delayed positions), `truth` the real states in the same order.
-pub(crate) struct Faulty<'a> {
+/// Without failures both are the same buffer and every observation is
+/// exact: the drone-swarm models (`models/`) perceive through it always.
+pub(crate) struct Sight<'a> {
     pub(crate) grid: &'a Grid,
     pub(crate) seen: &'a SortedBoids,
     pub(crate) truth: &'a SortedBoids,
@@ -158,13 +160,30 @@ pub(crate) struct Faulty<'a> {
 }
 
 /// The sums of sorted boid `i` under the perception failures.
-pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
+pub(crate) fn gather(f: &Sight<'_>, i: usize) -> Sums {
+    let mut sums = Sums::default();
+    let (nn_d2, candidates) = perceive(f, i, |d2, d, v| sums.add(&f.perception, d2, d, v));
+    sums.nn_d2 = nn_d2;
+    sums.candidates = candidates;
+    sums
+}
+
+/// Offers `visit(d², offset, velocity)` every neighbour sorted boid `i`
+/// perceives, as it perceives them (the k nearest, nearest first, when
+/// `k_nearest > 0`; else in the grid's order). Returns the true squared
+/// distance to the nearest boid within range (the metric) and how many
+/// candidates were examined.
+pub(crate) fn perceive(
+    f: &Sight<'_>,
+    i: usize,
+    mut visit: impl FnMut(f32, Vec3, Vec3),
+) -> (f32, u32) {
     let per = &f.perception;
     let me_p = f.truth.pos(i);
     let me_id = f.truth.id[i];
     let (h, has_heading) = heading(f.truth.vel(i));
     let cell = f.grid.cell_coords(me_p);
-    let mut sums = Sums::default();
+    let mut nn_d2 = f32::INFINITY;
     // The k nearest seen, by `(d², id)`, with their offsets as seen.
     let mut near = TopK::new(per.k_nearest);
     // The coarse test: a candidate further than this (seen, before the
@@ -193,8 +212,8 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
                 candidates += 1;
                 // The metric stays true: real distances, every neighbour.
                 let true_d2 = (f.truth.pos(j) - base).length_squared();
-                if true_d2 > 0.0 && true_d2 <= per.max2 && true_d2 < sums.nn_d2 {
-                    sums.nn_d2 = true_d2;
+                if true_d2 > 0.0 && true_d2 <= per.max2 && true_d2 < nn_d2 {
+                    nn_d2 = true_d2;
                 }
                 let seen = f.seen.pos(j) - base;
                 let seen2 = seen.length_squared();
@@ -220,20 +239,14 @@ pub(crate) fn gather(f: &Faulty<'_>, i: usize) -> Sums {
                 if per.k_nearest > 0 {
                     near.insert(d2, them, j as u32, d);
                 } else {
-                    sums.add(per, d2, d, f.seen.vel(j));
+                    visit(d2, d, f.seen.vel(j));
                 }
             }
         });
     }
-    if per.k_nearest > 0 {
-        // Nearest first, velocities as seen; the nearest distance stays true.
-        sums = Sums {
-            nn_d2: sums.nn_d2,
-            ..near.sums(f.seen, per)
-        };
-    }
-    sums.candidates = candidates;
-    sums
+    // Nearest first, velocities as seen.
+    near.for_each(|d2, d, j| visit(d2, d, f.seen.vel(j)));
+    (nn_d2, candidates)
 }
 
 #[cfg(test)]

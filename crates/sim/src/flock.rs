@@ -20,11 +20,12 @@ use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
 use crate::boids::{Boid, SortedBoids, Sums};
 use crate::error::{ParamError, SimError};
 use crate::exec::map_chunks2;
-use crate::faults::{self, DelayLine, Faulty, MAX_DELAYED_STATES};
+use crate::faults::{self, DelayLine, MAX_DELAYED_STATES, Sight};
 use crate::grid::Grid;
 use crate::kernel::Neighbourhood;
 use crate::metrics::{MetricsAcc, TickMetrics};
-use crate::params::{Params, ParamsPatch};
+use crate::models::{self, Social};
+use crate::params::{Model, Params, ParamsPatch};
 use crate::perception::Perception;
 use crate::rng::{self, Stream};
 use crate::rules::{self, Steering, UpdateCtx};
@@ -707,22 +708,27 @@ impl Flock {
             boids: sorted,
             perception,
         };
-        let faults = faulty.then_some(Faulty {
+        // The boids' own (true) states in cell order.
+        let own: &SortedBoids = if faulty { truth } else { sorted };
+        // The drone models perceive through the scalar path always.
+        let drone = params.model != Model::Reynolds;
+        let sight = (faulty || drone).then_some(Sight {
             grid,
             seen: sorted,
-            truth,
+            truth: own,
             perception,
             params,
             seed: *seed,
             tick: *tick,
         });
-        // The boids' own (true) states in cell order.
-        let own: &SortedBoids = if faulty { truth } else { sorted };
         let frozen = (*frozen_count > 0).then_some(&sorted_frozen[..]);
         let dt = params.dt_s();
         let lanes = update::applies(&ctx);
         let chunk = |offset: usize, out: &mut [Boid], sums: &mut [Sums]| {
-            match &faults {
+            if let Some(sight) = sight.as_ref().filter(|_| drone) {
+                return models_chunk(&ctx, sight, frozen, offset, out, sums);
+            }
+            match &sight {
                 None => nb.gather_chunk(offset, sums),
                 Some(f) => {
                     for (k, s) in sums.iter_mut().enumerate() {
@@ -980,6 +986,47 @@ impl Flock {
             .position(|&x| x == id)
             .map(|i| self.boids[i])
     }
+}
+
+/// One chunk of a tick under a drone-swarm model: each boid perceives its
+/// neighbours, its model commands a velocity, and the shared limits
+/// follow it (`models/`). Returns the chunk's metric sums; `sums` keeps
+/// each boid's nearest distance and candidate count.
+fn models_chunk(
+    ctx: &UpdateCtx<'_>,
+    sight: &Sight<'_>,
+    frozen: Option<&[bool]>,
+    offset: usize,
+    out: &mut [Boid],
+    sums: &mut [Sums],
+) -> MetricsAcc {
+    let params = ctx.params;
+    let own = sight.truth;
+    let mut acc = MetricsAcc::new();
+    for (k, (b, s)) in out.iter_mut().zip(sums.iter_mut()).enumerate() {
+        let i = offset + k;
+        let (p, v) = (own.pos(i), own.vel(i));
+        let mut social = Social::new(params, v);
+        let (nn_d2, candidates) =
+            faults::perceive(sight, i, |d2, d, vj| social.add(params, d2, d, vj));
+        *s = Sums {
+            nn_d2,
+            candidates,
+            ..Sums::default()
+        };
+        let (p1, v1) = if frozen.is_some_and(|f| f[i]) {
+            // A dead motor: drift on the last velocity.
+            let (mut p1, mut v1) = (p + v * params.dt_s(), v);
+            rules::apply_boundary(&mut p1, &mut v1, params);
+            (p1, v1)
+        } else {
+            let command = social.command(ctx, p, v);
+            models::finish(ctx, own.id[i], p, v, command)
+        };
+        *b = Boid { p: p1, v: v1 };
+        acc.add(p1, v1, nn_d2, candidates);
+    }
+    acc
 }
 
 /// Every boid's sums, gathered in the chunks a tick uses.

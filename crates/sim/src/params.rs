@@ -70,6 +70,86 @@ impl FromStr for Boundary {
     }
 }
 
+/// The flocking model: which rules turn what a boid perceives into its
+/// next velocity (see `models/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Model {
+    /// Reynolds boids: separation, alignment and cohesion steers (the rules in `rules.rs`).
+    #[default]
+    Reynolds,
+    /// Vásárhelyi et al. 2018 (Science Robotics), as flown on 30 drones and
+    /// in SwarmLab: linear-spring repulsion, velocity alignment with
+    /// friction under a braking curve, self-propulsion at the flocking
+    /// speed, shill agents at walls and obstacles.
+    Vasarhelyi,
+    /// Olfati-Saber 2006 (IEEE TAC): an α-lattice from the σ-norm and a
+    /// bump function, β-agents at obstacles and walls, a γ-agent (the goal).
+    OlfatiSaber,
+}
+
+impl Model {
+    /// Every model, in the order menus list them.
+    pub const ALL: [Model; 3] = [Self::Reynolds, Self::Vasarhelyi, Self::OlfatiSaber];
+    /// Their names, in the same order.
+    pub const NAMES: [&'static str; 3] = ["reynolds", "vasarhelyi", "olfati_saber"];
+
+    /// The name used on the wire and in files.
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// This model alone, as a set.
+    pub const fn only(self) -> Models {
+        Models(1 << self as u8)
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Model {
+    type Err = ParamError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| ParamError::new("model", format!("{s:?}"), Self::NAMES.join(" | ")))
+    }
+}
+
+/// A set of models: the ones a parameter acts under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Models(u8);
+
+impl Models {
+    /// Every model.
+    pub const ALL: Models = Models(0b111);
+    /// Reynolds boids only.
+    pub const REYNOLDS: Models = Model::Reynolds.only();
+    /// Vásárhelyi only.
+    pub const VASARHELYI: Models = Model::Vasarhelyi.only();
+    /// Olfati-Saber only.
+    pub const OLFATI_SABER: Models = Model::OlfatiSaber.only();
+    /// The two drone-swarm models.
+    pub const DRONES: Models = Models(Self::VASARHELYI.0 | Self::OLFATI_SABER.0);
+
+    /// Whether `m` is in the set.
+    pub fn contains(self, m: Model) -> bool {
+        self.0 & Model::only(m).0 != 0
+    }
+
+    /// The models in the set, in menu order.
+    pub fn iter(self) -> impl Iterator<Item = Model> {
+        Model::ALL.into_iter().filter(move |&m| self.contains(m))
+    }
+}
+
 /// An inclusive-or-exclusive range of valid values for one float parameter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FloatRange {
@@ -151,6 +231,14 @@ pub mod ranges {
     pub const NOISE_M: FloatRange = FloatRange::incl(0.0, 100.0);
     pub const DROPOUT: FloatRange = FloatRange::incl(0.0, 1.0);
     pub const TAU_S: FloatRange = FloatRange::incl(0.0, 10.0);
+    pub const SPEED_MPS: FloatRange = FloatRange::incl(0.0, 1_000.0);
+    pub const FLOCK_SPEED_MPS: FloatRange = FloatRange::excl(0.0, 1_000.0);
+    pub const GAIN: FloatRange = FloatRange::incl(0.0, 100.0);
+    pub const POSITIVE_GAIN: FloatRange = FloatRange::excl(0.0, 100.0);
+    pub const OFFSET_M: FloatRange = FloatRange::incl(0.0, MAX_RADIUS_M);
+    pub const BRAKE_MPS2: FloatRange = FloatRange::excl(0.0, 1_000.0);
+    pub const BUMP_H: FloatRange = FloatRange::incl(0.0, 0.99);
+    pub const EPSILON: FloatRange = FloatRange::incl(0.0, 1.0);
     pub const MAX_ACCEL_MPS2: FloatRange = FloatRange::excl(0.0, 100_000.0);
 }
 
@@ -216,6 +304,8 @@ pub struct ParamSpec {
     pub help: &'static str,
     /// Where viewers list it.
     pub group: Group,
+    /// The models it acts under (a scenario setting it under another is refused).
+    pub models: Models,
     /// Its own range.
     pub bounds: Bounds,
     /// A bound another parameter sets, if any.
@@ -227,8 +317,14 @@ pub struct ParamSpec {
 /// The groups parameters are listed in, in display order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Group {
-    /// The rule weights.
+    /// The model and the rule weights.
     Flocking,
+    /// What both drone-swarm models share: spacing, speed, range.
+    Swarm,
+    /// Vásárhelyi's terms.
+    Vasarhelyi,
+    /// Olfati-Saber's terms.
+    OlfatiSaber,
     /// What a boid sees: radii, field of view, neighbours.
     Perception,
     /// Speeds and steering limits.
@@ -243,8 +339,11 @@ pub enum Group {
 
 impl Group {
     /// Every group, in display order.
-    pub const ALL: [Group; 6] = [
+    pub const ALL: [Group; 9] = [
         Self::Flocking,
+        Self::Swarm,
+        Self::Vasarhelyi,
+        Self::OlfatiSaber,
         Self::Perception,
         Self::Motion,
         Self::Dynamics,
@@ -256,6 +355,9 @@ impl Group {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Flocking => "flocking",
+            Self::Swarm => "swarm",
+            Self::Vasarhelyi => "vasarhelyi",
+            Self::OlfatiSaber => "olfati_saber",
             Self::Perception => "perception",
             Self::Motion => "motion",
             Self::Dynamics => "dynamics",
@@ -268,6 +370,9 @@ impl Group {
     pub fn label(self) -> &'static str {
         match self {
             Self::Flocking => "Flocking",
+            Self::Swarm => "Drone swarm",
+            Self::Vasarhelyi => "Vásárhelyi",
+            Self::OlfatiSaber => "Olfati-Saber",
             Self::Perception => "Perception",
             Self::Motion => "Motion",
             Self::Dynamics => "Drone dynamics",
@@ -336,16 +441,17 @@ impl ParamSpec {
 /// One numeric parameter: its field, group, label, unit, help line and
 /// bounds (and a bound another parameter sets).
 macro_rules! spec {
-    ($name:ident, $group:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr) => {
-        spec!($name, $group, $label, $unit, $help, $bounds, None)
+    ($name:ident, $group:ident, $models:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr) => {
+        spec!($name, $group, $models, $label, $unit, $help, $bounds, None)
     };
-    ($name:ident, $group:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr, $upper:expr) => {
+    ($name:ident, $group:ident, $models:ident, $label:expr, $unit:expr, $help:expr, $bounds:expr, $upper:expr) => {
         ParamSpec {
             name: stringify!($name),
             label: $label,
             unit: $unit,
             help: $help,
             group: Group::$group,
+            models: Models::$models,
             bounds: $bounds,
             upper: $upper,
             get: |p| Value::Number(f64::from(p.$name)),
@@ -375,12 +481,25 @@ fn half_smallest_extent(p: &Params) -> f32 {
 
 /// Every scalar parameter (all but `world_m` and `dims`, which shape the
 /// world), in the order viewers list them, each group's together.
-pub const SPECS: [ParamSpec; 26] = {
+pub const SPECS: [ParamSpec; 52] = {
     use ranges::*;
     [
+        ParamSpec {
+            name: "model",
+            label: "Model",
+            unit: "",
+            help: "Which rules fly the flock: Reynolds boids, or the drone-swarm models of Vásárhelyi (2018) or Olfati-Saber (2006)",
+            group: Group::Flocking,
+            models: Models::ALL,
+            bounds: Bounds::Choice(&Model::NAMES),
+            upper: None,
+            get: |p| Value::Text(p.model.as_str()),
+            copy: |to, from| to.model = from.model,
+        },
         spec!(
             w_sep,
             Flocking,
+            REYNOLDS,
             "Separation",
             "",
             "Steer away from the nearest neighbours",
@@ -389,6 +508,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_ali,
             Flocking,
+            REYNOLDS,
             "Alignment",
             "",
             "Turn to the neighbours' mean heading",
@@ -397,6 +517,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_coh,
             Flocking,
+            REYNOLDS,
             "Cohesion",
             "",
             "Steer towards the neighbours' centre",
@@ -405,6 +526,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_obstacle,
             Flocking,
+            REYNOLDS,
             "Obstacle avoidance",
             "",
             "Steer around obstacles ahead; keep it far above the social rules",
@@ -413,6 +535,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_goal,
             Flocking,
+            REYNOLDS,
             "Goal seeking",
             "",
             "Steer towards the nearest goal",
@@ -421,6 +544,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_flee,
             Flocking,
+            ALL,
             "Fleeing",
             "",
             "Steer away from predators within the flee radius",
@@ -429,14 +553,242 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             w_wander,
             Flocking,
+            ALL,
             "Wander",
             "",
             "A slowly turning random steer of each boid's own",
             Bounds::Float(WEIGHT)
         ),
         spec!(
+            d_ref_m,
+            Swarm,
+            DRONES,
+            "Preferred distance",
+            "m",
+            "The spacing the flock settles at: Vásárhelyi's repulsion range, Olfati-Saber's lattice distance",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            v_ref_mps,
+            Swarm,
+            DRONES,
+            "Flocking speed",
+            "m/s",
+            "Vásárhelyi: the self-propulsion speed; both: the speed towards a goal",
+            Bounds::Float(FLOCK_SPEED_MPS)
+        ),
+        spec!(
+            r_comm_m,
+            Swarm,
+            DRONES,
+            "Communication range",
+            "m",
+            "Only neighbours within this range are heard (and at most the nearest-neighbours count)",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            vas_rep_gain,
+            Vasarhelyi,
+            VASARHELYI,
+            "Repulsion gain",
+            "1/s",
+            "Linear-spring repulsion: velocity away per metre inside the preferred distance",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            vas_att_gain,
+            Vasarhelyi,
+            VASARHELYI,
+            "Attraction gain",
+            "1/s",
+            "SwarmLab's cohesion term: velocity towards per metre beyond the preferred distance; 0 is the paper's model",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            vas_frict_coeff,
+            Vasarhelyi,
+            VASARHELYI,
+            "Alignment coefficient",
+            "",
+            "Velocity alignment: the share of the excess velocity difference removed",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            vas_frict_slack_mps,
+            Vasarhelyi,
+            VASARHELYI,
+            "Alignment slack",
+            "m/s",
+            "Velocity differences up to this are tolerated at any distance",
+            Bounds::Float(SPEED_MPS)
+        ),
+        spec!(
+            vas_frict_offset_m,
+            Vasarhelyi,
+            VASARHELYI,
+            "Alignment offset",
+            "m",
+            "The braking curve's stopping point: closer than this, only the slack is tolerated",
+            Bounds::Float(OFFSET_M)
+        ),
+        spec!(
+            vas_frict_gain,
+            Vasarhelyi,
+            VASARHELYI,
+            "Alignment braking gain",
+            "1/s",
+            "The braking curve's linear slope",
+            Bounds::Float(POSITIVE_GAIN)
+        ),
+        spec!(
+            vas_frict_accel_mps2,
+            Vasarhelyi,
+            VASARHELYI,
+            "Alignment braking",
+            "m/s²",
+            "The braking curve's deceleration",
+            Bounds::Float(BRAKE_MPS2)
+        ),
+        spec!(
+            vas_shill_offset_m,
+            Vasarhelyi,
+            VASARHELYI,
+            "Wall offset",
+            "m",
+            "Shill agents at walls and obstacles: the stopping point before the surface",
+            Bounds::Float(OFFSET_M)
+        ),
+        spec!(
+            vas_shill_speed_mps,
+            Vasarhelyi,
+            VASARHELYI,
+            "Wall agent speed",
+            "m/s",
+            "Shill agents move away from the surface at this speed, and boids align with them",
+            Bounds::Float(SPEED_MPS)
+        ),
+        spec!(
+            vas_shill_gain,
+            Vasarhelyi,
+            VASARHELYI,
+            "Wall braking gain",
+            "1/s",
+            "The walls' braking curve slope",
+            Bounds::Float(POSITIVE_GAIN)
+        ),
+        spec!(
+            vas_shill_accel_mps2,
+            Vasarhelyi,
+            VASARHELYI,
+            "Wall braking",
+            "m/s²",
+            "The walls' braking curve deceleration",
+            Bounds::Float(BRAKE_MPS2)
+        ),
+        spec!(
+            os_a,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Attraction (a)",
+            "1/s²",
+            "The action function's attraction: 0 < a <= b",
+            Bounds::Float(POSITIVE_GAIN),
+            upper("os_b", |p| p.os_b)
+        ),
+        spec!(
+            os_b,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Repulsion (b)",
+            "1/s²",
+            "The action function's repulsion",
+            Bounds::Float(POSITIVE_GAIN)
+        ),
+        spec!(
+            os_h_alpha,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Neighbour bump (h)",
+            "",
+            "The bump function is 1 up to this share of the range, then falls to 0",
+            Bounds::Float(BUMP_H)
+        ),
+        spec!(
+            os_bump_power,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Bump power",
+            "",
+            "The bump's fall, (1 + cos)/2 to this power: 1 in the paper, 2 in SwarmLab",
+            count(1, 4)
+        ),
+        spec!(
+            os_epsilon,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "σ-norm ε",
+            "",
+            "The σ-norm's ε; 0 measures plain distances, as SwarmLab does",
+            Bounds::Float(EPSILON)
+        ),
+        spec!(
+            os_c_vm,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Velocity consensus",
+            "1/s",
+            "Gain on the neighbours' velocity differences",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            os_c_gamma,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Goal gain (γ)",
+            "1/s",
+            "Gain towards the flocking speed in the goal's direction",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            os_beta_range_m,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Obstacle distance (β)",
+            "m",
+            "β-agents on obstacles and walls push back inside this distance",
+            Bounds::Float(RADIUS_M)
+        ),
+        spec!(
+            os_h_beta,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Obstacle bump (h)",
+            "",
+            "The obstacles' bump function",
+            Bounds::Float(BUMP_H)
+        ),
+        spec!(
+            os_c1_beta,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Obstacle repulsion",
+            "1/s²",
+            "Gain on the β-agents' position term: the push near a surface is about twice it",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
+            os_c2_beta,
+            OlfatiSaber,
+            OLFATI_SABER,
+            "Obstacle damping",
+            "1/s",
+            "Gain on the β-agents' velocity term",
+            Bounds::Float(GAIN)
+        ),
+        spec!(
             sep_radius_m,
             Perception,
+            REYNOLDS,
             "Separation radius",
             "m",
             "Neighbours closer than this push a boid away",
@@ -445,6 +797,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             ali_radius_m,
             Perception,
+            REYNOLDS,
             "Alignment radius",
             "m",
             "Neighbours closer than this are aligned with",
@@ -453,6 +806,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             coh_radius_m,
             Perception,
+            REYNOLDS,
             "Cohesion radius",
             "m",
             "Neighbours closer than this pull a boid in",
@@ -461,6 +815,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             fov_deg,
             Perception,
+            ALL,
             "Field of view",
             "°",
             "The cone a boid sees, centred on its heading; 360 sees all around",
@@ -469,6 +824,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             k_nearest,
             Perception,
+            ALL,
             "Nearest neighbours",
             "",
             "Only this many nearest visible boids count; 0 counts all in range",
@@ -477,6 +833,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             flee_radius_m,
             Perception,
+            ALL,
             "Flee radius",
             "m",
             "Boids closer than this to a predator flee; 0 turns fleeing off",
@@ -485,6 +842,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             lookahead_s,
             Perception,
+            REYNOLDS,
             "Obstacle lookahead",
             "s",
             "How far ahead a boid probes for obstacles, in seconds of flight",
@@ -493,6 +851,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             max_speed_mps,
             Motion,
+            ALL,
             "Max speed",
             "m/s",
             "Cruise speed cap",
@@ -501,6 +860,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             min_speed_mps,
             Motion,
+            ALL,
             "Min speed",
             "m/s",
             "Stall speed: boids never fly slower",
@@ -510,6 +870,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             max_force_mps2,
             Motion,
+            ALL,
             "Max steering",
             "m/s²",
             "Largest acceleration one rule may ask for: the turning circle",
@@ -518,6 +879,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             panic_factor,
             Motion,
+            ALL,
             "Panic speed",
             "×",
             "A fleeing boid may fly this many times the max speed",
@@ -526,6 +888,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             tau_s,
             Dynamics,
+            ALL,
             "Response time",
             "s",
             "Drone dynamics: the velocity follows what the rules command with this time constant; 0 is at once (boids)",
@@ -534,6 +897,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             max_accel_mps2,
             Dynamics,
+            ALL,
             "Max acceleration",
             "m/s²",
             "Drone dynamics: the largest change of velocity a second, with a response time above 0",
@@ -542,6 +906,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             edge_margin_m,
             World,
+            REYNOLDS,
             "Edge margin",
             "m",
             "Width of the soft boundary's push-back zone",
@@ -551,6 +916,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             tick_hz,
             World,
+            ALL,
             "Tick rate",
             "Hz",
             "Simulation steps per second",
@@ -559,6 +925,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             noise_m,
             Failures,
+            ALL,
             "Position noise",
             "m",
             "Error on every neighbour position a boid perceives (standard deviation)",
@@ -567,6 +934,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             dropout,
             Failures,
+            ALL,
             "Dropout",
             "",
             "Chance that a neighbour goes unseen, per observation",
@@ -575,6 +943,7 @@ pub const SPECS: [ParamSpec; 26] = {
         spec!(
             latency_ticks,
             Failures,
+            ALL,
             "Perception delay",
             "ticks",
             "Boids see their neighbours as they were this many ticks ago",
@@ -586,6 +955,7 @@ pub const SPECS: [ParamSpec; 26] = {
             unit: "",
             help: "What the world's faces do: push back softly, wrap around or bounce",
             group: Group::World,
+            models: Models::ALL,
             bounds: Bounds::Choice(&Boundary::NAMES),
             upper: None,
             get: |p| Value::Text(p.boundary.as_str()),
@@ -664,9 +1034,65 @@ pub struct Params {
     /// rules' command with this first-order time constant, seconds; 0 =
     /// at once, as boids do. Default 0, range 0 ..= 10.
     pub tau_s: f32,
-    /// Drone dynamics: the largest change of velocity per second when
-    /// `tau_s` > 0, m/s². Default 20, range > 0 ..= 100000.
+    /// The largest change of velocity per second, m/s²: with the drone
+    /// dynamics on (`tau_s` > 0), and always under the drone-swarm models
+    /// (SwarmLab's `max_a`). Default 20, range > 0 ..= 100000.
     pub max_accel_mps2: f32,
+    /// Which rules fly the flock. Default `reynolds`, allowed reynolds | vasarhelyi | olfati_saber.
+    pub model: Model,
+    /// Drone models: the preferred distance between neighbours (Vásárhelyi's repulsion range, Olfati-Saber's lattice distance), metres. Default 25 (SwarmLab), range 0.01 ..= 1000.
+    pub d_ref_m: f32,
+    /// Drone models: the flocking speed (Vásárhelyi's self-propulsion; both fly at it towards a goal), m/s. Default 6 (SwarmLab), range > 0 ..= 1000.
+    pub v_ref_mps: f32,
+    /// Drone models: the communication range; only neighbours within it (and at most `k_nearest` of them) are heard, metres. Default 150 (SwarmLab), range 0.01 ..= 1000.
+    pub r_comm_m: f32,
+    /// Vásárhelyi: repulsion gain p_rep, 1/s. Default 0.03, range 0 ..= 100.
+    pub vas_rep_gain: f32,
+    /// Vásárhelyi: SwarmLab's added attraction gain beyond `d_ref_m`, 1/s; 0 is the paper's model. Default 0, range 0 ..= 100.
+    pub vas_att_gain: f32,
+    /// Vásárhelyi: velocity alignment coefficient C_frict. Default 0.05, range 0 ..= 100.
+    pub vas_frict_coeff: f32,
+    /// Vásárhelyi: velocity slack v_frict, m/s. Default 0.63, range 0 ..= 1000.
+    pub vas_frict_slack_mps: f32,
+    /// Vásárhelyi: the alignment braking curve's stopping point r0_frict, metres. Default 85.3, range 0 ..= 1000.
+    pub vas_frict_offset_m: f32,
+    /// Vásárhelyi: the alignment braking curve's gain p_frict, 1/s. Default 3.2, range > 0 ..= 100.
+    pub vas_frict_gain: f32,
+    /// Vásárhelyi: the alignment braking curve's acceleration a_frict, m/s². Default 4.16, range > 0 ..= 1000.
+    pub vas_frict_accel_mps2: f32,
+    /// Vásárhelyi: shill agents' stopping point r0_shill before a wall or obstacle, metres. Default 0.3, range 0 ..= 1000.
+    pub vas_shill_offset_m: f32,
+    /// Vásárhelyi: shill agents' speed v_shill away from the surface, m/s. Default 13.6, range 0 ..= 1000.
+    pub vas_shill_speed_mps: f32,
+    /// Vásárhelyi: shill braking curve gain p_shill, 1/s. Default 3.55, range > 0 ..= 100.
+    pub vas_shill_gain: f32,
+    /// Vásárhelyi: shill braking curve acceleration a_shill, m/s². Default 3.02, range > 0 ..= 1000.
+    pub vas_shill_accel_mps2: f32,
+    /// Olfati-Saber: the action function's a, 1/s². Default 1 (SwarmLab), range > 0 ..= os_b.
+    pub os_a: f32,
+    /// Olfati-Saber: the action function's b, 1/s². Default 5 (SwarmLab), range > 0 ..= 100.
+    pub os_b: f32,
+    /// Olfati-Saber: the neighbours' bump function parameter h. Default 0.2, range 0 ..= 0.99.
+    pub os_h_alpha: f32,
+    /// Olfati-Saber: the bump's power, ((1 + cos)/2)^k: 1 in the paper, 2 in SwarmLab. Default 2, range 1 ..= 4.
+    pub os_bump_power: u32,
+    /// Olfati-Saber: the σ-norm's ε; 0 measures plain distances (SwarmLab). Default 0, range 0 ..= 1.
+    pub os_epsilon: f32,
+    /// Olfati-Saber: velocity consensus gain, 1/s. Default 3 (SwarmLab's c_vm), range 0 ..= 100.
+    pub os_c_vm: f32,
+    /// Olfati-Saber: the γ-agent's gain towards `v_ref_mps` in the goal's direction, 1/s. Default 3, range 0 ..= 100.
+    pub os_c_gamma: f32,
+    /// Olfati-Saber: β-agents push back inside this distance of an obstacle or wall, metres. Default 10 (SwarmLab's r0), range 0.01 ..= 1000.
+    pub os_beta_range_m: f32,
+    /// Olfati-Saber: the obstacles' bump parameter h. Default 0.9, range 0 ..= 0.99.
+    pub os_h_beta: f32,
+    /// Olfati-Saber: β position gain, 1/s²: within the obstacle distance
+    /// the push is about 2 × this. Default 25, the push SwarmLab's obstacle
+    /// term gives (c_pm_obs 5 × b 5, at the surface point and at its γ point
+    /// by the centre: 50 m/s²), range 0 ..= 100.
+    pub os_c1_beta: f32,
+    /// Olfati-Saber: β velocity gain, 1/s. Default 3 (SwarmLab's c_vm_obs), range 0 ..= 100.
+    pub os_c2_beta: f32,
 }
 
 impl Default for Params {
@@ -700,6 +1126,32 @@ impl Default for Params {
             latency_ticks: 0,
             tau_s: 0.0,
             max_accel_mps2: 20.0,
+            model: Model::Reynolds,
+            d_ref_m: 25.0,
+            v_ref_mps: 6.0,
+            r_comm_m: 150.0,
+            vas_rep_gain: 0.03,
+            vas_att_gain: 0.0,
+            vas_frict_coeff: 0.05,
+            vas_frict_slack_mps: 0.63,
+            vas_frict_offset_m: 85.3,
+            vas_frict_gain: 3.2,
+            vas_frict_accel_mps2: 4.16,
+            vas_shill_offset_m: 0.3,
+            vas_shill_speed_mps: 13.6,
+            vas_shill_gain: 3.55,
+            vas_shill_accel_mps2: 3.02,
+            os_a: 1.0,
+            os_b: 5.0,
+            os_h_alpha: 0.2,
+            os_bump_power: 2,
+            os_epsilon: 0.0,
+            os_c_vm: 3.0,
+            os_c_gamma: 3.0,
+            os_beta_range_m: 10.0,
+            os_h_beta: 0.9,
+            os_c1_beta: 25.0,
+            os_c2_beta: 3.0,
         }
     }
 }
@@ -710,11 +1162,17 @@ impl Params {
         1.0 / self.tick_hz as f32
     }
 
-    /// The largest social radius: the grid's cell size.
+    /// The farthest a boid perceives a neighbour: the largest social
+    /// radius for Reynolds boids, the communication range for the drone
+    /// models. The grid's cells are sized from it.
     pub fn max_radius_m(&self) -> f32 {
-        self.sep_radius_m
-            .max(self.ali_radius_m)
-            .max(self.coh_radius_m)
+        match self.model {
+            Model::Reynolds => self
+                .sep_radius_m
+                .max(self.ali_radius_m)
+                .max(self.coh_radius_m),
+            Model::Vasarhelyi | Model::OlfatiSaber => self.r_comm_m,
+        }
     }
 
     /// Whether any perception failure (noise, dropout, latency) is on: the
@@ -810,6 +1268,32 @@ impl Params {
             latency_ticks,
             tau_s,
             max_accel_mps2,
+            model,
+            d_ref_m,
+            v_ref_mps,
+            r_comm_m,
+            vas_rep_gain,
+            vas_att_gain,
+            vas_frict_coeff,
+            vas_frict_slack_mps,
+            vas_frict_offset_m,
+            vas_frict_gain,
+            vas_frict_accel_mps2,
+            vas_shill_offset_m,
+            vas_shill_speed_mps,
+            vas_shill_gain,
+            vas_shill_accel_mps2,
+            os_a,
+            os_b,
+            os_h_alpha,
+            os_bump_power,
+            os_epsilon,
+            os_c_vm,
+            os_c_gamma,
+            os_beta_range_m,
+            os_h_beta,
+            os_c1_beta,
+            os_c2_beta,
         );
         p.validate()?;
         Ok(p)
@@ -877,6 +1361,32 @@ pub struct ParamsPatch {
     pub latency_ticks: Option<u32>,
     pub tau_s: Option<f32>,
     pub max_accel_mps2: Option<f32>,
+    pub model: Option<Model>,
+    pub d_ref_m: Option<f32>,
+    pub v_ref_mps: Option<f32>,
+    pub r_comm_m: Option<f32>,
+    pub vas_rep_gain: Option<f32>,
+    pub vas_att_gain: Option<f32>,
+    pub vas_frict_coeff: Option<f32>,
+    pub vas_frict_slack_mps: Option<f32>,
+    pub vas_frict_offset_m: Option<f32>,
+    pub vas_frict_gain: Option<f32>,
+    pub vas_frict_accel_mps2: Option<f32>,
+    pub vas_shill_offset_m: Option<f32>,
+    pub vas_shill_speed_mps: Option<f32>,
+    pub vas_shill_gain: Option<f32>,
+    pub vas_shill_accel_mps2: Option<f32>,
+    pub os_a: Option<f32>,
+    pub os_b: Option<f32>,
+    pub os_h_alpha: Option<f32>,
+    pub os_bump_power: Option<u32>,
+    pub os_epsilon: Option<f32>,
+    pub os_c_vm: Option<f32>,
+    pub os_c_gamma: Option<f32>,
+    pub os_beta_range_m: Option<f32>,
+    pub os_h_beta: Option<f32>,
+    pub os_c1_beta: Option<f32>,
+    pub os_c2_beta: Option<f32>,
 }
 
 /// Named parameter sets. `defaults` is every parameter's default; the
@@ -901,20 +1411,27 @@ pub enum Preset {
     /// Cohesion to the 20 nearest all around, strong separation, little
     /// alignment: a few milling balls that never overlap.
     FishBall,
+    /// Vásárhelyi's model with SwarmLab's published parameters
+    /// (`param_vasarhelyi.m`, `param_swarm.m`).
+    Vasarhelyi,
+    /// Olfati-Saber's model with SwarmLab's published parameters
+    /// (`param_olfati_saber.m`, `param_swarm.m`).
+    OlfatiSaber,
 }
 
 impl Preset {
     /// Every preset, in display order.
-    pub const ALL: [Preset; 5] = [
+    pub const ALL: [Preset; 7] = [
         Preset::Defaults,
         Preset::Balanced,
         Preset::StarlingsScattering,
         Preset::ArrowFormations,
         Preset::FishBall,
+        Preset::Vasarhelyi,
+        Preset::OlfatiSaber,
     ];
     /// Every accepted name, for error messages.
-    pub const ALLOWED: &'static str =
-        "defaults | balanced | starlings-scattering | arrow-formations | fish-ball";
+    pub const ALLOWED: &'static str = "defaults | balanced | starlings-scattering | arrow-formations | fish-ball | vasarhelyi | olfati-saber";
 
     /// Its parameters: the defaults with its own changes.
     pub fn params(self) -> Params {
@@ -952,12 +1469,33 @@ impl Preset {
                 k_nearest: 20,
                 ..d
             },
+            Self::Vasarhelyi => Params {
+                model: Model::Vasarhelyi,
+                vas_att_gain: 0.03,
+                ..swarmlab(d)
+            },
+            Self::OlfatiSaber => Params {
+                model: Model::OlfatiSaber,
+                ..swarmlab(d)
+            },
         }
     }
 
-    /// Whether it sets the parameters of group `g`.
+    /// Whether it sets the parameters of group `g`: the behaviour
+    /// (flocking, perception, motion) for every preset; the drone presets
+    /// also their model's terms and the dynamics (SwarmLab's `max_a`).
     pub fn covers(self, g: Group) -> bool {
-        self == Self::Defaults || matches!(g, Group::Flocking | Group::Perception | Group::Motion)
+        let behaviour = matches!(g, Group::Flocking | Group::Perception | Group::Motion);
+        match self {
+            Self::Defaults => true,
+            Self::Vasarhelyi => {
+                behaviour || matches!(g, Group::Swarm | Group::Vasarhelyi | Group::Dynamics)
+            }
+            Self::OlfatiSaber => {
+                behaviour || matches!(g, Group::Swarm | Group::OlfatiSaber | Group::Dynamics)
+            }
+            _ => behaviour,
+        }
     }
 
     /// One line on what it looks like.
@@ -972,6 +1510,10 @@ impl Preset {
             Self::FishBall => {
                 "cohesion all around, little alignment: a few milling balls that never overlap"
             }
+            Self::Vasarhelyi => {
+                "Vásárhelyi's drone flocking with SwarmLab's parameters: 25 m apart at 6 m/s"
+            }
+            Self::OlfatiSaber => "Olfati-Saber's α-lattice with SwarmLab's parameters: 25 m apart",
         }
     }
 
@@ -983,7 +1525,26 @@ impl Preset {
             Self::StarlingsScattering => "starlings-scattering",
             Self::ArrowFormations => "arrow-formations",
             Self::FishBall => "fish-ball",
+            Self::Vasarhelyi => "vasarhelyi",
+            Self::OlfatiSaber => "olfati-saber",
         }
+    }
+}
+
+/// SwarmLab's swarm settings (`param_swarm.m`) shared by its two models:
+/// at most 10 neighbours within 150 m, all around, at most 7 m/s and
+/// 10 m/s², a point mass (no lag), no wander; the model's own terms at
+/// their defaults, which are SwarmLab's.
+fn swarmlab(d: Params) -> Params {
+    Params {
+        k_nearest: 10,
+        fov_deg: 360.0,
+        max_speed_mps: 7.0,
+        min_speed_mps: 0.0,
+        w_wander: 0.0,
+        tau_s: 0.0,
+        max_accel_mps2: 10.0,
+        ..d
     }
 }
 

@@ -251,32 +251,11 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
         }
     }
 
-    if let Some(goal) = ctx.agents.goals.iter().min_by(|a, b| {
-        (a.target() - p)
-            .length_squared()
-            .total_cmp(&(b.target() - p).length_squared())
-    }) {
-        let to = goal.target() - p;
-        let dist = to.length();
-        let speed = vmax * (dist / goal.arrive_radius_m).min(1.0);
+    if let Some((to, speed)) = goal_heading(ctx.agents, p, vmax) {
         s.goal = reynolds_steer(to, v, speed, fmax);
     }
 
-    if pr.flee_radius_m > 0.0 && !ctx.agents.predators.is_empty() {
-        let r2 = pr.flee_radius_m * pr.flee_radius_m;
-        let mut away = Vec3::ZERO;
-        for q in &ctx.agents.predators {
-            let d = p - q.position;
-            let d2 = d.length_squared();
-            if d2 <= r2 {
-                s.fleeing = true;
-                away += if d2 > 0.0 { d / d2 } else { -v };
-            }
-        }
-        if s.fleeing {
-            s.flee = reynolds_steer(away, v, vmax * pr.panic_factor, fmax);
-        }
-    }
+    (s.flee, s.fleeing) = flee(ctx, p, v);
 
     if pr.boundary == Boundary::Soft {
         s.boundary = soft_boundary(p, pr);
@@ -295,6 +274,52 @@ pub fn steering(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, sums: &Sums) -> 
         }
     }
     s
+}
+
+/// Towards the nearest goal from `p`: the offset to its target, and the
+/// speed to fly at, `cruise` slowing linearly inside its arrive radius.
+/// None without goals.
+#[inline]
+pub fn goal_heading(agents: &Agents, p: Vec3, cruise: f32) -> Option<(Vec3, f32)> {
+    let goal = agents.goals.iter().min_by(|a, b| {
+        (a.target() - p)
+            .length_squared()
+            .total_cmp(&(b.target() - p).length_squared())
+    })?;
+    let to = goal.target() - p;
+    let dist = to.length();
+    Some((to, cruise * (dist / goal.arrive_radius_m).min(1.0)))
+}
+
+/// The flee steer away from every predator within the flee radius
+/// (nearer ones weigh more), and whether any is that near.
+#[inline]
+pub fn flee(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3) -> (Vec3, bool) {
+    let pr = ctx.params;
+    if pr.flee_radius_m <= 0.0 || ctx.agents.predators.is_empty() {
+        return (Vec3::ZERO, false);
+    }
+    let r2 = pr.flee_radius_m * pr.flee_radius_m;
+    let mut away = Vec3::ZERO;
+    let mut fleeing = false;
+    for q in &ctx.agents.predators {
+        let d = p - q.position;
+        let d2 = d.length_squared();
+        if d2 <= r2 {
+            fleeing = true;
+            away += if d2 > 0.0 { d / d2 } else { -v };
+        }
+    }
+    if !fleeing {
+        return (Vec3::ZERO, false);
+    }
+    let steer = reynolds_steer(
+        away,
+        v,
+        pr.max_speed_mps * pr.panic_factor,
+        pr.max_force_mps2,
+    );
+    (steer, true)
 }
 
 /// Drone dynamics (robotsim's agent): velocity `v` moves toward the

@@ -13,7 +13,9 @@
 //! center = [100, 100, 40]
 //! radius_m = 30
 //!
-//! [params]                          # any simulation parameter
+//! preset = "balanced"              # optional: a parameter preset to start from
+//!
+//! [params]                          # any simulation parameter, over the preset
 //! world_m = [200, 200, 80]
 //!
 //! [output]
@@ -37,7 +39,10 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use starling_sim::{Flock, FlockConfig, MAX_POPULATION, Params, ParamsPatch, SwarmConfig, Vec3};
+use starling_sim::params::SPECS;
+use starling_sim::{
+    Flock, FlockConfig, MAX_POPULATION, Model, Params, ParamsPatch, Preset, SwarmConfig, Vec3,
+};
 
 use crate::command::{Amount, Op, OpError, Selection};
 pub use crate::command::{BoxSpec, GoalSpec, ObstacleSpec, PredatorSpec, SphereSpec};
@@ -61,8 +66,15 @@ pub struct Scenario {
     /// Where the boids start.
     #[serde(default)]
     pub placement: Placement,
-    /// Simulation parameters (unspecified ones default).
+    /// The preset the parameters start from (else every default).
     #[serde(default)]
+    pub preset: Option<Preset>,
+    /// The `[params]` table as written: what it changes from the preset.
+    #[serde(default, rename = "params")]
+    pub patch: ParamsPatch,
+    /// Simulation parameters: the preset (or the defaults) with `[params]`
+    /// applied, validated.
+    #[serde(skip)]
     pub params: Params,
     /// Swarm-metric distances.
     #[serde(default)]
@@ -237,8 +249,47 @@ impl Scenario {
                 detail: msg,
             }
         })?;
+        let mut s = s;
+        s.resolve_params(file, text)?;
         s.validate(file, text)?;
         Ok(s)
+    }
+
+    /// Builds `params` from the preset and `[params]`, and refuses a
+    /// parameter the scenario's model does not use (it would change nothing).
+    fn resolve_params(&mut self, file: &str, text: &str) -> Result<(), ScenarioError> {
+        let params_at = text
+            .lines()
+            .position(|l| l.trim() == "[params]")
+            .map_or(0, |i| i + 1);
+        let err = |field: &str, detail: String| ScenarioError {
+            file: file.to_owned(),
+            line: line_of(text, field.split('[').next().unwrap_or(field), params_at),
+            field: format!("params.{field}"),
+            detail,
+        };
+        let base = self
+            .preset
+            .map_or_else(Params::default, |p| Params::default().with_preset(p));
+        self.params = base.patched(&self.patch).map_err(|e| {
+            err(
+                e.field,
+                format!("{} is not allowed: {}", e.value, e.allowed),
+            )
+        })?;
+        let written: Vec<String> = text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| {
+                t.get("params")?
+                    .as_table()
+                    .map(|p| p.keys().cloned().collect())
+            })
+            .unwrap_or_default();
+        if let Some(field) = unused_under(self.params.model, written.iter().map(String::as_str)) {
+            return Err(err(field, model_detail(field, self.params.model)));
+        }
+        Ok(())
     }
 
     fn validate(&self, file: &str, text: &str) -> Result<(), ScenarioError> {
@@ -248,21 +299,6 @@ impl Scenario {
             field: field.to_owned(),
             detail,
         };
-        if let Err(e) = self.params.validate() {
-            let params_at = text
-                .lines()
-                .position(|l| l.trim() == "[params]")
-                .map_or(0, |i| i + 1);
-            return Err(err(
-                &format!("params.{}", e.field),
-                line_of(
-                    text,
-                    e.field.split('[').next().unwrap_or(e.field),
-                    params_at,
-                ),
-                format!("{} is not allowed: {}", e.value, e.allowed),
-            ));
-        }
         if let Err(e) = self.swarm.validate() {
             return Err(err(
                 &format!("swarm.{}", e.field),
@@ -373,14 +409,28 @@ impl Scenario {
                     "false: allowed true (thaw every frozen boid)".into(),
                 ));
             }
-            if let Some(p) = &e.patch_params
-                && let Err(pe) = self.params.patched(p)
-            {
-                return Err(err(
-                    &format!("events[{k}].patch_params.{}", pe.field),
-                    line_of(text, pe.field, at),
-                    format!("{}: allowed {}", pe.value, pe.allowed),
-                ));
+            if let Some(p) = &e.patch_params {
+                let patched = self.params.patched(p).map_err(|pe| {
+                    err(
+                        &format!("events[{k}].patch_params.{}", pe.field),
+                        line_of(text, pe.field, at),
+                        format!("{}: allowed {}", pe.value, pe.allowed),
+                    )
+                })?;
+                let set = serde_json::to_value(p).unwrap_or_default();
+                let names = set
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(name, _)| name.as_str());
+                if let Some(field) = unused_under(patched.model, names) {
+                    return Err(err(
+                        &format!("events[{k}].patch_params.{field}"),
+                        line_of(text, field, at),
+                        model_detail(field, patched.model),
+                    ));
+                }
             }
         }
         // Agents are validated by building the flock once (cheaply, without boids).
@@ -457,6 +507,28 @@ impl Scenario {
         }
         Ok(f)
     }
+}
+
+/// The first of `names` that is a parameter `model` does not use.
+fn unused_under<'a>(model: Model, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    names.into_iter().find(|name| {
+        SPECS
+            .iter()
+            .any(|s| s.name == *name && !s.models.contains(model))
+    })
+}
+
+/// Why a parameter is refused under `model`, naming the models that use it.
+fn model_detail(field: &str, model: Model) -> String {
+    let users: Vec<&str> = SPECS
+        .iter()
+        .find(|s| s.name == field)
+        .map(|s| s.models.iter().map(Model::as_str).collect())
+        .unwrap_or_default();
+    format!(
+        "is used only by model {} and this scenario's model is {model}: remove it or set model",
+        users.join(" | ")
+    )
 }
 
 /// A count an event asked for that the flock could not give in full: the

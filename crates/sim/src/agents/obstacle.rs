@@ -108,7 +108,7 @@ impl Shape {
     }
 
     /// Outward normal of the surface point nearest to `p`.
-    fn normal_near(&self, p: Vec3) -> Vec3 {
+    pub fn normal_near(&self, p: Vec3) -> Vec3 {
         match *self {
             Shape::Sphere { center, .. } => (p - center).try_normalize().unwrap_or(Vec3::Z),
             Shape::Box { min, max } => {

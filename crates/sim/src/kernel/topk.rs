@@ -105,6 +105,14 @@ impl TopK {
         }
     }
 
+    /// Offers each chosen neighbour, nearest first: `(d², offset, sorted index)`.
+    #[inline]
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(f32, Vec3, usize)) {
+        for t in 0..self.len {
+            visit(self.d2[t], self.d[t], self.j[t] as usize);
+        }
+    }
+
     /// Sums over the chosen neighbours, nearest first; `b` holds the
     /// sorted boids that `insert` was given the indices of.
     #[inline]

@@ -1,0 +1,157 @@
+//! The drone-swarm models (`Params::model` other than `reynolds`): each
+//! turns the neighbours a boid perceives, the walls and the agents around
+//! it into a commanded velocity, which the drone's limits then follow.
+//!
+//! - [`vasarhelyi`]: Vásárhelyi et al. 2018, as in SwarmLab.
+//! - [`olfati_saber`]: Olfati-Saber 2006, as in SwarmLab.
+//!
+//! They perceive through the same grid, field of view, `k_nearest` cap and
+//! perception failures as the Reynolds failure path (`faults::perceive`),
+//! within the communication range `r_comm_m`: a scalar loop per boid, so
+//! results are bit-identical on any number of threads. What every model
+//! shares lives here:
+//! - predators: the Reynolds flee steer (`w_flee`, `flee_radius_m`, the
+//!   panic speed) and the wander steer (`w_wander`) are added as
+//!   accelerations over the tick;
+//! - the command is kept within `min_speed_mps ..= max_speed_mps` (the panic
+//!   speed while fleeing) and its change within `max_accel_mps2` a second
+//!   (SwarmLab's `max_v` and `max_a`); with `tau_s > 0` the velocity
+//!   follows it as a first-order lag (`rules::follow`);
+//! - walls are the soft boundary's faces (each model has its own wall
+//!   term); wrap and bounce work as for boids;
+//! - frozen boids drift, as for boids.
+//!
+//! [`oracle`](crate::oracle) holds the brute-force reference the grid
+//! path is tested against.
+
+pub mod olfati_saber;
+pub mod vasarhelyi;
+
+use glam::Vec3;
+
+use crate::agents::Shape;
+use crate::params::{Boundary, Model, Params};
+use crate::rules::{self, UpdateCtx};
+
+/// A model's running sums over one boid's neighbours.
+#[derive(Debug, Clone, Copy)]
+pub enum Social {
+    /// Vásárhelyi's repulsion and friction.
+    Vasarhelyi(vasarhelyi::Sums),
+    /// Olfati-Saber's α-lattice and consensus.
+    OlfatiSaber(olfati_saber::Sums),
+}
+
+impl Social {
+    /// Empty sums for a boid flying at `v` under `p.model` (not Reynolds).
+    #[inline]
+    pub fn new(p: &Params, v: Vec3) -> Self {
+        match p.model {
+            Model::OlfatiSaber => Self::OlfatiSaber(olfati_saber::Sums::new(p, v)),
+            Model::Vasarhelyi | Model::Reynolds => Self::Vasarhelyi(vasarhelyi::Sums::new(p, v)),
+        }
+    }
+
+    /// Adds a neighbour seen at offset `d` (`d2 = |d|²`) flying at `vj`.
+    #[inline]
+    pub fn add(&mut self, p: &Params, d2: f32, d: Vec3, vj: Vec3) {
+        match self {
+            Self::Vasarhelyi(s) => s.add(p, d2, d, vj),
+            Self::OlfatiSaber(s) => s.add(p, d2, d, vj),
+        }
+    }
+
+    /// The velocity the model commands for a boid at `p` flying at `v`,
+    /// before the shared limits ([`finish`]).
+    #[inline]
+    pub fn command(&self, ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3) -> Vec3 {
+        match self {
+            Self::Vasarhelyi(s) => s.command(ctx, p, v),
+            Self::OlfatiSaber(s) => s.command(ctx, p, v),
+        }
+    }
+}
+
+/// One boid's next `(position, velocity)` from its model's command: the
+/// flee and wander steers added over the tick, the speed and acceleration
+/// limits, the optional lag, the move and the boundary.
+#[inline]
+pub fn finish(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, command: Vec3) -> (Vec3, Vec3) {
+    let pr = ctx.params;
+    let dt = pr.dt_s();
+    let (flee, fleeing) = rules::flee(ctx, p, v);
+    let mut extra = flee * pr.w_flee;
+    if pr.w_wander > 0.0 {
+        let wander = rules::wander_vec(ctx.seed, id, ctx.tick, pr.tick_hz, pr.is_2d());
+        extra += wander * pr.max_force_mps2 * pr.w_wander;
+    }
+    let vmax = if fleeing {
+        pr.max_speed_mps * pr.panic_factor
+    } else {
+        pr.max_speed_mps
+    };
+    let mut command = rules::clamp_speed(command + extra * dt, pr.min_speed_mps, vmax, v);
+    if pr.is_2d() {
+        command.z = 0.0;
+    }
+    // A time constant under a tick (or none) reaches the command at once,
+    // within the acceleration cap.
+    let mut v1 = rules::follow(v, command, dt, pr.tau_s.max(dt), pr.max_accel_mps2);
+    if pr.is_2d() {
+        v1.z = 0.0;
+    }
+    let mut p1 = p + v1 * dt;
+    rules::apply_boundary(&mut p1, &mut v1, pr);
+    (p1, v1)
+}
+
+/// A surface near a boid: how far (0 inside), its outward unit normal,
+/// and for a sphere the ratio of its radius to the boid's distance from
+/// its centre (1 for flat faces), which scales what slides along it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Surface {
+    /// Distance from the boid to the surface, metres (0 when inside).
+    pub dist_m: f32,
+    /// Outward unit normal at the nearest surface point.
+    pub normal: Vec3,
+    /// `radius / |p - centre|` for a sphere, 1 for a face.
+    pub curvature: f32,
+}
+
+/// The obstacle surfaces and, with a soft boundary, the world's faces,
+/// as seen from `p`, each offered to `visit`.
+#[inline]
+pub fn surfaces(ctx: &UpdateCtx<'_>, p: Vec3, mut visit: impl FnMut(Surface)) {
+    let pr = ctx.params;
+    for o in &ctx.agents.obstacles {
+        let dist_m = o.shape.signed_distance(p).max(0.0);
+        let normal = o.shape.normal_near(p);
+        let curvature = match o.shape {
+            Shape::Sphere { center, radius_m } => {
+                let r = (p - center).length();
+                if r > radius_m { radius_m / r } else { 1.0 }
+            }
+            Shape::Box { .. } => 1.0,
+        };
+        visit(Surface {
+            dist_m,
+            normal,
+            curvature,
+        });
+    }
+    if pr.boundary == Boundary::Soft {
+        for axis in 0..pr.active_axes() {
+            let w = pr.world_m[axis];
+            let mut inward = Vec3::ZERO;
+            inward[axis] = 1.0;
+            // The face at 0 and the face at w, each's normal pointing in.
+            for (dist_m, normal) in [(p[axis], inward), (w - p[axis], -inward)] {
+                visit(Surface {
+                    dist_m: dist_m.max(0.0),
+                    normal,
+                    curvature: 1.0,
+                });
+            }
+        }
+    }
+}
