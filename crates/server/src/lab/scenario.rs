@@ -199,11 +199,40 @@ fn line_of(text: &str, key: &str, from: usize) -> usize {
         .enumerate()
         .skip(from.saturating_sub(1))
         .find(|(_, l)| {
-            let t = l.trim_start();
-            t.strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
+            // At the line's start, or inside an inline table (`{ key = `, `, key = `).
+            l.match_indices(key).any(|(at, _)| {
+                let before = l[..at].trim_end();
+                let after = l[at + key.len()..].trim_start();
+                (before.is_empty() || before.ends_with('{') || before.ends_with(','))
+                    && after.starts_with('=')
+            })
         })
         .map_or(0, |(i, _)| i + 1)
+}
+
+/// The key assigned on 1-based `line`, under its table (`params.model`);
+/// empty when the line assigns nothing.
+fn key_at(text: &str, line: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(key) = line
+        .checked_sub(1)
+        .and_then(|i| lines.get(i))
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with('['))
+    else {
+        return String::new();
+    };
+    let table = lines[..line - 1]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']'));
+    match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_owned(),
+    }
 }
 
 /// The line of the `n`-th (0-based) `[[table]]` header.
@@ -240,8 +269,7 @@ impl Scenario {
                 .split('`')
                 .nth(1)
                 .filter(|_| msg.contains("unknown field") || msg.contains("missing field"))
-                .unwrap_or("")
-                .to_owned();
+                .map_or_else(|| key_at(text, line), str::to_owned);
             ScenarioError {
                 file: file.to_owned(),
                 line,
@@ -623,6 +651,58 @@ pub fn apply_op(f: &mut Flock, op: Op) -> Result<Option<u32>, OpError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn model_errors_name_the_line_and_the_field() {
+        // An unknown model lists the allowed ones.
+        let text = "population = 10\n[params]\nmodel = \"boids\"\n";
+        check(text, 3, "params.model");
+        let e = Scenario::parse("s.toml", text).unwrap_err();
+        assert!(e.detail.contains("olfati_saber"), "{e}");
+        // A Vásárhelyi parameter under the default (Reynolds) model.
+        check(
+            "population = 10\n[params]\nw_sep = 2.0\nvas_rep_gain = 0.1\n",
+            4,
+            "params.vas_rep_gain",
+        );
+        let e = Scenario::parse("s.toml", "[params]\nos_b = 2\n").unwrap_err();
+        assert!(
+            e.detail.contains("olfati_saber") && e.detail.contains("reynolds"),
+            "{e}"
+        );
+        // A Reynolds weight under a drone model.
+        check(
+            "preset = \"olfati-saber\"\n[params]\nw_coh = 1\n",
+            3,
+            "params.w_coh",
+        );
+        // Out of range under its own model: a above b.
+        check(
+            "[params]\nmodel = \"olfati_saber\"\nos_a = 6\n",
+            3,
+            "params.os_a",
+        );
+        // An event patching a parameter its model does not use.
+        check(
+            "preset = \"vasarhelyi\"\nticks = 10\n\n[[events]]\nat_tick = 5\npatch_params = { os_c_vm = 2 }\n",
+            6,
+            "events[0].patch_params.os_c_vm",
+        );
+        // Fine: the preset's model with its own parameters over it.
+        let s = Scenario::parse(
+            "s.toml",
+            "preset = \"vasarhelyi\"\n[params]\nvas_rep_gain = 0.05\nd_ref_m = 10\n",
+        )
+        .unwrap();
+        assert_eq!(s.params.model, Model::Vasarhelyi);
+        assert_eq!((s.params.vas_rep_gain, s.params.d_ref_m), (0.05, 10.0));
+        assert_eq!(s.params.k_nearest, 10, "the rest from the preset");
+        // The shipped SwarmLab scenarios load.
+        for f in ["swarmlab-vasarhelyi", "swarmlab-olfati-saber"] {
+            let path = format!("{}/../../scenarios/{f}.toml", env!("CARGO_MANIFEST_DIR"));
+            Scenario::load(Path::new(&path)).unwrap();
+        }
+    }
+
     fn check(text: &str, line: usize, field: &str) {
         let e = Scenario::parse("s.toml", text).unwrap_err();
         assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
@@ -712,7 +792,7 @@ mod tests {
             4,
             "events[0].patch_params.w_ali",
         );
-        check("ticks = \"many\"\n", 1, "");
+        check("ticks = \"many\"\n", 1, "ticks");
     }
 
     #[test]
