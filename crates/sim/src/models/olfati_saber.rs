@@ -16,8 +16,8 @@
 //!   `φ_β(z) = ρ_hβ(z/d_β)(σ₁(z - d_β) - 1)` (repulsive only) and
 //!   `b = ρ_hβ(z/d_β)`;
 //! - **γ-agent**: with a goal, `c_γ (v_ref û - v_i)` towards it at the
-//!   flocking speed (SwarmLab's migration term, kept alongside the
-//!   velocity consensus as in the paper).
+//!   flocking speed, in place of the velocity consensus, as SwarmLab's
+//!   migration term replaces it (the paper adds both).
 //!
 //! The velocity command is `v + u dt`. SwarmLab's variant also adds the
 //! bump's derivative term to φ_α and a γ point beside each obstacle; both
@@ -121,11 +121,16 @@ impl Sums {
     #[inline]
     pub fn command(&self, ctx: &UpdateCtx<'_>, x: Vec3, v: Vec3) -> Vec3 {
         let p = ctx.params;
-        let mut u = self.lattice + self.consensus;
+        let mut u = self.lattice;
         surfaces(ctx, x, |s| u += beta_term(p, v, s));
-        if let Some((to, speed)) = rules::goal_heading(ctx.agents, x, p.v_ref_mps) {
-            let want = to.try_normalize().unwrap_or(Vec3::ZERO) * speed;
-            u += (want - v) * p.os_c_gamma;
+        // With a goal, the γ term takes the consensus's place (SwarmLab's
+        // migration); without one, the neighbours' velocities lead.
+        match rules::goal_heading(ctx.agents, x, p.v_ref_mps) {
+            Some((to, speed)) => {
+                let want = to.try_normalize().unwrap_or(Vec3::ZERO) * speed;
+                u += (want - v) * p.os_c_gamma;
+            }
+            None => u += self.consensus,
         }
         v + u * p.dt_s()
     }
