@@ -190,7 +190,7 @@ test('the sliders have human labels, tooltips and groups, start at their middle,
   assert.equal(await label('max_speed_mps'), 'Max speed (m/s)');
   assert.match(await page.locator('#param-w_sep').locator('xpath=..').getAttribute('title'), /nearest neighbours/);
   // Groups, the failure injection collapsed.
-  const groups = await page.locator('#params details summary').allInnerTexts();
+  const groups = await page.locator('#params details:not([hidden]) summary').allInnerTexts();
   assert.deepEqual(groups, ['Flocking', 'Perception', 'Motion', 'Drone dynamics', 'World', 'Failures']);
   assert.ok(await page.locator('#group-failures #param-dropout').count() === 1);
   assert.ok(!(await page.locator('#param-dropout').isVisible()), 'failures start collapsed');
@@ -221,6 +221,34 @@ test('the sliders have human labels, tooltips and groups, start at their middle,
   assert.equal(params.w_ali, 2);
   assert.equal(params.k_nearest, 7);
   assert.equal(await pos('w_ali'), 500);
+  await page.close();
+});
+
+test('the model menu shows only the chosen model\'s parameters, and a drone preset picks its model', async () => {
+  const server = await startServer();
+  const page = await openViewer(server);
+  const shown = () => page.locator('#params details:not([hidden]) summary').allInnerTexts();
+  await until('the Reynolds groups', async () => (await shown()).join() === 'Flocking,Perception,Motion,Drone dynamics,World,Failures');
+  assert.ok(await page.locator('#param-w_sep').isVisible());
+  // Vásárhelyi: its terms and the drone-swarm ones appear, boids' weights go.
+  await page.selectOption('#param-model', 'vasarhelyi');
+  await until('the model applied', async () => (await rest(server, '/params')).model === 'vasarhelyi');
+  await until('its groups', async () => (await shown()).join() === 'Flocking,Drone swarm,Vásárhelyi,Perception,Motion,Drone dynamics,World,Failures');
+  assert.ok(!(await page.locator('#param-w_sep').isVisible()), 'separation is a Reynolds weight');
+  assert.ok(await page.locator('#param-vas_rep_gain').isVisible());
+  assert.ok(await page.locator('#param-k_nearest').isVisible(), 'every model hears k neighbours');
+  // The Olfati-Saber preset: SwarmLab's set, its model, its menu entry.
+  await page.selectOption('#preset', 'olfati-saber');
+  await until('the preset applied', async () => {
+    const p = await rest(server, '/params');
+    return p.model === 'olfati_saber' && p.k_nearest === 10 && p.max_speed_mps === 7;
+  });
+  await until('olfati-saber shown', async () => (await page.locator('#preset').inputValue()) === 'olfati-saber');
+  await until('its groups', async () => (await shown()).includes('Olfati-Saber') && !(await shown()).includes('Vásárhelyi'));
+  // The flock flies under it.
+  const t0 = (await rest(server, '/state')).tick;
+  await until('ticks under the model', async () => (await rest(server, '/state')).tick > t0 + 30);
+  await shot(page, 'model-olfati-saber');
   await page.close();
 });
 

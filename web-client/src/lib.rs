@@ -501,6 +501,9 @@ fn parse_groups(json: &JsValue) -> Option<Vec<schema::Group>> {
                             help: text(d, "help")?,
                             default: field(d, "default").as_f64(),
                             integer: field(d, "integer").as_bool()?,
+                            models: items(&field(d, "models"))
+                                .map(|ms| ms.iter().filter_map(|m| m.as_string()).collect())
+                                .unwrap_or_default(),
                         })
                     })
                     .collect::<Option<Vec<_>>>()?,

@@ -14,9 +14,16 @@ pub(crate) struct ParamDoc {
     /// Its default (numbers only).
     pub(crate) default: Option<f64>,
     pub(crate) integer: bool,
+    /// The models it acts under (empty: every model, for older servers).
+    pub(crate) models: Vec<String>,
 }
 
 impl ParamDoc {
+    /// Whether it does anything under `model`.
+    pub(crate) fn acts_under(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+
     /// "Max speed (m/s)".
     pub(crate) fn title(&self) -> String {
         if self.unit.is_empty() {

@@ -168,7 +168,8 @@ impl Dom {
         }
     }
 
-    /// Builds (first time) or updates the sliders and choices.
+    /// Builds (first time) or updates the sliders and choices, and shows
+    /// only the parameters the live model uses.
     pub(crate) fn params(&self, params: &[ParamInfo]) -> Result<(), String> {
         for p in params {
             let id = format!("param-{}", p.name);
@@ -199,6 +200,13 @@ impl Dom {
                     }
                 }
             }
+        }
+        let model = params.iter().find_map(|p| match (&p.name[..], &p.value) {
+            ("model", ParamValue::Text(m)) => Some(m.as_str()),
+            _ => None,
+        });
+        if let Some(model) = model {
+            self.show_model(model);
         }
         Ok(())
     }
@@ -234,6 +242,32 @@ impl Dom {
         }
         *self.docs.borrow_mut() = groups.to_vec();
         Ok(())
+    }
+
+    /// Hides the rows of parameters `model` does not use, and the groups
+    /// left empty (Reynolds' weights under a drone model, its terms under
+    /// the others).
+    fn show_model(&self, model: &str) {
+        for g in self.docs.borrow().iter() {
+            let mut shown = 0;
+            for d in &g.params {
+                let acts = d.acts_under(model);
+                shown += usize::from(acts);
+                if let Some(row) = self
+                    .doc
+                    .get_element_by_id(&format!("param-{}", d.name))
+                    .and_then(|input| input.parent_element())
+                {
+                    set_hidden(&row, !acts);
+                }
+            }
+            if let Some(group) = self.doc.get_element_by_id(&format!("group-{}", g.name)) {
+                set_hidden(&group, shown == 0);
+            }
+        }
+        if let Some(body) = self.doc.body() {
+            let _ = body.set_attribute("data-model", model);
+        }
     }
 
     /// A row's label, tooltip, default and whole-number flag from its doc.
@@ -590,6 +624,15 @@ fn needed_role(kind: CommandKind) -> &'static str {
         CommandKind::Predator | CommandKind::Goal | CommandKind::Obstacle => "pilot",
         CommandKind::Boids | CommandKind::Params | CommandKind::Control => "operator",
     }
+}
+
+/// Shows or hides an element (the `hidden` attribute).
+fn set_hidden(el: &Element, hidden: bool) {
+    let _ = if hidden {
+        el.set_attribute("hidden", "")
+    } else {
+        el.remove_attribute("hidden")
+    };
 }
 
 #[cfg(test)]

@@ -900,7 +900,9 @@ impl Flock {
     // ---- inspection --------------------------------------------------------
 
     /// For every boid, the neighbours each rule uses right now and the
-    /// kernel's sums, computed exactly as the next tick will. For tests and tools.
+    /// kernel's sums, computed exactly as the next tick will under the
+    /// Reynolds model without failures (the drone models' reference is
+    /// `oracle::model_step`). For tests and tools.
     pub fn neighbour_report(&mut self) -> Vec<BoidNeighbours> {
         self.prepare();
         let nb = Neighbourhood {
@@ -923,7 +925,8 @@ impl Flock {
             .collect()
     }
 
-    /// Every boid's steering contributions right now (id, steering), as the next tick will compute them.
+    /// Every boid's Reynolds steering contributions right now (id,
+    /// steering), as the next tick will compute them under that model.
     pub fn steering_report(&mut self) -> Vec<(u32, Steering)> {
         self.prepare();
         let nb = Neighbourhood {

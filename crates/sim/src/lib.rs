@@ -3,7 +3,9 @@
 //! The flocking engine behind Starling: Reynolds boids (separation,
 //! alignment, cohesion) with field of view, topological k-nearest
 //! neighbours, wander, soft/wrap/bounce boundaries, obstacles, goals and
-//! predators, stepped at a fixed `dt` on a counting-sorted uniform grid.
+//! predators, stepped at a fixed `dt` on a counting-sorted uniform grid;
+//! and the drone-swarm models of Vásárhelyi (2018) and Olfati-Saber (2006)
+//! on the same grid ([`Params::model`], [`models`]).
 //!
 //! ```
 //! use starling_sim::{Flock, FlockConfig, Params};
@@ -43,7 +45,9 @@
 //! - `update`: the same update eight boids side by side, for ticks without agents.
 //! - `wander`: which try of each wander keyframe succeeded, kept between ticks.
 //! - [`agents`]: obstacles, goals, predators.
-//! - [`faults`]: perception failures and the scalar gather used while any is on.
+//! - [`faults`]: perception failures and the scalar grid walk used while any
+//!   is on, and always by the drone models.
+//! - [`models`]: Vásárhelyi and Olfati-Saber: neighbours to a velocity command.
 //! - [`metrics`]: per-tick order, speed, spacing and candidates.
 //! - [`swarm`]: swarm metrics (collisions, clusters, clearance, correlation).
 //! - `checkpoint`: the whole run as plain data, behind the `serde` feature.
@@ -51,7 +55,7 @@
 //! - [`rng`]: counter-based random numbers.
 //! - `exec`: serial and parallel chunks through one closure.
 //! - `clock`: wall-clock timing for `step_ms`, where the target has a clock.
-//! - [`oracle`]: brute-force reference for tests.
+//! - [`oracle`]: brute-force references for tests (neighbours, a drone-model tick).
 //! - [`scenarios`]: benchmark worlds A and B.
 
 pub mod agents;

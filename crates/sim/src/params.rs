@@ -566,7 +566,8 @@ pub const SPECS: [ParamSpec; 52] = {
             "Preferred distance",
             "m",
             "The spacing the flock settles at: Vásárhelyi's repulsion range, Olfati-Saber's lattice distance",
-            Bounds::Float(RADIUS_M)
+            Bounds::Float(RADIUS_M),
+            upper("r_comm_m", |p| p.r_comm_m)
         ),
         spec!(
             v_ref_mps,
@@ -728,7 +729,7 @@ pub const SPECS: [ParamSpec; 52] = {
             OLFATI_SABER,
             "σ-norm ε",
             "",
-            "The σ-norm's ε; 0 measures plain distances, as SwarmLab does",
+            "The σ-norm's ε (about z²/2 for a small one); 0 measures plain distances instead, as SwarmLab does",
             Bounds::Float(EPSILON)
         ),
         spec!(
@@ -900,7 +901,7 @@ pub const SPECS: [ParamSpec; 52] = {
             ALL,
             "Max acceleration",
             "m/s²",
-            "Drone dynamics: the largest change of velocity a second, with a response time above 0",
+            "The largest change of velocity a second: with a response time above 0, and always under the drone-swarm models",
             Bounds::Float(MAX_ACCEL_MPS2)
         ),
         spec!(
@@ -1040,7 +1041,7 @@ pub struct Params {
     pub max_accel_mps2: f32,
     /// Which rules fly the flock. Default `reynolds`, allowed reynolds | vasarhelyi | olfati_saber.
     pub model: Model,
-    /// Drone models: the preferred distance between neighbours (Vásárhelyi's repulsion range, Olfati-Saber's lattice distance), metres. Default 25 (SwarmLab), range 0.01 ..= 1000.
+    /// Drone models: the preferred distance between neighbours (Vásárhelyi's repulsion range, Olfati-Saber's lattice distance), metres. Default 25 (SwarmLab), range 0.01 ..= r_comm_m.
     pub d_ref_m: f32,
     /// Drone models: the flocking speed (Vásárhelyi's self-propulsion; both fly at it towards a goal), m/s. Default 6 (SwarmLab), range > 0 ..= 1000.
     pub v_ref_mps: f32,
@@ -1076,7 +1077,8 @@ pub struct Params {
     pub os_h_alpha: f32,
     /// Olfati-Saber: the bump's power, ((1 + cos)/2)^k: 1 in the paper, 2 in SwarmLab. Default 2, range 1 ..= 4.
     pub os_bump_power: u32,
-    /// Olfati-Saber: the σ-norm's ε; 0 measures plain distances (SwarmLab). Default 0, range 0 ..= 1.
+    /// Olfati-Saber: the σ-norm's ε; the σ-norm tends to z²/2 as ε shrinks,
+    /// so 0 is a mode of its own: plain distances (SwarmLab). Default 0, range 0 ..= 1.
     pub os_epsilon: f32,
     /// Olfati-Saber: velocity consensus gain, 1/s. Default 3 (SwarmLab's c_vm), range 0 ..= 100.
     pub os_c_vm: f32,
@@ -1217,13 +1219,17 @@ impl Params {
             // The grid query looks one cell each way; with fewer than three
             // cells an axis would see the same neighbour through two images.
             let need = 3.0 * self.max_radius_m() * crate::grid::GRID_SLACK;
+            let radius = match self.model {
+                Model::Reynolds => "the largest radius",
+                Model::Vasarhelyi | Model::OlfatiSaber => "r_comm_m",
+            };
             for (field, &v) in WORLD_FIELDS.iter().zip(&self.world_m[..self.active_axes()]) {
                 if v < need {
                     return Err(ParamError::new(
                         field,
                         v,
                         format!(
-                            ">= 3 grid cells (3 x the largest radius x {}) = {need} when boundary = wrap",
+                            ">= 3 grid cells (3 x {radius} x {}) = {need} when boundary = wrap",
                             crate::grid::GRID_SLACK
                         ),
                     ));
@@ -1391,7 +1397,8 @@ pub struct ParamsPatch {
 
 /// Named parameter sets. `defaults` is every parameter's default; the
 /// others set the behaviour (flocking, perception and motion) and leave
-/// the drone dynamics, the world and the failure injection as they are. Each one's look is
+/// the world and the failure injection as they are; the drone presets also
+/// set their model's terms and the dynamics, the Reynolds ones leave them. Each one's look is
 /// checked on a measured swarm metric (`tests/presets.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -437,29 +437,40 @@ impl Scenario {
                     "false: allowed true (thaw every frozen boid)".into(),
                 ));
             }
-            if let Some(p) = &e.patch_params {
-                let patched = self.params.patched(p).map_err(|pe| {
-                    err(
-                        &format!("events[{k}].patch_params.{}", pe.field),
-                        line_of(text, pe.field, at),
-                        format!("{}: allowed {}", pe.value, pe.allowed),
-                    )
-                })?;
-                let set = serde_json::to_value(p).unwrap_or_default();
-                let names = set
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(_, v)| !v.is_null())
-                    .map(|(name, _)| name.as_str());
-                if let Some(field) = unused_under(patched.model, names) {
-                    return Err(err(
-                        &format!("events[{k}].patch_params.{field}"),
-                        line_of(text, field, at),
-                        model_detail(field, patched.model),
-                    ));
-                }
+        }
+        // Parameter patches in the order they happen (file order within a
+        // tick), each against the parameters in force then: an earlier
+        // event may have changed the model.
+        let mut order: Vec<usize> = (0..self.events.len()).collect();
+        order.sort_by_key(|&k| self.event_tick(&self.events[k]));
+        let mut live = self.params;
+        for k in order {
+            let Some(p) = &self.events[k].patch_params else {
+                continue;
+            };
+            let at = line_of_table(text, "events", k);
+            let patched = live.patched(p).map_err(|pe| {
+                err(
+                    &format!("events[{k}].patch_params.{}", pe.field),
+                    line_of(text, pe.field, at),
+                    format!("{}: allowed {}", pe.value, pe.allowed),
+                )
+            })?;
+            let set = serde_json::to_value(p).unwrap_or_default();
+            let names = set
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(name, _)| name.as_str());
+            if let Some(field) = unused_under(patched.model, names) {
+                return Err(err(
+                    &format!("events[{k}].patch_params.{field}"),
+                    line_of(text, field, at),
+                    model_detail(field, patched.model),
+                ));
             }
+            live = patched;
         }
         // Agents are validated by building the flock once (cheaply, without boids).
         let mut probe = self.build_with(0).map_err(|(field, detail)| {
@@ -686,6 +697,15 @@ mod tests {
             "preset = \"vasarhelyi\"\nticks = 10\n\n[[events]]\nat_tick = 5\npatch_params = { os_c_vm = 2 }\n",
             6,
             "events[0].patch_params.os_c_vm",
+        );
+        // An event switching the model makes the next one's terms valid,
+        // whatever the file order, and a Reynolds weight after it invalid.
+        let switch = "ticks = 10\n\n[[events]]\nat_tick = 6\npatch_params = { os_c_vm = 2 }\n\n[[events]]\nat_tick = 5\npatch_params = { model = \"olfati_saber\" }\n";
+        Scenario::parse("s.toml", switch).unwrap();
+        check(
+            &format!("{switch}\n[[events]]\nat_tick = 7\npatch_params = {{ w_sep = 1 }}\n"),
+            13,
+            "events[2].patch_params.w_sep",
         );
         // Fine: the preset's model with its own parameters over it.
         let s = Scenario::parse(

@@ -29,11 +29,14 @@ use super::{Surface, surfaces};
 use crate::params::Params;
 use crate::rules::{self, UpdateCtx};
 
-/// The σ-norm of a distance `z` (metres) for ε; `z` itself for ε = 0.
+/// The σ-norm of a distance `z` (metres) for ε > 0, `(sqrt(1 + ε z²) - 1)/ε`,
+/// computed as `z² / (sqrt(1 + ε z²) + 1)` so a small ε keeps its precision
+/// (it tends to `z²/2`, not to `z`). ε = 0 is a mode of its own: the plain
+/// distance `z`, as SwarmLab measures.
 #[inline]
 pub fn sigma_norm(z: f32, eps: f32) -> f32 {
     if eps > 0.0 {
-        ((1.0 + eps * z * z).sqrt() - 1.0) / eps
+        z * z / ((1.0 + eps * z * z).sqrt() + 1.0)
     } else {
         z
     }
@@ -61,7 +64,18 @@ fn sigma1(y: f32) -> f32 {
 /// The uneven sigmoid `φ(y)`: -b far below 0, 0 at 0, a far above.
 #[inline]
 pub fn action(y: f32, a: f32, b: f32) -> f32 {
-    let c = (a - b).abs() / (4.0 * a * b).sqrt();
+    action_with(y, a, b, action_shift(a, b))
+}
+
+/// `c = |a - b| / sqrt(4ab)`, which puts φ's zero at 0.
+#[inline]
+fn action_shift(a: f32, b: f32) -> f32 {
+    (a - b).abs() / (4.0 * a * b).sqrt()
+}
+
+/// φ with its shift `c` worked out once per boid.
+#[inline]
+fn action_with(y: f32, a: f32, b: f32, c: f32) -> f32 {
     0.5 * ((a + b) * sigma1(y + c) + (a - b))
 }
 
@@ -84,6 +98,8 @@ pub struct Sums {
     /// `d_α` and `r_α`: the preferred distance and the range in σ-norm.
     d_alpha: f32,
     r_alpha: f32,
+    /// φ's shift `c`.
+    shift: f32,
     /// The lattice term, m/s².
     pub lattice: Vec3,
     /// The velocity consensus term, m/s².
@@ -98,6 +114,7 @@ impl Sums {
             v,
             d_alpha: sigma_norm(p.d_ref_m, p.os_epsilon),
             r_alpha: sigma_norm(p.r_comm_m, p.os_epsilon),
+            shift: action_shift(p.os_a, p.os_b),
             lattice: Vec3::ZERO,
             consensus: Vec3::ZERO,
         }
@@ -112,7 +129,7 @@ impl Sums {
         if a_ij == 0.0 {
             return;
         }
-        let phi = a_ij * action(z - self.d_alpha, p.os_a, p.os_b);
+        let phi = a_ij * action_with(z - self.d_alpha, p.os_a, p.os_b, self.shift);
         self.lattice += gradient(d, r, p.os_epsilon) * phi;
         self.consensus += (vj - self.v) * (p.os_c_vm * a_ij);
     }
@@ -184,9 +201,11 @@ mod tests {
     }
 
     #[test]
-    fn the_sigma_norm_is_differentiable_and_tends_to_the_distance() {
+    fn the_sigma_norm_keeps_its_precision_and_zero_is_the_plain_distance() {
         // (sqrt(1 + 0.1 × 25) - 1) / 0.1 = 8.708.
         assert!((sigma_norm(5.0, 0.1) - 8.7083).abs() < 1e-3);
+        // A tiny ε: z²/2, not 0 (the textbook formula rounds to 0 in f32).
+        assert!((sigma_norm(150.0, 1e-12) - 11_250.0).abs() < 1.0);
         assert_eq!(sigma_norm(5.0, 0.0), 5.0);
     }
 

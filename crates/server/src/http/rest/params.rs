@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
 use starling_sim::params::{Bounds, SPECS, Value};
-use starling_sim::{Group, Params, ParamsPatch, Preset};
+use starling_sim::{Group, Model, Params, ParamsPatch, Preset};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -86,15 +86,17 @@ struct ParamDoc {
     max: Option<f64>,
     /// Whether only whole numbers are allowed.
     integer: bool,
-    /// Allowed words (`boundary`).
+    /// Allowed words (`boundary`, `model`).
     choices: Vec<&'static str>,
+    /// The models it acts under (viewers hide it under the others).
+    models: Vec<&'static str>,
 }
 
 /// A group of parameters, as viewers list them.
 #[derive(Debug, Serialize, ToSchema)]
 struct ParamGroup {
-    /// Group name (`flocking`, `perception`, `motion`, `dynamics`, `world`,
-    /// `failures`).
+    /// Group name (`flocking`, `swarm`, `vasarhelyi`, `olfati_saber`,
+    /// `perception`, `motion`, `dynamics`, `world`, `failures`).
     name: &'static str,
     /// Its heading.
     label: &'static str,
@@ -170,6 +172,7 @@ async fn param_schema() -> Json<Vec<ParamGroup>> {
                                 Bounds::Choice(words) => words.to_vec(),
                                 _ => Vec::new(),
                             },
+                            models: s.models.iter().map(Model::as_str).collect(),
                         }
                     })
                     .collect(),
@@ -204,9 +207,10 @@ async fn list_presets(State(s): State<Shared>) -> Json<Vec<PresetInfo>> {
 }
 
 /// Applies a preset (operator): `defaults` restores every parameter's
-/// default; the others set flocking, perception and motion.
+/// default; the others set flocking, perception and motion, and the drone
+/// presets their model's terms and the dynamics too.
 #[utoipa::path(post, path = "/params/presets/{name}", tag = "params",
-    params(("name" = String, Path, description = "defaults | balanced | starlings-scattering | arrow-formations | fish-ball")),
+    params(("name" = String, Path, description = "defaults | balanced | starlings-scattering | arrow-formations | fish-ball | vasarhelyi | olfati-saber")),
     responses((status = 200, body = ParamsChanged), (status = "4XX", body = ErrorBody)))]
 async fn apply_preset(
     State(s): State<Shared>,
