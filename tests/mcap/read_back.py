@@ -1,7 +1,9 @@
 """Reads a Starling MCAP file with the independent PyPI `mcap` reader and
 checks what Foxglove relies on: each topic's schema name and encodings,
-JSON bodies, point clouds with one point per boid the metrics count at the
-same time, a scene with the world box, and metrics in tick order.
+JSON bodies, every point cloud and scene update valid against Foxglove's
+own published JSON schemas (`foxglove/`, from foxglove-sdk), point clouds
+with one point per boid the metrics count at the same time, a scene with
+the world box, and metrics in tick order.
 
 Usage: python3 read_back.py FILE.mcap
 Exit 0 and one summary line on success; a message naming what is wrong
@@ -11,10 +13,19 @@ otherwise. Run by `cargo xtask test`.
 import base64
 import json
 import math
+import pathlib
 import struct
 import sys
 
+from jsonschema import Draft202012Validator
 from mcap.reader import make_reader
+
+# Foxglove's JSON schemas, as foxglove-sdk publishes them (MIT licence).
+FOXGLOVE = pathlib.Path(__file__).parent / "foxglove"
+OFFICIAL = {
+    name: Draft202012Validator(json.loads((FOXGLOVE / f"{name.split('.')[1]}.json").read_text()))
+    for name in ("foxglove.PointCloud", "foxglove.SceneUpdate")
+}
 
 EXPECTED = {
     "/boids": "foxglove.PointCloud",
@@ -47,6 +58,12 @@ def main(path):
                 fail(f"{topic}: encodings {schema.encoding}/{channel.message_encoding}")
             json.loads(schema.data)
             body = json.loads(message.data)
+            official = OFFICIAL.get(schema.name)
+            if official is not None:
+                error = next(official.iter_errors(body), None)
+                if error is not None:
+                    where = "/".join(str(p) for p in error.path)
+                    fail(f"{topic}: not a valid {schema.name} at {where or 'the top'}: {error.message[:200]}")
             if message.log_time < last_time:
                 fail(f"{topic}: log time went back to {message.log_time}")
             last_time = message.log_time

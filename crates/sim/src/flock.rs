@@ -385,6 +385,10 @@ impl Flock {
             let v = self.spawn_velocity(id);
             self.push(id, Boid { p, v });
         }
+        if self.tick == 0 {
+            // Before the first tick the metrics describe the initial state.
+            self.metrics = self.measure_now();
+        }
         Ok(start..self.next_boid_id)
     }
 
@@ -1106,6 +1110,20 @@ impl Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Boids spawned before the first tick are in the initial metrics
+    /// (scenarios that place their flock in a ball start that way).
+    #[test]
+    fn boids_spawned_before_the_first_tick_are_counted() {
+        let mut flock = Flock::new(FlockConfig {
+            population: 0,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        flock.spawn_boids(Vec3::splat(40.0), 5.0, 30).unwrap();
+        assert_eq!(flock.metrics().population, 30);
+        assert_eq!(flock.metrics().tick, 0);
+    }
 
     /// The kept wander keyframes are the ones a fresh draw gives, through
     /// keyframe changes, spawns, removals, kills, a new tick rate, a switch

@@ -527,6 +527,8 @@ fn is_root() -> bool {
 
 /// PyPI's MCAP reader, for reading exports back independently.
 const PYTHON_MCAP: &str = "mcap==1.6.0";
+/// The JSON-schema validator the read-back checks Foxglove's schemas with.
+const PYTHON_JSONSCHEMA: &str = "jsonschema==4.26.0";
 /// The schemathesis version the API contract is checked with.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
@@ -546,23 +548,25 @@ fn ensure_schemathesis() -> Result<()> {
     )
 }
 
-/// PyPI's `mcap` reader, pinned, when missing.
+/// PyPI's `mcap` reader and `jsonschema`, pinned, when missing.
 fn ensure_python_mcap() -> Result<()> {
-    let version = PYTHON_MCAP.split("==").nth(1).unwrap_or_default();
-    let have = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.metadata as m; print(m.version('mcap'))",
-        ])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == version);
-    if have {
-        return Ok(());
+    for pinned in [PYTHON_MCAP, PYTHON_JSONSCHEMA] {
+        let (name, version) = pinned.split_once("==").unwrap_or((pinned, ""));
+        let have = Command::new("python3")
+            .args([
+                "-c",
+                &format!("import importlib.metadata as m; print(m.version('{name}'))"),
+            ])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == version);
+        if !have {
+            run_tool(
+                Command::new("python3").args(["-m", "pip", "install", "--quiet", pinned]),
+                &format!("pip install {pinned} (or install it by hand)"),
+            )?;
+        }
     }
-    run_tool(
-        Command::new("python3").args(["-m", "pip", "install", "--quiet", PYTHON_MCAP]),
-        "pip install mcap (or install it by hand)",
-    )
+    Ok(())
 }
 
 /// MCAP files from `starling run --mcap` and `starling replay --mcap`
@@ -608,7 +612,24 @@ fn mcap_read_back() -> Result<()> {
             .arg(&replayed),
         "starling replay --mcap",
     )?;
-    for file in [&run, &replayed] {
+    // A drone-swarm model, its flock placed in a ball before the first tick.
+    let drones = dir.join("drones.mcap");
+    run_tool(
+        Command::new(&bin)
+            .args([
+                "run",
+                "scenarios/swarmlab-olfati-saber.toml",
+                "--until-seconds",
+                "5",
+                "--out",
+            ])
+            .arg(dir.join("drones"))
+            .arg("--mcap")
+            .arg(&drones)
+            .current_dir(&root),
+        "starling run --mcap (Olfati-Saber)",
+    )?;
+    for file in [&run, &replayed, &drones] {
         run_tool(
             Command::new("python3")
                 .arg(root.join("tests/mcap/read_back.py"))

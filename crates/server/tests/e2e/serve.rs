@@ -310,6 +310,28 @@ async fn bad_rest_input_gets_a_4xx_naming_the_field() {
     )
     .await;
     check(s, &b, 422, Some("fov_deg"));
+    // A model that does not exist, and a drone-model bound: the preferred
+    // distance past the communication range.
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "model": "boids" })),
+    )
+    .await;
+    check(s, &b, 422, Some("model"));
+    assert!(
+        b["detail"].as_str().unwrap().contains("olfati_saber"),
+        "{b}"
+    );
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params"),
+        None,
+        Some(json!({ "model": "vasarhelyi", "d_ref_m": 200, "r_comm_m": 100 })),
+    )
+    .await;
+    check(s, &b, 422, Some("d_ref_m"));
     let r = client
         .patch(url("/api/v1/params"))
         .header("content-type", "application/json")
@@ -323,6 +345,7 @@ async fn bad_rest_input_gets_a_4xx_naming_the_field() {
         get(&url("/api/v1/params")).await["w_sep"],
         starling_sim::Params::default().w_sep
     );
+    assert_eq!(get(&url("/api/v1/params")).await["model"], "reynolds");
     // Oversized body.
     let big = "x".repeat(200_000);
     let (s, b) = rest(
