@@ -527,8 +527,11 @@ fn is_root() -> bool {
 
 /// PyPI's MCAP reader, for reading exports back independently.
 const PYTHON_MCAP: &str = "mcap==1.6.0";
-/// The JSON-schema validator the read-back checks Foxglove's schemas with.
-const PYTHON_JSONSCHEMA: &str = "jsonschema==4.26.0";
+/// The protobuf decoder the read-back decodes Foxglove's messages with,
+/// from the descriptors in the file.
+const PYTHON_MCAP_PROTOBUF: &str = "mcap-protobuf-support==0.6.0";
+/// Rerun, whose own MCAP importer must turn the boids into points.
+const PYTHON_RERUN: &str = "rerun-sdk==0.41.0";
 /// The schemathesis version the API contract is checked with.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
@@ -548,9 +551,9 @@ fn ensure_schemathesis() -> Result<()> {
     )
 }
 
-/// PyPI's `mcap` reader and `jsonschema`, pinned, when missing.
+/// PyPI's `mcap` reader, its protobuf support and Rerun, pinned, when missing.
 fn ensure_python_mcap() -> Result<()> {
-    for pinned in [PYTHON_MCAP, PYTHON_JSONSCHEMA] {
+    for pinned in [PYTHON_MCAP, PYTHON_MCAP_PROTOBUF, PYTHON_RERUN] {
         let (name, version) = pinned.split_once("==").unwrap_or((pinned, ""));
         let have = Command::new("python3")
             .args([
@@ -637,6 +640,41 @@ fn mcap_read_back() -> Result<()> {
             "reading the MCAP file back with PyPI's mcap",
         )?;
     }
+    rerun_reads_points(&run, &dir.join("run.rrd"))
+}
+
+/// Rerun's own MCAP importer (`rerun mcap convert`) turns the `/boids`
+/// point clouds into Rerun points: what its viewer shows when it opens the file.
+fn rerun_reads_points(mcap: &Path, rrd: &Path) -> Result<()> {
+    run_tool(
+        Command::new("rerun")
+            .args(["mcap", "convert"])
+            .arg(mcap)
+            .arg("-o")
+            .arg(rrd),
+        "rerun mcap convert",
+    )?;
+    let out = Command::new("rerun")
+        .args(["rrd", "print"])
+        .arg(rrd)
+        .output()
+        .context("running rerun rrd print")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let points = text
+        .lines()
+        .any(|l| l.contains("/boids") && l.contains("Points3D:positions"));
+    if !out.status.success() || !points {
+        bail!(
+            "Rerun did not turn /boids into points ({}): {}",
+            out.status,
+            text.lines()
+                .filter(|l| l.contains("/boids"))
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    eprintln!("rerun: {} opens with /boids as Points3D", mcap.display());
     Ok(())
 }
 

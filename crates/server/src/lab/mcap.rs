@@ -1,29 +1,35 @@
 //! MCAP export of a run or a replay (`--mcap FILE`), for the drone field's
 //! tools: Foxglove, and anything reading MCAP (rosbag2's default storage).
 //!
-//! Three topics, JSON-encoded with JSON schemas (MCAP's `json` message
-//! encoding, `jsonschema` schema encoding), sampled [`MCAP_HZ`] times a
-//! simulated second on average (the first tick at or past each sample
-//! time), stamped with the simulated time elapsed since the first tick
-//! written (summed tick by tick, so a tick-rate change keeps it monotonic):
+//! Three topics, sampled [`MCAP_HZ`] times a simulated second on average
+//! (the first tick at or past each sample time), stamped with the
+//! simulated time elapsed since the first tick written (summed tick by
+//! tick, so a tick-rate change keeps it monotonic):
 //! - `/boids`: `foxglove.PointCloud` in the `world` frame; each point is
 //!   `x y z vx vy vz speed` as little-endian f32, boids in id order;
 //! - `/scene`: `foxglove.SceneUpdate`: the world box as lines, obstacles
 //!   (spheres and boxes), goals (spheres of their arrive radius) and
 //!   predators (red spheres), written when any of them changed;
 //! - `/metrics`: `starling.Metrics`, the body of `GET /api/v1/metrics`
-//!   ([`MetricsBody`], per-tick and swarm metrics), its JSON schema
-//!   generated from that type.
+//!   ([`MetricsBody`], per-tick and swarm metrics), JSON with its JSON
+//!   schema generated from that type.
 //!
-//! The Foxglove schemas here carry the fields this file writes, under
-//! Foxglove's names and numbering.
+//! The two Foxglove topics are protobuf, with the descriptors Foxglove
+//! publishes (the `foxglove` crate's messages): Foxglove shows both, and
+//! Rerun turns the point clouds into its points (it reads Foxglove's
+//! schemas in protobuf only).
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
+use foxglove::Encode as _;
+use foxglove::messages::{
+    Color, CubePrimitive, LinePrimitive, PackedElementField, PointCloud, Pose, Quaternion,
+    SceneEntity, SceneEntityDeletion, SceneUpdate, SpherePrimitive, Timestamp, Vector3,
+    line_primitive, packed_element_field, scene_entity_deletion,
+};
 use mcap::records::MessageHeader;
 use serde_json::{Value, json};
 use starling_sim::{Flock, Shape, SwarmConfig, SwarmMeter, SwarmMetrics, TickMetrics, Vec3};
@@ -32,7 +38,7 @@ use crate::engine::published::MetricsBody;
 
 /// Samples per simulated second (every tick when the tick rate is lower).
 pub const MCAP_HZ: u64 = 10;
-/// Most message bytes (JSON, before compression) an export may write: past
+/// Most message bytes (before compression) an export may write: past
 /// it the export stops with an error naming the file.
 pub const MAX_MCAP_BYTES: u64 = 8 << 30;
 /// The point fields, in order (all `FLOAT32`, numeric type 7).
@@ -52,6 +58,16 @@ pub enum McapError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A message could not be encoded.
+    #[error("{path}: encoding {what}: {detail}")]
+    Encode {
+        /// The file.
+        path: PathBuf,
+        /// The topic.
+        what: &'static str,
+        /// Why.
+        detail: String,
     },
     /// The MCAP writer refused.
     #[error("{path}: MCAP: {source}")]
@@ -86,7 +102,7 @@ pub struct McapExport {
     swarm: SwarmConfig,
     meter: SwarmMeter,
     /// The scene last written (stamped 0), to skip repeats.
-    last_scene: Option<Vec<Value>>,
+    last_scene: Option<Vec<SceneEntity>>,
     /// The tick of the last tick-rate change, the simulated time then
     /// (ns) and the rate since.
     clock: Option<(u64, u64, u32)>,
@@ -100,92 +116,41 @@ pub struct McapExport {
     bytes: u64,
 }
 
-fn stamp(ns: u64) -> Value {
-    json!({ "sec": ns / 1_000_000_000, "nsec": ns % 1_000_000_000 })
+fn stamp(ns: u64) -> Option<Timestamp> {
+    let sec = u32::try_from(ns / 1_000_000_000).unwrap_or(u32::MAX);
+    Some(Timestamp::new(sec, (ns % 1_000_000_000) as u32))
 }
 
-fn vec3(v: Vec3) -> Value {
-    json!({ "x": v.x, "y": v.y, "z": v.z })
+fn vec3(v: Vec3) -> Vector3 {
+    Vector3 {
+        x: f64::from(v.x),
+        y: f64::from(v.y),
+        z: f64::from(v.z),
+    }
 }
 
-fn pose(at: Vec3) -> Value {
-    json!({ "position": vec3(at), "orientation": { "x": 0, "y": 0, "z": 0, "w": 1 } })
-}
-
-fn color(r: f32, g: f32, b: f32, a: f32) -> Value {
-    json!({ "r": r, "g": g, "b": b, "a": a })
-}
-
-/// JSON schema pieces shared by the Foxglove schemas below.
-fn schema_parts() -> (Value, Value, Value, Value) {
-    let number = json!({ "type": "number" });
-    let time = json!({ "type": "object", "properties": {
-        "sec": { "type": "integer", "minimum": 0 },
-        "nsec": { "type": "integer", "minimum": 0, "maximum": 999_999_999 } } });
-    let vector =
-        json!({ "type": "object", "properties": { "x": number, "y": number, "z": number } });
-    let pose = json!({ "type": "object", "properties": {
-        "position": vector,
-        "orientation": { "type": "object", "properties": { "x": number, "y": number, "z": number, "w": number } } } });
-    let color = json!({ "type": "object", "properties": { "r": number, "g": number, "b": number, "a": number } });
-    (time, vector, pose, color)
-}
-
-fn point_cloud_schema() -> Value {
-    let (time, _, pose, _) = schema_parts();
-    json!({
-        "title": "foxglove.PointCloud",
-        "description": "The boids: x y z vx vy vz speed per point, little-endian f32",
-        "type": "object",
-        "properties": {
-            "timestamp": time,
-            "frame_id": { "type": "string" },
-            "pose": pose,
-            "point_stride": { "type": "integer", "minimum": 0 },
-            "fields": { "type": "array", "items": { "type": "object", "properties": {
-                "name": { "type": "string" },
-                "offset": { "type": "integer", "minimum": 0 },
-                "type": { "type": "integer", "description": "foxglove.NumericType: 7 is FLOAT32" } } } },
-            "data": { "type": "string", "contentEncoding": "base64" }
-        }
+fn pose(at: Vec3) -> Option<Pose> {
+    Some(Pose {
+        position: Some(vec3(at)),
+        orientation: Some(Quaternion {
+            x: 0.0,
+            y: 0.0,
+            z: 0.0,
+            w: 1.0,
+        }),
     })
 }
 
-fn scene_update_schema() -> Value {
-    let (time, vector, pose, color) = schema_parts();
-    let shape = json!({ "type": "array", "items": { "type": "object", "properties": {
-        "pose": pose, "size": vector, "color": color } } });
-    let none = json!({ "type": "array", "items": { "type": "object" } });
-    json!({
-        "title": "foxglove.SceneUpdate",
-        "description": "The world box, obstacles, goals and predators",
-        "type": "object",
-        "properties": {
-            "deletions": { "type": "array", "items": { "type": "object", "properties": {
-                "timestamp": time,
-                "type": { "type": "integer", "description": "foxglove.SceneEntityDeletionType: 1 is ALL" },
-                "id": { "type": "string" } } } },
-            "entities": { "type": "array", "items": { "type": "object", "properties": {
-                "timestamp": time,
-                "frame_id": { "type": "string" },
-                "id": { "type": "string" },
-                "lifetime": time,
-                "frame_locked": { "type": "boolean" },
-                "metadata": { "type": "array", "items": { "type": "object", "properties": {
-                    "key": { "type": "string" }, "value": { "type": "string" } } } },
-                "arrows": none, "cubes": shape, "spheres": shape, "cylinders": none,
-                "lines": { "type": "array", "items": { "type": "object", "properties": {
-                    "type": { "type": "integer", "description": "foxglove.LineType: 2 is LINE_LIST" },
-                    "pose": pose,
-                    "thickness": { "type": "number" },
-                    "scale_invariant": { "type": "boolean" },
-                    "points": { "type": "array", "items": vector },
-                    "color": color,
-                    "colors": { "type": "array", "items": color },
-                    "indices": { "type": "array", "items": { "type": "integer" } } } } },
-                "triangles": none, "texts": none, "models": none } } }
-        }
-    })
+fn color(r: f64, g: f64, b: f64, a: f64) -> Option<Color> {
+    Some(Color { r, g, b, a })
+}
+
+fn sphere(at: Vec3, diameter: f32, color: Option<Color>) -> SpherePrimitive {
+    SpherePrimitive {
+        pose: pose(at),
+        size: Some(vec3(Vec3::splat(diameter))),
+        color,
+    }
 }
 
 /// The JSON schema of [`MetricsBody`], its parts under `$defs`.
@@ -212,34 +177,19 @@ fn metrics_schema() -> serde_json::Result<Value> {
     )
 }
 
-/// An entity of the scene, with every primitive list Foxglove reads.
-fn entity(id: String, fill: impl FnOnce(&mut serde_json::Map<String, Value>)) -> Value {
-    let mut e = serde_json::Map::new();
-    e.insert("timestamp".into(), stamp(0));
-    e.insert("frame_id".into(), json!("world"));
-    e.insert("id".into(), json!(id));
-    e.insert("lifetime".into(), json!({ "sec": 0, "nsec": 0 }));
-    e.insert("frame_locked".into(), json!(false));
-    for list in [
-        "metadata",
-        "arrows",
-        "cubes",
-        "spheres",
-        "cylinders",
-        "lines",
-        "triangles",
-        "texts",
-        "models",
-    ] {
-        e.insert(list.into(), json!([]));
+/// An entity of the scene in the `world` frame, stamped 0.
+fn entity(id: String) -> SceneEntity {
+    SceneEntity {
+        timestamp: stamp(0),
+        frame_id: "world".into(),
+        id,
+        ..SceneEntity::default()
     }
-    fill(&mut e);
-    Value::Object(e)
 }
 
 /// The scene's entities (world box, obstacles, goals, predators), stamped
 /// 0: the caller stamps what it writes.
-fn scene(flock: &Flock) -> Vec<Value> {
+fn scene(flock: &Flock) -> Vec<SceneEntity> {
     let w = Vec3::from(flock.params().world_m);
     let w = if flock.params().is_2d() {
         w.with_z(0.0)
@@ -257,44 +207,56 @@ fn scene(flock: &Flock) -> Vec<Value> {
     for a in 0..8u32 {
         for bit in [1, 2, 4] {
             if a & bit == 0 {
-                edges.push(vec3(corner(a)));
-                edges.push(vec3(corner(a | bit)));
+                for c in [corner(a), corner(a | bit)] {
+                    edges.push(foxglove::messages::Point3 {
+                        x: f64::from(c.x),
+                        y: f64::from(c.y),
+                        z: f64::from(c.z),
+                    });
+                }
             }
         }
     }
-    let grey = color(0.6, 0.65, 0.75, 1.0);
-    let mut out = vec![entity("world".into(), |e| {
-        e.insert(
-            "lines".into(),
-            json!([{ "type": 2, "pose": pose(Vec3::ZERO), "thickness": 1.5,
-                "scale_invariant": true, "points": edges, "color": grey,
-                "colors": [], "indices": [] }]),
-        );
-    })];
+    let mut out = vec![SceneEntity {
+        lines: vec![LinePrimitive {
+            r#type: line_primitive::Type::LineList as i32,
+            pose: pose(Vec3::ZERO),
+            thickness: 1.5,
+            scale_invariant: true,
+            points: edges,
+            color: color(0.6, 0.65, 0.75, 1.0),
+            ..LinePrimitive::default()
+        }],
+        ..entity("world".into())
+    }];
     let agents = flock.agents();
     for o in agents.obstacles() {
-        out.push(entity(format!("obstacle-{}", o.id), |e| {
-            let c = color(0.75, 0.75, 0.8, 0.6);
-            match o.shape {
-                Shape::Sphere { center, radius_m } => {
-                    e.insert("spheres".into(), json!([{ "pose": pose(center), "size": vec3(Vec3::splat(2.0 * radius_m)), "color": c }]));
-                }
-                Shape::Box { min, max } => {
-                    e.insert("cubes".into(), json!([{ "pose": pose((min + max) * 0.5), "size": vec3(max - min), "color": c }]));
-                }
+        let c = color(0.75, 0.75, 0.8, 0.6);
+        let mut e = entity(format!("obstacle-{}", o.id));
+        match o.shape {
+            Shape::Sphere { center, radius_m } => {
+                e.spheres.push(sphere(center, 2.0 * radius_m, c));
             }
-        }));
+            Shape::Box { min, max } => e.cubes.push(CubePrimitive {
+                pose: pose((min + max) * 0.5),
+                size: Some(vec3(max - min)),
+                color: c,
+            }),
+        }
+        out.push(e);
     }
     for g in agents.goals() {
-        out.push(entity(format!("goal-{}", g.id), |e| {
-            let size = Vec3::splat(2.0 * g.arrive_radius_m);
-            e.insert("spheres".into(), json!([{ "pose": pose(g.target()), "size": vec3(size), "color": color(0.35, 1.0, 0.45, 0.35) }]));
-        }));
+        let mut e = entity(format!("goal-{}", g.id));
+        let c = color(0.35, 1.0, 0.45, 0.35);
+        e.spheres
+            .push(sphere(g.target(), 2.0 * g.arrive_radius_m, c));
+        out.push(e);
     }
     for p in agents.predators() {
-        out.push(entity(format!("predator-{}", p.id), |e| {
-            e.insert("spheres".into(), json!([{ "pose": pose(p.position), "size": vec3(Vec3::splat(2.0)), "color": color(1.0, 0.2, 0.15, 1.0) }]));
-        }));
+        let mut e = entity(format!("predator-{}", p.id));
+        e.spheres
+            .push(sphere(p.position, 2.0, color(1.0, 0.2, 0.15, 1.0)));
+        out.push(e);
     }
     out
 }
@@ -313,19 +275,33 @@ impl McapExport {
         };
         let file = File::create(path).map_err(io)?;
         let mut writer = mcap::Writer::new(BufWriter::new(file)).map_err(mc)?;
-        let mut channel = |schema: Value, name: &str, topic: &str| -> Result<u16, McapError> {
-            let data = serde_json::to_vec(&schema).map_err(|e| io(e.into()))?;
-            let id = writer.add_schema(name, "jsonschema", &data).map_err(mc)?;
+        let mut channel = |schema: foxglove::Schema, encoding: String, topic: &str| {
+            let id = writer
+                .add_schema(&schema.name, &schema.encoding, &schema.data)
+                .map_err(mc)?;
             writer
-                .add_channel(id, topic, "json", &BTreeMap::new())
+                .add_channel(id, topic, &encoding, &BTreeMap::new())
                 .map_err(mc)
         };
+        let foxglove_schema = |s: Option<foxglove::Schema>| {
+            s.ok_or_else(|| io(std::io::Error::other("the foxglove crate gave no schema")))
+        };
+        let metrics = serde_json::to_vec(&metrics_schema().map_err(|e| io(e.into()))?)
+            .map_err(|e| io(e.into()))?;
         let channels = Channels {
-            boids: channel(point_cloud_schema(), "foxglove.PointCloud", "/boids")?,
-            scene: channel(scene_update_schema(), "foxglove.SceneUpdate", "/scene")?,
+            boids: channel(
+                foxglove_schema(PointCloud::get_schema())?,
+                PointCloud::get_message_encoding(),
+                "/boids",
+            )?,
+            scene: channel(
+                foxglove_schema(SceneUpdate::get_schema())?,
+                SceneUpdate::get_message_encoding(),
+                "/scene",
+            )?,
             metrics: channel(
-                metrics_schema().map_err(|e| io(e.into()))?,
-                "starling.Metrics",
+                foxglove::Schema::new("starling.Metrics", "jsonschema", metrics),
+                "json".into(),
                 "/metrics",
             )?,
         };
@@ -383,47 +359,70 @@ impl McapExport {
                 self.points.extend_from_slice(&x.to_le_bytes());
             }
         }
-        let fields: Vec<Value> = POINT_FIELDS
-            .iter()
-            .enumerate()
-            .map(|(k, name)| json!({ "name": name, "offset": k * 4, "type": 7 }))
-            .collect();
-        let cloud = json!({
-            "timestamp": stamp(ns), "frame_id": "world", "pose": pose(Vec3::ZERO),
-            "point_stride": POINT_STRIDE, "fields": fields,
-            "data": base64::engine::general_purpose::STANDARD.encode(&self.points),
-        });
-        self.write(self.channels.boids, ns, &cloud, tick)?;
+        let cloud = PointCloud {
+            timestamp: stamp(ns),
+            frame_id: "world".into(),
+            pose: pose(Vec3::ZERO),
+            point_stride: POINT_STRIDE as u32,
+            fields: POINT_FIELDS
+                .iter()
+                .zip(0u32..)
+                .map(|(name, k)| PackedElementField {
+                    name: (*name).into(),
+                    offset: k * 4,
+                    r#type: packed_element_field::NumericType::Float32 as i32,
+                })
+                .collect(),
+            data: foxglove::bytes::Bytes::copy_from_slice(&self.points),
+        };
+        let data = self.encode(&cloud, "/boids")?;
+        self.write(self.channels.boids, ns, &data, tick)?;
         // The scene, when it changed.
         let entities = scene(flock);
         if self.last_scene.as_deref() != Some(&entities[..]) {
             let mut stamped = entities.clone();
             for e in &mut stamped {
-                e["timestamp"] = stamp(ns);
+                e.timestamp = stamp(ns);
             }
-            let update = json!({
-                "deletions": [{ "timestamp": stamp(ns), "type": 1, "id": "" }],
-                "entities": stamped,
-            });
-            self.write(self.channels.scene, ns, &update, tick)?;
+            let update = SceneUpdate {
+                deletions: vec![SceneEntityDeletion {
+                    timestamp: stamp(ns),
+                    r#type: scene_entity_deletion::Type::All as i32,
+                    id: String::new(),
+                }],
+                entities: stamped,
+            };
+            let data = self.encode(&update, "/scene")?;
+            self.write(self.channels.scene, ns, &data, tick)?;
             self.last_scene = Some(entities);
         }
         let metrics = MetricsBody {
             tick: *flock.metrics(),
             swarm: self.meter.measure(flock, &self.swarm),
         };
-        let metrics = serde_json::to_value(metrics).map_err(|e| McapError::Io {
+        let data = serde_json::to_vec(&metrics).map_err(|e| McapError::Io {
             path: self.path.clone(),
             source: e.into(),
         })?;
-        self.write(self.channels.metrics, ns, &metrics, tick)
+        self.write(self.channels.metrics, ns, &data, tick)
     }
 
-    fn write(&mut self, channel: u16, ns: u64, msg: &Value, tick: u64) -> Result<(), McapError> {
-        let data = serde_json::to_vec(msg).map_err(|e| McapError::Io {
+    /// A Foxglove message's protobuf bytes.
+    fn encode(
+        &self,
+        msg: &impl foxglove::Encode,
+        what: &'static str,
+    ) -> Result<Vec<u8>, McapError> {
+        let mut data = Vec::with_capacity(msg.encoded_len().unwrap_or(0));
+        msg.encode(&mut data).map_err(|e| McapError::Encode {
             path: self.path.clone(),
-            source: e.into(),
+            what,
+            detail: e.to_string(),
         })?;
+        Ok(data)
+    }
+
+    fn write(&mut self, channel: u16, ns: u64, data: &[u8], tick: u64) -> Result<(), McapError> {
         self.bytes += data.len() as u64;
         if self.bytes > MAX_MCAP_BYTES {
             return Err(McapError::TooLarge {
@@ -440,7 +439,7 @@ impl McapExport {
                     log_time: ns,
                     publish_time: ns,
                 },
-                &data,
+                data,
             )
             .map_err(|source| McapError::Mcap {
                 path: self.path.clone(),
@@ -461,6 +460,7 @@ impl McapExport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use foxglove::Decode as _;
     use starling_sim::{FlockConfig, Params};
 
     #[test]
@@ -510,22 +510,24 @@ mod tests {
         out.finish().unwrap();
 
         let bytes = std::fs::read(&path).unwrap();
-        let mut per_topic: BTreeMap<String, Vec<(u64, Value)>> = BTreeMap::new();
+        let mut per_topic: BTreeMap<String, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
         for m in mcap::MessageStream::new(&bytes).unwrap() {
             let m = m.unwrap();
             let schema = m.channel.schema.as_ref().unwrap();
-            assert_eq!(
-                (
-                    schema.encoding.as_str(),
-                    m.channel.message_encoding.as_str()
-                ),
-                ("jsonschema", "json")
+            let encodings = (
+                schema.encoding.as_str(),
+                m.channel.message_encoding.as_str(),
             );
-            let _: Value = serde_json::from_slice(&schema.data).unwrap();
+            if m.channel.topic == "/metrics" {
+                assert_eq!(encodings, ("jsonschema", "json"));
+                let _: Value = serde_json::from_slice(&schema.data).unwrap();
+            } else {
+                assert_eq!(encodings, ("protobuf", "protobuf"), "{}", m.channel.topic);
+            }
             per_topic
                 .entry(format!("{} {}", m.channel.topic, schema.name))
                 .or_default()
-                .push((m.log_time, serde_json::from_slice(&m.data).unwrap()));
+                .push((m.log_time, m.data.to_vec()));
         }
         let keys: Vec<&str> = per_topic.keys().map(String::as_str).collect();
         assert_eq!(
@@ -544,32 +546,29 @@ mod tests {
             "tick 63 is 1 s + 3 ticks of 1/30 s"
         );
         // The first cloud holds the boids' positions, in id order.
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(boids[0].1["data"].as_str().unwrap())
-            .unwrap();
+        let cloud = PointCloud::decode(&boids[0].1[..]).unwrap();
+        let data = cloud.data;
         assert_eq!(data.len(), 50 * POINT_STRIDE);
         let mut first = first;
         first.sort_by_key(|b| b.0);
         let f = |k: usize| f32::from_le_bytes(data[k * 4..k * 4 + 4].try_into().unwrap());
         assert_eq!(Vec3::new(f(0), f(1), f(2)), first[0].1);
-        assert_eq!(boids[0].1["point_stride"], 28);
+        assert_eq!(cloud.point_stride, 28);
+        assert_eq!(cloud.timestamp, stamp(0));
         // The scene: the box and the obstacle, written once (nothing moved).
         let scene = &per_topic["/scene foxglove.SceneUpdate"];
         assert_eq!(scene.len(), 1);
-        let ids: Vec<&str> = scene[0].1["entities"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["id"].as_str().unwrap())
-            .collect();
+        let update = SceneUpdate::decode(&scene[0].1[..]).unwrap();
+        let ids: Vec<&str> = update.entities.iter().map(|e| e.id.as_str()).collect();
         assert!(
             ids.contains(&"world") && ids.iter().any(|i| i.starts_with("obstacle-")),
             "{ids:?}"
         );
         // Metrics as GET /api/v1/metrics has them.
         let metrics = &per_topic["/metrics starling.Metrics"];
-        assert_eq!(metrics[10].1["tick"]["tick"], 60);
-        assert_eq!(metrics[10].1["swarm"]["population"], 50);
+        let m10: Value = serde_json::from_slice(&metrics[10].1).unwrap();
+        assert_eq!(m10["tick"]["tick"], 60);
+        assert_eq!(m10["swarm"]["population"], 50);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
