@@ -726,7 +726,6 @@ impl Flock {
             tick: *tick,
         });
         let frozen = (*frozen_count > 0).then_some(&sorted_frozen[..]);
-        let dt = params.dt_s();
         let lanes = update::applies(&ctx);
         let chunk = |offset: usize, out: &mut [Boid], sums: &mut [Sums]| {
             if let Some(sight) = sight.as_ref().filter(|_| drone) {
@@ -755,9 +754,7 @@ impl Flock {
                     let i = offset + k;
                     let (p, v) = (own.pos(i), own.vel(i));
                     if frozen.is_some_and(|f| f[i]) {
-                        // A dead motor: drift on the last velocity.
-                        let (mut p1, mut v1) = (p + v * dt, v);
-                        rules::apply_boundary(&mut p1, &mut v1, params);
+                        let (p1, v1) = rules::drift(params, p, v);
                         *b = Boid { p: p1, v: v1 };
                         continue;
                     }
@@ -1022,10 +1019,7 @@ fn models_chunk(
             ..Sums::default()
         };
         let (p1, v1) = if frozen.is_some_and(|f| f[i]) {
-            // A dead motor: drift on the last velocity.
-            let (mut p1, mut v1) = (p + v * params.dt_s(), v);
-            rules::apply_boundary(&mut p1, &mut v1, params);
-            (p1, v1)
+            rules::drift(params, p, v)
         } else {
             let command = social.command(ctx, p, v);
             models::finish(ctx, own.id[i], p, v, command)

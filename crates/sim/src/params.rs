@@ -27,6 +27,38 @@ pub const MAX_TICK_HZ: u32 = 1_000;
 /// states of every boid).
 pub const MAX_LATENCY_TICKS: u32 = 120;
 
+/// `as_str`, `Display` and `FromStr` for a parameter that is one of its
+/// type's `NAMES` (listed in `ALL`'s order); an unknown name is an error
+/// naming `$field` and every allowed name.
+macro_rules! named_choice {
+    ($ty:ty, $field:literal) => {
+        impl $ty {
+            /// The name used on the wire and in files.
+            pub fn as_str(self) -> &'static str {
+                Self::NAMES[self as usize]
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = ParamError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL
+                    .into_iter()
+                    .find(|x| x.as_str() == s)
+                    .ok_or_else(|| {
+                        ParamError::new($field, format!("{s:?}"), Self::NAMES.join(" | "))
+                    })
+            }
+        }
+    };
+}
+
 /// What happens at the edge of the world box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -47,28 +79,9 @@ impl Boundary {
     pub const ALL: [Boundary; 3] = [Self::Soft, Self::Wrap, Self::Bounce];
     /// Their names, in the same order.
     pub const NAMES: [&'static str; 3] = ["soft", "wrap", "bounce"];
-
-    /// The lowercase name used on the wire and in files.
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
 }
 
-impl fmt::Display for Boundary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Boundary {
-    type Err = ParamError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|b| b.as_str() == s)
-            .ok_or_else(|| ParamError::new("boundary", format!("{s:?}"), Self::NAMES.join(" | ")))
-    }
-}
+named_choice!(Boundary, "boundary");
 
 /// The flocking model: which rules turn what a boid perceives into its
 /// next velocity (see `models/`).
@@ -96,32 +109,13 @@ impl Model {
     /// Their names, in the same order.
     pub const NAMES: [&'static str; 3] = ["reynolds", "vasarhelyi", "olfati_saber"];
 
-    /// The name used on the wire and in files.
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// This model alone, as a set.
     pub const fn only(self) -> Models {
         Models(1 << self as u8)
     }
 }
 
-impl fmt::Display for Model {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Model {
-    type Err = ParamError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| ParamError::new("model", format!("{s:?}"), Self::NAMES.join(" | ")))
-    }
-}
+named_choice!(Model, "model");
 
 /// A set of models: the ones a parameter acts under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

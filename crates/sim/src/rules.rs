@@ -339,15 +339,44 @@ pub fn follow(v: Vec3, command: Vec3, dt: f32, tau_s: f32, max_accel: f32) -> Ve
 #[inline]
 pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, Vec3) {
     let pr = ctx.params;
+    fly(
+        pr,
+        p,
+        v,
+        v + s.acceleration(pr) * pr.dt_s(),
+        s.fleeing,
+        false,
+    )
+}
+
+/// Every model's last step: the commanded velocity brought within the
+/// speed limits (the panic speed while `fleeing`), the velocity following
+/// it (at once, or with the drone lag and its acceleration cap; the cap
+/// always when `capped`), the move and the boundary. Returns the next
+/// `(position, velocity)`.
+#[inline]
+pub fn fly(
+    pr: &Params,
+    p: Vec3,
+    v: Vec3,
+    command: Vec3,
+    fleeing: bool,
+    capped: bool,
+) -> (Vec3, Vec3) {
     let dt = pr.dt_s();
-    let vmax = if s.fleeing {
+    let vmax = if fleeing {
         pr.max_speed_mps * pr.panic_factor
     } else {
         pr.max_speed_mps
     };
-    let command = clamp_speed(v + s.acceleration(pr) * dt, pr.min_speed_mps, vmax, v);
-    let mut v1 = if pr.drone_dynamics() {
-        follow(v, command, dt, pr.tau_s, pr.max_accel_mps2)
+    let mut command = clamp_speed(command, pr.min_speed_mps, vmax, v);
+    if pr.is_2d() {
+        command.z = 0.0;
+    }
+    // A time constant under a tick (or none) reaches the command at once,
+    // within the acceleration cap.
+    let mut v1 = if pr.drone_dynamics() || capped {
+        follow(v, command, dt, pr.tau_s.max(dt), pr.max_accel_mps2)
     } else {
         command
     };
@@ -355,6 +384,15 @@ pub fn integrate(ctx: &UpdateCtx<'_>, p: Vec3, v: Vec3, s: &Steering) -> (Vec3, 
         v1.z = 0.0;
     }
     let mut p1 = p + v1 * dt;
+    apply_boundary(&mut p1, &mut v1, pr);
+    (p1, v1)
+}
+
+/// A frozen boid's next `(position, velocity)`: a dead motor drifts on its
+/// last velocity and ignores every rule; the boundary still holds.
+#[inline]
+pub fn drift(pr: &Params, p: Vec3, v: Vec3) -> (Vec3, Vec3) {
+    let (mut p1, mut v1) = (p + v * pr.dt_s(), v);
     apply_boundary(&mut p1, &mut v1, pr);
     (p1, v1)
 }

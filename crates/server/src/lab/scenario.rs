@@ -305,16 +305,7 @@ impl Scenario {
                 format!("{} is not allowed: {}", e.value, e.allowed),
             )
         })?;
-        let written: Vec<String> = text
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|t| {
-                t.get("params")?
-                    .as_table()
-                    .map(|p| p.keys().cloned().collect())
-            })
-            .unwrap_or_default();
-        if let Some(field) = unused_under(self.params.model, written.iter().map(String::as_str)) {
+        if let Some(field) = unused_under(self.params.model, &self.patch) {
             return Err(err(field, model_detail(field, self.params.model)));
         }
         Ok(())
@@ -456,14 +447,7 @@ impl Scenario {
                     format!("{}: allowed {}", pe.value, pe.allowed),
                 )
             })?;
-            let set = serde_json::to_value(p).unwrap_or_default();
-            let names = set
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(name, _)| name.as_str());
-            if let Some(field) = unused_under(patched.model, names) {
+            if let Some(field) = unused_under(patched.model, p) {
                 return Err(err(
                     &format!("events[{k}].patch_params.{field}"),
                     line_of(text, field, at),
@@ -548,13 +532,14 @@ impl Scenario {
     }
 }
 
-/// The first of `names` that is a parameter `model` does not use.
-fn unused_under<'a>(model: Model, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    names.into_iter().find(|name| {
-        SPECS
-            .iter()
-            .any(|s| s.name == *name && !s.models.contains(model))
-    })
+/// The first parameter `patch` sets that `model` does not use.
+fn unused_under(model: Model, patch: &ParamsPatch) -> Option<&'static str> {
+    let set = serde_json::to_value(patch).unwrap_or_default();
+    SPECS
+        .iter()
+        .filter(|s| !s.models.contains(model))
+        .map(|s| s.name)
+        .find(|name| set.get(name).is_some_and(|v| !v.is_null()))
 }
 
 /// Why a parameter is refused under `model`, naming the models that use it.

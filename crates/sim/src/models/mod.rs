@@ -99,24 +99,7 @@ pub fn finish(ctx: &UpdateCtx<'_>, id: u32, p: Vec3, v: Vec3, command: Vec3) -> 
     } else {
         dt
     };
-    let vmax = if fleeing {
-        pr.max_speed_mps * pr.panic_factor
-    } else {
-        pr.max_speed_mps
-    };
-    let mut command = rules::clamp_speed(command + extra * over_s, pr.min_speed_mps, vmax, v);
-    if pr.is_2d() {
-        command.z = 0.0;
-    }
-    // A time constant under a tick (or none) reaches the command at once,
-    // within the acceleration cap.
-    let mut v1 = rules::follow(v, command, dt, pr.tau_s.max(dt), pr.max_accel_mps2);
-    if pr.is_2d() {
-        v1.z = 0.0;
-    }
-    let mut p1 = p + v1 * dt;
-    rules::apply_boundary(&mut p1, &mut v1, pr);
-    (p1, v1)
+    rules::fly(pr, p, v, command + extra * over_s, fleeing, true)
 }
 
 /// A surface near a boid: how far (0 inside), its outward unit normal,
