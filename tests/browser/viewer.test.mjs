@@ -683,15 +683,26 @@ test('a token the server does not know is named in the banner', async () => {
 });
 
 test('a CPU-throttled page asks for fewer frames and catches up', async () => {
-  // 12x slower than this machine, and 8000 boids: the page cannot take 30
-  // snapshots a second (a heavier flock makes the debug server and the
-  // browser share two cores, and nothing the page does can help).
+  // 8000 boids and a page made 12x slower than this machine: it cannot take
+  // 30 snapshots a second (a heavier flock makes the debug server and the
+  // browser share two cores, and nothing the page does can help). A faster
+  // machine keeps up at 12x, so the throttle rises until the page has to
+  // slow the stream: what is tested is that it then does, not how fast the
+  // machine is.
   const server = await startServer(['--population', '8000']);
   const page = await openViewer(server);
   const cdp = await page.context().newCDPSession(page);
-  await cdp.send('Emulation.setCPUThrottlingRate', { rate: 12 });
   const asked = async () => Number(await page.evaluate(() => document.body.dataset.askedFps ?? 0));
-  await until('the page to slow the stream', async () => (await asked()) > 0, 60_000);
+  let rate = 0;
+  for (rate of [12, 20, 32]) {
+    await cdp.send('Emulation.setCPUThrottlingRate', { rate });
+    try {
+      await until(`the page to slow the stream at ${rate}x`, async () => (await asked()) > 0, 30_000);
+      break;
+    } catch (e) {
+      if (rate === 32) throw e;
+    }
+  }
   assert.ok((await asked()) < 30);
   // It drops what queued up and comes back within a second of the server
   // (60 ticks a second).
@@ -706,7 +717,7 @@ test('a CPU-throttled page asks for fewer frames and catches up', async () => {
     await new Promise((r) => setTimeout(r, 1000));
     behind.push(await lag());
   }
-  console.log(`throttled: caught up in ${Date.now() - t0 - 8000} ms, asks ${await asked()}/s, ticks behind ${behind.join(' ')}`);
+  console.log(`throttled ${rate}x: caught up in ${Date.now() - t0 - 8000} ms, asks ${await asked()}/s, ticks behind ${behind.join(' ')}`);
   const median = [...behind].sort((x, y) => x - y)[4];
   assert.ok(median <= 60, `ticks behind: ${behind}`);
   await shot(page, 'cpu-throttled');
