@@ -259,7 +259,7 @@ mod tests {
         );
         // Sent coarse: drawn at the middle of the coarse steps.
         let p = Precision::new(4, 2).unwrap();
-        encode_cell_update(None, None, &cells[0], p, &mut s, &mut update).unwrap();
+        encode_cell_update(None, None, &cells[0], p, true, &mut s, &mut update).unwrap();
         push_update(0, &update, &mut batch);
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);
@@ -318,6 +318,7 @@ mod tests {
                     None,
                     &cells[c as usize],
                     Precision::EXACT,
+                    true,
                     &mut s,
                     &mut update,
                 )

@@ -14,10 +14,13 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 3;
+pub const PROTOCOL_MINOR: u16 = 4;
 /// The minor that brought [`Command::SetPopulation`]: clients send it only
 /// to servers at least this new.
 pub const SET_POPULATION_MINOR: u16 = 3;
+/// The minor that brought Rice-coded cell update fields: servers send them
+/// only to clients that subscribed with at least this minor.
+pub const RICE_MINOR: u16 = 4;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -13,13 +13,19 @@ fn golden_vectors_are_byte_identical() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
         std::fs::write(format!("{dir}/keyframe.bin"), &k).unwrap();
         std::fs::write(format!("{dir}/delta.bin"), &d).unwrap();
-        std::fs::write(format!("{dir}/cells.bin"), golden::encode_cells()).unwrap();
+        std::fs::write(format!("{dir}/cells.bin"), golden::encode_cells(false)).unwrap();
+        std::fs::write(format!("{dir}/cells-rice.bin"), golden::encode_cells(true)).unwrap();
         return;
     }
     assert_eq!(
-        golden::encode_cells(),
+        golden::encode_cells(false),
         golden::CELLS,
         "cell batch bytes changed"
+    );
+    assert_eq!(
+        golden::encode_cells(true),
+        golden::CELLS_RICE,
+        "Rice cell batch bytes changed"
     );
     assert_eq!(k, golden::KEYFRAME, "keyframe bytes changed");
     assert_eq!(d, golden::DELTA, "delta bytes changed");
@@ -64,6 +70,7 @@ fn the_golden_cell_batch_moves_boid_9_between_cells() {
                 None,
                 cell,
                 starling_protocol::interest::Precision::EXACT,
+                false,
                 &mut s,
                 &mut update,
             )
@@ -72,10 +79,17 @@ fn the_golden_cell_batch_moves_boid_9_between_cells() {
         }
         m.apply(&batch).unwrap();
     }
-    let ServerFrame::Cells(bytes) = decode_server(golden::CELLS).unwrap() else {
-        panic!("not a cell batch")
-    };
-    m.apply(bytes).unwrap();
+    // The same batch in either coding leaves the same cells.
+    let mut m2 = m.clone();
+    for (m, golden) in [(&mut m, golden::CELLS), (&mut m2, golden::CELLS_RICE)] {
+        let ServerFrame::Cells(bytes) = decode_server(golden).unwrap() else {
+            panic!("not a cell batch")
+        };
+        m.apply(bytes).unwrap();
+    }
+    assert_eq!(m2.cell(0), m.cell(0));
+    assert_eq!(m2.cell(1), m.cell(1));
+    assert!(golden::CELLS_RICE.len() < golden::CELLS.len());
     let mut cells = Vec::new();
     grid.split(&c, &mut cells);
     assert_eq!(m.cell(0), Some(&cells[0]));

@@ -123,6 +123,8 @@ proptest! {
                     base2.map(as_held),
                     &cells[c],
                     p,
+                    // Either coding (1.2 fixed-width fields, 1.4 Rice codes).
+                    (bits >> 1) % 2 == 0,
                     &mut scratch,
                     &mut update,
                 )
@@ -181,6 +183,8 @@ proptest! {
                     base2.map(|f| Held { frame: f, precision: Precision::EXACT }),
                     &cells[c],
                     p,
+                    // Both codings meet the mutations.
+                    c % 2 == 0,
                     &mut scratch,
                     &mut update,
                 )
@@ -223,6 +227,7 @@ fn after_an_error_updates_wait_for_the_servers_reset() {
             None,
             &cells[0],
             Precision::EXACT,
+            true,
             &mut s,
             &mut update,
         )

@@ -58,6 +58,11 @@ impl<'a> Reader<'a> {
         Ok(f32::from_le_bytes(self.array(what)?))
     }
 
+    /// How many bytes are not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     /// Everything not read yet.
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         let s = &self.bytes[self.at..];

@@ -15,6 +15,7 @@
 //! update and as entered, in full, in its new cell's.
 
 mod batch;
+mod fields;
 mod grid;
 mod mirror;
 mod precision;
@@ -25,6 +26,7 @@ pub use batch::{
     BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, KIND_CELLS,
     UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
+pub use fields::{Coding, RICE_ESCAPE};
 pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
 pub use mirror::{Applied, CellMirror};
 pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};

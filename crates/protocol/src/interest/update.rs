@@ -21,6 +21,7 @@
 //! residuals or steps do not fit the fields is an *exception*, sent in
 //! full.
 
+use super::fields::{Coding, FieldReader, PackScratch, pack};
 use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
@@ -33,10 +34,6 @@ use crate::quant::{Q_MAX, QuantBox};
 pub const KIND_CELL_UPDATE: u8 = 0x13;
 /// Bytes before a cell update's left list.
 pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
-/// The field widths a delta update's residuals and steps may use, bits.
-const WIDTHS: std::ops::RangeInclusive<u32> = 2..=8;
-/// Residual fields per stayed boid: three coordinates, two heading bytes.
-const FIELDS: usize = 5;
 
 /// How an update's stayed boids are predicted (the `predict` byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,10 +77,7 @@ pub struct CellScratch {
     next: Frame,
     left: Vec<u32>,
     entered: Vec<u32>,
-    /// Each stayed boid's [`FIELDS`] residuals and steps.
-    fields: Vec<i32>,
-    /// Each stayed boid's widths needed: (residuals, steps).
-    need: Vec<(u8, u8)>,
+    pack: PackScratch,
 }
 
 /// `base` without the boids at the (strictly ascending) indices `left`,
@@ -156,33 +150,17 @@ fn predicted(base_s: &Frame, base2_s: Option<&Frame>, i: usize, a: usize, shift:
     (2 * b - b2).clamp(0, i32::from(Q_MAX >> shift))
 }
 
-/// The escape value of a `bits`-wide residual field: its most negative value.
-fn escape(bits: u32) -> i32 {
-    -(1 << (bits - 1))
-}
-
-/// The narrowest width in [`WIDTHS`] a residual of magnitude `m` fits
-/// (`|r| ≤ 2^(bits−1) − 1`, the most negative value being the escape), or 9.
-fn residual_width(m: i32) -> u8 {
-    WIDTHS.clone().find(|&b| m < (1 << (b - 1))).unwrap_or(9) as u8
-}
-
-/// The narrowest width in [`WIDTHS`] a step `v` fits (two's complement), or 9.
-fn step_width(v: i32) -> u8 {
-    WIDTHS
-        .clone()
-        .find(|&b| (-(1 << (b - 1))..(1 << (b - 1))).contains(&v))
-        .unwrap_or(9) as u8
-}
-
 /// Encodes the cell frame `next` into `out` (cleared first) at `precision`:
 /// in full when `base` is None, else against `base` and, when given,
 /// `base2` (the two frames of this cell the receiver holds, newest first).
+/// `rice`: the receiver reads Rice-coded fields (protocol 1.4), and gets
+/// them when they are smaller than fixed-width ones.
 pub fn encode_cell_update(
     base: Option<Held<'_>>,
     base2: Option<Held<'_>>,
     next: &Frame,
     precision: Precision,
+    rice: bool,
     scratch: &mut CellScratch,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
@@ -281,6 +259,7 @@ pub fn encode_cell_update(
     put_u32(out, s.left.len() as u32);
     put_u32(out, n_entered as u32);
     put_u32(out, 0); // exception count, patched below
+    // The field coding (byte 46) is patched below.
     out.extend_from_slice(&[precision.pos_shift, precision.heading_shift, 0, 0]);
     s.left.iter().for_each(|&i| put_u32(out, i));
     s.entered
@@ -295,111 +274,58 @@ pub fn encode_cell_update(
     }
     if predict != Predict::Full {
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
-        let (pb, hb, exceptions) = pack(
-            base2_s,
-            &s.base,
-            &s.next,
-            precision,
-            &mut s.fields,
-            &mut s.need,
-            out,
-        );
-        out[2] = pb;
-        out[3] = hb;
+        let (coding, exceptions) =
+            code_stayed(base2_s, &s.base, &s.next, precision, rice, &mut s.pack, out);
+        let (c, b2, b3) = coding.bytes();
+        (out[2], out[3], out[46]) = (b2, b3, c);
         out[40..44].copy_from_slice(&exceptions.to_le_bytes());
     }
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
 }
 
 /// Codes the stayed boids `next_s` against `base_s` (and `base2_s`) at
-/// `p` into `out`: residual and step fields of the widths that make the
-/// update smallest (a boid that does not fit them is an exception, its
-/// first field the escape), then the exception records in index order.
-/// Returns the residual width, the step width and the exception count.
-fn pack(
+/// `p` into `out`: their residual and step fields in the coding that makes
+/// the update smallest (`fields.rs`; a boid that does not fit is an
+/// exception), then the exception records in index order. Returns the
+/// coding and the exception count.
+fn code_stayed(
     base2_s: Option<&Frame>,
     base_s: &Frame,
     next_s: &Frame,
     p: Precision,
-    fields: &mut Vec<i32>,
-    need: &mut Vec<(u8, u8)>,
+    rice: bool,
+    scratch: &mut PackScratch,
     out: &mut Vec<u8>,
-) -> (u8, u8, u32) {
+) -> (Coding, u32) {
     let n = next_s.len();
     let (ps, hs) = (p.pos_shift, p.heading_shift);
+    let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
-    need.clear();
-    // Per stayed boid: its fields, the widths they need, and a histogram
-    // of those widths (index 9: does not fit 8 bits).
-    let mut hist = [[0usize; 10]; 10];
     for i in 0..n {
-        let mut m = 0;
         for a in 0..3 {
-            let r = i32::from(next_s.pos[3 * i + a] >> ps) - predicted(base_s, base2_s, i, a, ps);
-            fields.push(r);
-            m = m.max(r.abs());
+            fields.push(
+                i32::from(next_s.pos[3 * i + a] >> ps) - predicted(base_s, base2_s, i, a, ps),
+            );
         }
-        let mut wh = WIDTHS.start().to_owned() as u8;
         for c in 0..2 {
-            let v = i32::from(next_s.heading[2 * i + c] >> hs)
-                - i32::from(base_s.heading[2 * i + c] >> hs);
-            fields.push(v);
-            wh = wh.max(step_width(v));
-        }
-        let wp = residual_width(m);
-        need.push((wp, wh));
-        hist[usize::from(wp)][usize::from(wh)] += 1;
-    }
-    // The widths that make the update smallest (ties: the narrower).
-    let mut best = (usize::MAX, 8, 8);
-    for pb in WIDTHS {
-        for hb in WIDTHS {
-            let (pb_, hb_) = (pb as usize, hb as usize);
-            let exc: usize = (0..10)
-                .flat_map(|a| (0..10).map(move |b| (a, b)))
-                .filter(|&(a, b)| a > pb_ || b > hb_)
-                .map(|(a, b)| hist[a][b])
-                .sum();
-            let size = (n * (3 * pb_ + 2 * hb_)).div_ceil(8) + EXCEPTION_BYTES * exc;
-            if size < best.0 {
-                best = (size, pb, hb);
-            }
+            fields.push(
+                i32::from(next_s.heading[2 * i + c] >> hs)
+                    - i32::from(base_s.heading[2 * i + c] >> hs),
+            );
         }
     }
-    let (_, pb, hb) = best;
-    let is_exc = |i: usize| u32::from(need[i].0) > pb || u32::from(need[i].1) > hb;
-    let (mut acc, mut filled) = (0u64, 0u32);
-    for i in 0..n {
-        let f = &fields[FIELDS * i..FIELDS * i + FIELDS];
-        let vals = if is_exc(i) {
-            [escape(pb), 0, 0, 0, 0]
-        } else {
-            [f[0], f[1], f[2], f[3], f[4]]
-        };
-        for (k, v) in vals.into_iter().enumerate() {
-            let bits = if k < 3 { pb } else { hb };
-            acc |= (v as u64 & ((1u64 << bits) - 1)) << filled;
-            filled += bits;
-            while filled >= 8 {
-                out.push(acc as u8);
-                acc >>= 8;
-                filled -= 8;
-            }
-        }
-    }
-    if filled > 0 {
-        out.push(acc as u8);
-    }
+    let coding = pack(&fields, rice, scratch, out);
+    scratch.fields = fields;
     let (pm, hm) = (p.pos_mask(), p.heading_mask());
     let mut count = 0u32;
-    for i in (0..n).filter(|&i| is_exc(i)) {
+    for i in (0..n).filter(|&i| scratch.exception[i]) {
         put_u32(out, i as u32);
         let q = next_s.position(i);
         put_u16s(out, &[q[0] & pm, q[1] & pm, q[2] & pm]);
         out.extend_from_slice(&next_s.heading_of(i).map(|h| h & hm));
         count += 1;
     }
-    (pb as u8, hb as u8, count)
+    (coding, count)
 }
 
 /// A cell update whose header and sizes are validated, borrowing the
@@ -422,35 +348,14 @@ pub struct CellUpdateView<'a> {
     entered_ids: &'a [u8],
     entered_pos: &'a [u8],
     entered_headings: &'a [u8],
-    /// Widths of the residual and the step fields (0 in a full update).
-    widths: (u32, u32),
+    /// How the stayed boids' fields are coded.
+    pub coding: Coding,
     fields: &'a [u8],
     exceptions: &'a [u8],
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
-}
-
-/// Reads `bits`-wide two's complement fields, least significant bit first.
-struct Fields<'a> {
-    bytes: std::slice::Iter<'a, u8>,
-    acc: u64,
-    filled: u32,
-}
-
-impl Fields<'_> {
-    fn next(&mut self, bits: u32) -> i32 {
-        while self.filled < bits {
-            self.acc |= u64::from(*self.bytes.next().unwrap_or(&0)) << self.filled;
-            self.filled += 8;
-        }
-        let raw = (self.acc & ((1 << bits) - 1)) as i32;
-        self.acc >>= bits;
-        self.filled -= bits;
-        // Sign-extend from `bits`.
-        (raw << (32 - bits)) >> (32 - bits)
-    }
 }
 
 impl<'a> CellUpdateView<'a> {
@@ -473,21 +378,7 @@ impl<'a> CellUpdateView<'a> {
                 ));
             }
         };
-        let mut widths = (0, 0);
-        for (name, w) in [
-            ("residual bits", &mut widths.0),
-            ("step bits", &mut widths.1),
-        ] {
-            let bits = u32::from(r.u8(name)?);
-            let ok = match predict {
-                Predict::Full => bits == 0,
-                _ => WIDTHS.contains(&bits),
-            };
-            if !ok {
-                return Err(invalid(name, bits, "2 ..= 8 (0 for a full update)"));
-            }
-            *w = bits;
-        }
+        let (b2, b3) = (r.u8("residual bits")?, r.u8("step bits")?);
         let n_boids = count(&mut r, "n_boids", MAX_BOIDS)?;
         let tick = r.u64("tick")?;
         let base_tick = r.u64("base_tick")?;
@@ -503,7 +394,8 @@ impl<'a> CellUpdateView<'a> {
         if heading_shift > MAX_HEADING_SHIFT {
             return Err(invalid("heading shift", heading_shift, "0 ..= 4"));
         }
-        reserved(&mut r, "cell update reserved", 2)?;
+        let coding = Coding::parse(r.u8("field coding")?, b2, b3, predict == Predict::Full)?;
+        reserved(&mut r, "cell update reserved", 1)?;
         if n_entered > n_boids {
             return Err(invalid("n_entered", n_entered, "at most n_boids"));
         }
@@ -530,7 +422,6 @@ impl<'a> CellUpdateView<'a> {
                 "tick > base_tick > base2_tick, unused ones 0",
             ));
         }
-        let per_boid = 3 * widths.0 as usize + 2 * widths.1 as usize;
         let view = Self {
             predict,
             tick,
@@ -545,8 +436,15 @@ impl<'a> CellUpdateView<'a> {
             entered_ids: r.take("entered ids", 4 * n_entered)?,
             entered_pos: r.take("entered positions", 6 * n_entered)?,
             entered_headings: r.take("entered headings", 2 * n_entered)?,
-            widths,
-            fields: r.take("residuals", (per_boid * stayed).div_ceil(8))?,
+            coding,
+            fields: {
+                let len = match coding.fixed_len(stayed) {
+                    Some(len) => len,
+                    // Rice codes run up to the exception records.
+                    None => r.remaining().saturating_sub(EXCEPTION_BYTES * n_exc),
+                };
+                r.take("residuals", len)?
+            },
             exceptions: r.take("exceptions", EXCEPTION_BYTES * n_exc)?,
         };
         r.finish()?;
@@ -637,16 +535,10 @@ impl<'a> CellUpdateView<'a> {
         next_s.ids.clone_from(&s.base.ids);
         next_s.pos.resize(3 * stayed, 0);
         next_s.heading.resize(2 * stayed, 0);
-        let (pb, hb) = self.widths;
-        let mut fields = Fields {
-            bytes: self.fields.iter(),
-            acc: 0,
-            filled: 0,
-        };
+        let mut fields = FieldReader::new(self.fields, self.coding);
         let mut exc = self.exceptions.chunks_exact(EXCEPTION_BYTES);
         for i in 0..stayed {
-            let f = [pb, pb, pb, hb, hb].map(|bits| fields.next(bits));
-            if f[0] == escape(pb) {
+            let Some(f) = fields.boid()? else {
                 let e = exc
                     .next()
                     .ok_or_else(|| invalid("exceptions", "too few", "one per escaped boid"))?;
@@ -664,7 +556,7 @@ impl<'a> CellUpdateView<'a> {
                 next_s.pos[3 * i..3 * i + 3].copy_from_slice(&q);
                 next_s.heading[2 * i..2 * i + 2].copy_from_slice(&h);
                 continue;
-            }
+            };
             for (a, r) in f[..3].iter().enumerate() {
                 let q = predicted(&s.base, base2_s, i, a, ps) + r;
                 if !(0..=i32::from(Q_MAX >> ps)).contains(&q) {
@@ -691,13 +583,7 @@ impl<'a> CellUpdateView<'a> {
         if exc.next().is_some() {
             return Err(invalid("exceptions", "too many", "one per escaped boid"));
         }
-        if fields.acc != 0 || fields.bytes.next().is_some() {
-            return Err(invalid(
-                "residual padding",
-                fields.acc,
-                "0 (the bits after the last field)",
-            ));
-        }
+        fields.finish()?;
         // Merge the stayed and the entered boids in id order.
         out.tick = self.tick;
         out.quant = Some(quant);
@@ -766,6 +652,7 @@ mod tests {
         roundtrip_at(base, base2, next, Precision::EXACT)
     }
 
+    /// Encodes in fixed-width fields (1.2).
     fn encode(base: Option<&Frame>, base2: Option<&Frame>, next: &Frame) -> Vec<u8> {
         let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
         encode_cell_update(
@@ -773,6 +660,7 @@ mod tests {
             base2.map(Held::exact),
             next,
             Precision::EXACT,
+            false,
             &mut s,
             &mut bytes,
         )
@@ -781,31 +669,43 @@ mod tests {
     }
 
     /// Encodes `next` at `p` against exact bases, applies it, and checks
-    /// the receiver has `next` at `p`; returns the update's size.
+    /// the receiver has `next` at `p`, in both codings; returns the size
+    /// of the fixed-width update (the Rice one is never larger).
     fn roundtrip_at(
         base: Option<&Frame>,
         base2: Option<&Frame>,
         next: &Frame,
         p: Precision,
     ) -> usize {
-        let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
-        encode_cell_update(
-            base.map(Held::exact),
-            base2.map(Held::exact),
-            next,
-            p,
-            &mut s,
-            &mut bytes,
-        )
-        .unwrap();
-        let view = CellUpdateView::parse(&bytes).unwrap();
-        assert_eq!(view.precision, p);
-        view.apply(base, base2, next.quant.unwrap(), &mut s, &mut out)
+        let sizes = [false, true].map(|rice| {
+            let (mut s, mut bytes, mut out) =
+                (CellScratch::default(), Vec::new(), Frame::default());
+            encode_cell_update(
+                base.map(Held::exact),
+                base2.map(Held::exact),
+                next,
+                p,
+                rice,
+                &mut s,
+                &mut bytes,
+            )
             .unwrap();
-        let mut want = Frame::default();
-        p.coarsen(next, &mut want);
-        assert_eq!(out, want);
-        bytes.len()
+            let view = CellUpdateView::parse(&bytes).unwrap();
+            assert_eq!(view.precision, p);
+            view.apply(base, base2, next.quant.unwrap(), &mut s, &mut out)
+                .unwrap();
+            let mut want = Frame::default();
+            p.coarsen(next, &mut want);
+            assert_eq!(out, want, "rice: {rice}");
+            bytes.len()
+        });
+        assert!(
+            sizes[1] <= sizes[0],
+            "Rice {} > fixed {}",
+            sizes[1],
+            sizes[0]
+        );
+        sizes[0]
     }
 
     #[test]
@@ -973,6 +873,7 @@ mod tests {
                 }),
                 &c,
                 pn,
+                true,
                 &mut s,
                 &mut bytes,
             )
@@ -993,7 +894,7 @@ mod tests {
         let c = swirl(14);
         let p = Precision::new(3, 2).unwrap();
         let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
-        encode_cell_update(None, None, &c, p, &mut s, &mut bytes).unwrap();
+        encode_cell_update(None, None, &c, p, true, &mut s, &mut bytes).unwrap();
         // The first entered boid's x: set its lowest bit.
         let at = CELL_UPDATE_HEADER_BYTES + 4 * c.len();
         bytes[at] |= 1;

@@ -75,9 +75,10 @@ pub type HeldAt = (u64, Precision);
 pub type Held = [Option<HeldAt>; 2];
 
 /// An update of one cell against held frames: the frame it applies to,
-/// the one before when linear, its precision, and its bytes (None when it
-/// is not smaller than the full update at that precision).
-type LinearForm = (HeldAt, Option<HeldAt>, Precision, Option<Bytes>);
+/// the one before when linear, its precision, whether Rice codes were
+/// allowed (the receiver's protocol is 1.4 or later), and its bytes (None
+/// when it is not smaller than the full update at that precision).
+type LinearForm = (HeldAt, Option<HeldAt>, Precision, bool, Option<Bytes>);
 
 /// A full update of one cell: its precision and bytes.
 type FullForm = (Precision, Option<Bytes>);
@@ -138,13 +139,14 @@ impl CellSet {
         base2: Option<HeldFrame<'_>>,
         next: &Frame,
         precision: Precision,
+        rice: bool,
     ) -> Option<Bytes> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
         }
         let t0 = Instant::now();
         let bytes = SCRATCH.with_borrow_mut(|(scratch, out)| {
-            match encode_cell_update(base, base2, next, precision, scratch, out) {
+            match encode_cell_update(base, base2, next, precision, rice, scratch, out) {
                 Ok(()) => {
                     self.telemetry.cell_updates_encoded.inc();
                     Some(Bytes::copy_from_slice(out))
@@ -186,14 +188,21 @@ impl CellSet {
         if let Some((p, bytes)) = found {
             return bytes.clone().map(|b| (b, *p));
         }
-        let bytes = self.encode(None, None, next, precision);
+        let bytes = self.encode(None, None, next, precision, false);
         forms.push((precision, bytes.clone()));
         bytes.map(|b| (b, precision))
     }
 
     /// The cheapest update that brings a viewer holding the cell as `held`
-    /// to this broadcast at `precision` (or near it).
-    pub fn update_for(&self, cell: u32, held: Held, precision: Precision) -> Option<Update> {
+    /// to this broadcast at `precision` (or near it); `rice`: the viewer
+    /// reads Rice-coded fields (protocol 1.4).
+    pub fn update_for(
+        &self,
+        cell: u32,
+        held: Held,
+        precision: Precision,
+        rice: bool,
+    ) -> Option<Update> {
         let seq = self.now.seq;
         let c = cell as usize;
         // Against both frames held when both are recent enough, else
@@ -202,7 +211,7 @@ impl CellSet {
         let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
         if let Some(a) = recent(held[0])
             && let b = recent(held[1]).filter(|b| b.0 < a.0)
-            && let Some(bytes) = self.linear(c, a, b, precision)
+            && let Some(bytes) = self.linear(c, a, b, precision, rice)
         {
             return Some(Update {
                 bytes,
@@ -228,13 +237,14 @@ impl CellSet {
         a: HeldAt,
         b: Option<HeldAt>,
         precision: Precision,
+        rice: bool,
     ) -> Option<Bytes> {
         let mut forms = lock(self.linear.get(c)?);
         if let Some(f) = forms
             .iter()
-            .find(|f| f.0 == a && f.1 == b && f.2 == precision)
+            .find(|f| f.0 == a && f.1 == b && f.2 == precision && f.3 == rice)
         {
-            return f.3.clone();
+            return f.4.clone();
         }
         if forms.len() >= LINEAR_FORMS {
             return None;
@@ -253,9 +263,9 @@ impl CellSet {
         // A full update's size is known without encoding it.
         let full_len = CELL_UPDATE_HEADER_BYTES + FULL_BYTES_PER_BOID * self.now.cells[c].len();
         let bytes = self
-            .encode(Some(base), base2, &self.now.cells[c], precision)
+            .encode(Some(base), base2, &self.now.cells[c], precision, rice)
             .filter(|l| l.len() < full_len);
-        forms.push((a, b, precision, bytes.clone()));
+        forms.push((a, b, precision, rice, bytes.clone()));
         bytes
     }
 }
@@ -407,7 +417,7 @@ mod tests {
                     if set.now.cells[c as usize].is_empty() && h[0].is_none() {
                         continue;
                     }
-                    let u = set.update_for(c, *h, precisions[v]).unwrap();
+                    let u = set.update_for(c, *h, precisions[v], v % 2 == 0).unwrap();
                     kinds[v][usize::from(u.linear)] += 1;
                     *h = u.held;
                     push_update(c, &u.bytes, &mut batch);
@@ -470,7 +480,9 @@ mod tests {
         assert!(set.past.is_empty());
         let c = set.now.grid.cell_of([500, 100, 100]);
         let e = Precision::EXACT;
-        let u = set.update_for(c, [Some((3, e)), Some((2, e))], e).unwrap();
+        let u = set
+            .update_for(c, [Some((3, e)), Some((2, e))], e, true)
+            .unwrap();
         assert!(!u.linear);
         assert_eq!(
             u.held,
@@ -497,12 +509,18 @@ mod tests {
         let set = set.unwrap();
         let c = set.now.grid.cell_of([600, 100, 100]);
         // Held at seq 10 (recent) and seq 2 (beyond HISTORY): from seq 10 alone.
-        let u = set.update_for(c, [Some((10, e)), Some((2, e))], e).unwrap();
+        let u = set
+            .update_for(c, [Some((10, e)), Some((2, e))], e, true)
+            .unwrap();
         assert!(u.linear, "not a full update");
         assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
         let view = starling_protocol::interest::CellUpdateView::parse(&u.bytes).unwrap();
         assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
         // Held only at seq 2: in full.
-        assert!(!set.update_for(c, [Some((2, e)), None], e).unwrap().linear);
+        assert!(
+            !set.update_for(c, [Some((2, e)), None], e, true)
+                .unwrap()
+                .linear
+        );
     }
 }

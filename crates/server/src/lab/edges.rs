@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
-use starling_protocol::{ClientMsg, PROTOCOL_MAJOR, ServerFrame, decode_server, encode_client};
+use starling_protocol::{
+    ClientMsg, PROTOCOL_MAJOR, PROTOCOL_MINOR, ServerFrame, decode_server, encode_client,
+};
 use tokio::process::Child;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -114,7 +116,7 @@ async fn clock(addr: String, arrivals: Arrivals) -> Result<()> {
     encode_client(
         &ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
-            minor: 2,
+            minor: PROTOCOL_MINOR,
             max_fps: 120,
             region: None,
         },

@@ -14,7 +14,8 @@ use anyhow::{Context, Result, bail};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use starling_protocol::{
-    ClientMsg, PROTOCOL_MAJOR, ServerFrame, ServerMsg, View, decode_server, encode_client,
+    ClientMsg, PROTOCOL_MAJOR, PROTOCOL_MINOR, ServerFrame, ServerMsg, View, decode_server,
+    encode_client,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
@@ -174,7 +175,7 @@ pub(crate) async fn viewer(
     encode_client(
         &ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
-            minor: 2,
+            minor: PROTOCOL_MINOR,
             max_fps: fps,
             region,
         },

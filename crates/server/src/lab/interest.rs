@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use starling_protocol::PROTOCOL_MINOR;
 use starling_protocol::interest::CellMirror;
 use starling_protocol::{Frame, FrameBuilder, QuantBox, View};
 use starling_sim::Flock;
@@ -131,7 +132,7 @@ pub fn measure(
             } else {
                 tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
             };
-            ViewerInterest::new(view, Duration::ZERO)
+            ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR)
         })
         .collect();
     let mut mirror: Option<CellMirror> = None;

@@ -199,7 +199,8 @@ impl Stream {
                 continue;
             }
             let u = cells
-                .update_for(c as u32, self.held[c], Precision::EXACT)
+                // Edges are this server's own build: Rice codes when smaller.
+                .update_for(c as u32, self.held[c], Precision::EXACT, true)
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;

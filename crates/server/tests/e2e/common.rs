@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use starling_protocol::interest::{BatchView, CellUpdateView};
 use starling_protocol::{
     AgentList, ClientMsg, Command, ErrorMsg, Frame, Hello, Metrics, PROTOCOL_MAJOR, ParamInfo,
     ServerFrame, ServerMsg, View, decode_server, encode_client,
@@ -112,6 +113,8 @@ pub(crate) struct Viewer {
     pub(crate) bytes: usize,
     /// The interest stream's state (after an `Interest` message).
     pub(crate) mirror: Option<starling_protocol::interest::CellMirror>,
+    /// The field coding of every cell update received.
+    pub(crate) codings: Vec<starling_protocol::interest::Coding>,
     /// The last `Interest` message.
     pub(crate) interest: Option<starling_protocol::InterestInfo>,
 }
@@ -152,6 +155,17 @@ impl Viewer {
         max_fps: u16,
         view: Option<View>,
     ) -> Self {
+        Self::connect_minor(addr, token, max_fps, view, 2).await
+    }
+
+    /// Connects and subscribes as a client of protocol 1.`minor`.
+    pub(crate) async fn connect_minor(
+        addr: SocketAddr,
+        token: Option<&str>,
+        max_fps: u16,
+        view: Option<View>,
+        minor: u16,
+    ) -> Self {
         let url = match token {
             Some(t) => format!("ws://{addr}/ws?token={t}"),
             None => format!("ws://{addr}/ws"),
@@ -179,10 +193,11 @@ impl Viewer {
             bytes: 0,
             mirror: None,
             interest: None,
+            codings: Vec::new(),
         };
         v.send(&ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
-            minor: 2,
+            minor,
             max_fps,
             region: view,
         })
@@ -235,6 +250,12 @@ impl Viewer {
             }
             ServerFrame::Cells(b) => {
                 let mirror = self.mirror.as_mut().expect("Interest comes before cells");
+                let batch = BatchView::parse(b, mirror.grid().len()).expect("a batch parses");
+                self.codings.extend(
+                    batch
+                        .updates()
+                        .map(|(_, u)| CellUpdateView::parse(u).expect("an update parses").coding),
+                );
                 Event::Cells(mirror.apply(b).expect("a batch applies to what we hold"))
             }
             ServerFrame::Control(c) => match c {

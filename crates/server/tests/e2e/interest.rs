@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use starling_protocol::interest::CellMirror;
-use starling_protocol::{ClientMsg, ErrorCode, View};
+use starling_protocol::{ClientMsg, ErrorCode, RICE_MINOR, View};
 use starling_server::config::Config;
 
 use crate::common::{TestServer, Viewer, test_config};
@@ -92,6 +92,57 @@ async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_bud
     }
     check_held(v.mirror.as_ref().unwrap(), &far);
     assert!(v.mirror.as_ref().unwrap().held_cells().count() > 0);
+    server.stop().await.unwrap();
+}
+
+/// A 1.4 viewer gets Rice-coded cell updates where they are smaller; a
+/// 1.2 viewer of the same cells never does, and both rebuild them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rice_codes_go_only_to_viewers_that_read_them() {
+    use starling_protocol::interest::Coding;
+    let server = TestServer::start(Config {
+        population: 5_000,
+        ..test_config()
+    })
+    .await;
+    let corner = View {
+        min: [0.0, 0.0, 0.0],
+        max: [60.0, 60.0, 80.0],
+        eye: Some([30.0, 30.0, 120.0]),
+        budget_bytes_per_s: Some(1_000_000),
+    };
+    let mut old = Viewer::connect_minor(server.addr, None, 30, Some(corner), 2).await;
+    let mut new = Viewer::connect_minor(server.addr, None, 30, Some(corner), RICE_MINOR).await;
+    for _ in 0..60 {
+        old.next_cells().await;
+        new.next_cells().await;
+    }
+    let rice = |v: &Viewer| {
+        v.codings
+            .iter()
+            .filter(|c| matches!(c, Coding::Rice(..)))
+            .count()
+    };
+    let fixed_linear = |v: &Viewer| {
+        v.codings
+            .iter()
+            .filter(|c| matches!(c, Coding::Fixed(..)) && **c != Coding::NONE)
+            .count()
+    };
+    assert_eq!(rice(&old), 0, "a 1.2 viewer got Rice codes");
+    assert!(
+        fixed_linear(&old) > 0,
+        "the 1.2 viewer got no delta updates"
+    );
+    assert!(
+        rice(&new) > fixed_linear(&new),
+        "a 1.4 viewer got {} Rice-coded and {} fixed-width updates",
+        rice(&new),
+        fixed_linear(&new)
+    );
+    for v in [&old, &new] {
+        check_held(v.mirror.as_ref().unwrap(), &corner);
+    }
     server.stop().await.unwrap();
 }
 

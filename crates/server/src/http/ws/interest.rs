@@ -25,7 +25,7 @@ use starling_protocol::interest::{
     BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
     Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
-use starling_protocol::{InterestInfo, QuantBox, View};
+use starling_protocol::{InterestInfo, QuantBox, RICE_MINOR, View};
 
 use super::budget::Budget;
 use crate::engine::interest::{CellSet, Held};
@@ -129,6 +129,9 @@ pub struct ViewerInterest {
     full: Vec<bool>,
     /// The batch being built (reused; each batch is copied out).
     buf: Vec<u8>,
+    /// The viewer reads Rice-coded cell updates (it subscribed with
+    /// protocol 1.4 or later).
+    rice: bool,
 }
 
 /// The stream's grid and budget are announced again when the budget moves
@@ -147,8 +150,9 @@ pub struct Send {
 }
 
 impl ViewerInterest {
-    /// A viewer looking at `view` (already checked), connected at `now`.
-    pub fn new(view: View, now: Duration) -> Self {
+    /// A viewer looking at `view` (already checked), connected at `now`,
+    /// that subscribed with protocol minor `minor`.
+    pub fn new(view: View, now: Duration, minor: u16) -> Self {
         Self {
             view,
             frame: None,
@@ -168,6 +172,7 @@ impl ViewerInterest {
             dropped: Vec::new(),
             full: Vec::new(),
             buf: Vec::new(),
+            rice: minor >= RICE_MINOR,
         }
     }
 
@@ -379,8 +384,12 @@ impl ViewerInterest {
             if !self.budget.can_send() {
                 break;
             }
-            let Some(update) = set.update_for(c, self.held[c as usize], self.precision[c as usize])
-            else {
+            let Some(update) = set.update_for(
+                c,
+                self.held[c as usize],
+                self.precision[c as usize],
+                self.rice,
+            ) else {
                 continue;
             };
             let bytes = update.bytes;
@@ -409,7 +418,7 @@ mod tests {
     use std::sync::Arc;
 
     use starling_protocol::interest::CellMirror;
-    use starling_protocol::{Frame, QuantBox};
+    use starling_protocol::{Frame, PROTOCOL_MINOR, QuantBox};
 
     use super::*;
     use crate::engine::interest::CellBuilder;
@@ -442,7 +451,7 @@ mod tests {
     fn run(view: View) -> (CellMirror, usize) {
         let tel = Arc::new(Telemetry::default());
         let mut b = CellBuilder::default();
-        let mut vi = ViewerInterest::new(view, Duration::ZERO);
+        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
         let mut mirror = None;
         for seq in 1..=60u64 {
             let set = b
@@ -539,7 +548,7 @@ mod tests {
             eye: Some([hi[0], 50.0, 1e4]),
             budget_bytes_per_s: Some(64_000),
         };
-        let mut vi = ViewerInterest::new(view, Duration::ZERO);
+        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
         vi.locate(grid, quant);
         let weight = |c: u32| vi.in_view.iter().find(|w| w.0 == c).map(|w| w.1);
         let mut compared = 0;

@@ -170,13 +170,14 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
         }
     }
     // The first message must be Subscribe, with our major version.
-    let (max_fps, view) = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await {
+    let (max_fps, view, minor) = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await
+    {
         Ok(Some(Ok(Message::Binary(b)))) => match decode_client(&b) {
             Ok(ClientMsg::Subscribe {
                 major,
+                minor,
                 max_fps,
                 region,
-                ..
             }) if major == PROTOCOL_MAJOR => {
                 if let Some(Err(e)) = region.map(|v| v.check()) {
                     let detail = format!("{} = {}: allowed {}", e.field, e.value, e.allowed);
@@ -191,7 +192,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                     w.close(CloseReason::ProtocolError, &detail).await;
                     return;
                 }
-                (clamp_fps(max_fps, s.0.limits.snapshot_hz), region)
+                (clamp_fps(max_fps, s.0.limits.snapshot_hz), region, minor)
             }
             other => {
                 let theirs = declared_major(&b);
@@ -236,7 +237,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
         view: view.is_some().then_some(view_tx),
     };
     let started = Instant::now();
-    let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO));
+    let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO, minor));
     let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
     // the reader stops running commands before the Close goes out.
