@@ -28,7 +28,8 @@ pub struct Encoder {
     last_keyframe_seq: u64,
     /// The tick of the last broadcast, so one tick is never sent twice.
     last_tick: Option<u64>,
-    scratch: Vec<u8>,
+    /// Encode buffers: keyframe, delta from the previous frame, linear delta.
+    scratch: [Vec<u8>; 3],
     /// The interest stream's cells.
     cells: CellBuilder,
     /// Build cells for every broadcast, viewers or not (an origin
@@ -112,28 +113,30 @@ impl Encoder {
     ) -> Option<Arc<Broadcast>> {
         let tick = self.frames[2].tick;
         self.seq += 1;
-        encode_keyframe(&self.frames[2], &mut self.scratch).ok()?;
-        let keyframe = Bytes::copy_from_slice(&self.scratch);
         let force_key = self.seq - self.last_keyframe_seq >= keyframe_every.max(1);
-        self.chain = (self.chain + 1).min(3);
-        let (mut delta_from_prev, mut delta_linear) = (None, None);
-        if !force_key && self.chain >= 2 {
-            if encode_delta(None, &self.frames[1], &self.frames[2], &mut self.scratch).is_ok() {
-                delta_from_prev = Some(Bytes::copy_from_slice(&self.scratch));
-            }
-            if self.chain >= 3
-                && delta_from_prev.is_some()
-                && encode_delta(
-                    Some(&self.frames[0]),
-                    &self.frames[1],
-                    &self.frames[2],
-                    &mut self.scratch,
+        let chain = (self.chain + 1).min(3);
+        // PERF: the keyframe and the two deltas are independent: encoded
+        // side by side on the pool (each into its own buffer).
+        let [f0, f1, f2] = &self.frames;
+        let [s_key, s_prev, s_linear] = &mut self.scratch;
+        let deltas = !force_key && chain >= 2;
+        let linear = deltas && chain >= 3;
+        let (key, (prev, lin)) = rayon::join(
+            || encode_keyframe(f2, s_key).is_ok(),
+            || {
+                rayon::join(
+                    || deltas && encode_delta(None, f1, f2, s_prev).is_ok(),
+                    || linear && encode_delta(Some(f0), f1, f2, s_linear).is_ok(),
                 )
-                .is_ok()
-            {
-                delta_linear = Some(Bytes::copy_from_slice(&self.scratch));
-            }
+            },
+        );
+        if !key {
+            return None;
         }
+        self.chain = chain;
+        let keyframe = Bytes::copy_from_slice(s_key);
+        let delta_from_prev = prev.then(|| Bytes::copy_from_slice(s_prev));
+        let delta_linear = (prev && lin).then(|| Bytes::copy_from_slice(s_linear));
         if delta_from_prev.is_none() {
             // A keyframe-only broadcast starts a new delta chain.
             self.chain = 1;

@@ -3,6 +3,7 @@
 //! many viewers of a live server (`fanout`, benchmark C). One JSON line per
 //! run; medians and percentiles, never a single timing.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -10,6 +11,9 @@ use starling_sim::kernel::KernelPath;
 use starling_sim::{Flock, FlockConfig, scenarios};
 
 use super::peak_rss;
+use crate::config::Config;
+use crate::engine::broadcast::Encoder;
+use crate::telemetry::Telemetry;
 
 /// Which neighbour kernel to run.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -110,6 +114,10 @@ pub struct Plan {
     /// the same bits on every path; only speed differs.
     #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
     pub kernel: KernelArg,
+    /// Scenario B without the server's snapshot encoder: the engine alone
+    /// (its time and memory).
+    #[arg(long)]
+    pub no_snapshots: bool,
 }
 
 /// Runs the plan, printing one JSON line per run.
@@ -175,14 +183,21 @@ pub fn run(plan: &Plan) -> Result<()> {
                 continue;
             }
             for &t in &plan.threads {
-                bench(s, n, t, ticks, warmup)?;
+                bench(s, n, t, ticks, warmup, !plan.no_snapshots)?;
             }
         }
     }
     Ok(())
 }
 
-fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Result<()> {
+fn bench(
+    s: Scenario,
+    n: usize,
+    threads: usize,
+    ticks: u64,
+    warmup: u64,
+    snapshots: bool,
+) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
         Scenario::Full
@@ -196,18 +211,44 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
     let mut flock = Flock::new(config).context("benchmark config")?;
     let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
     let mut candidates = 0.0f64;
+    // B also runs the server's snapshot encoder (quantise, id order, a
+    // keyframe and the deltas) on the ticks a default server broadcasts,
+    // on the same pool: the whole tick the server's tick thread runs.
+    let broadcasts = snapshots && matches!(s, Scenario::Full);
+    let server = Config::default();
+    let stride = u64::from((flock.params().tick_hz / server.snapshot_hz.max(1)).max(1));
+    let keyframe_every = (server.keyframe_interval_s * server.snapshot_hz as f32).max(1.0) as u64;
+    let (mut encoder, telemetry) = (Encoder::new(false), Arc::new(Telemetry::default()));
+    let (mut snapshot_ms, mut whole_ms) = (Vec::new(), Vec::new());
     warmed_up(threads, &mut flock, warmup, |flock| {
         for _ in 0..ticks {
             let t0 = Instant::now();
             flock.step();
-            times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let step = t0.elapsed().as_secs_f64() * 1e3;
+            times_ms.push(step);
             candidates += f64::from(flock.metrics().mean_candidates);
+            if broadcasts && flock.tick().is_multiple_of(stride) {
+                let t1 = Instant::now();
+                let sent = encoder.encode(flock, keyframe_every, &telemetry);
+                let ms = t1.elapsed().as_secs_f64() * 1e3;
+                if sent.is_some() {
+                    snapshot_ms.push(ms);
+                    whole_ms.push(step + ms);
+                }
+            }
         }
     })?;
     let total_s: f64 = times_ms.iter().sum::<f64>() / 1e3;
+    let quantile = |v: &mut Vec<f64>, q: f64| -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        let x = *v.get(((v.len().max(1) - 1) as f64 * q).round() as usize)?;
+        Some((x * 1000.0).round() / 1000.0)
+    };
+    let snapshot = [0.5, 0.99].map(|q| quantile(&mut snapshot_ms, q));
+    let whole = [0.5, 0.99].map(|q| quantile(&mut whole_ms, q));
     times_ms.sort_by(f64::total_cmp);
     let pct = |q: f64| times_ms[((times_ms.len() - 1) as f64 * q).round() as usize];
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "scenario": name,
         "population": n,
         "threads": threads,
@@ -223,6 +264,15 @@ fn bench(s: Scenario, n: usize, threads: usize, ticks: u64, warmup: u64) -> Resu
         "peak_rss_is_this_run": peak_is_this_run,
         "kernel": KernelPath::current().name(),
     });
+    if broadcasts {
+        // Snapshots at the default server's rate; the whole tick is a
+        // broadcasting tick's step plus its snapshot.
+        line["snapshot_hz"] = server.snapshot_hz.into();
+        line["snapshot_ms_p50"] = snapshot[0].into();
+        line["snapshot_ms_p99"] = snapshot[1].into();
+        line["whole_tick_ms_p50"] = whole[0].into();
+        line["whole_tick_ms_p99"] = whole[1].into();
+    }
     println!("{line}");
     Ok(())
 }

@@ -19,8 +19,8 @@ fn bench_line(args: &[&str]) -> serde_json::Value {
 }
 
 /// A million boids of the default flock fit in 200 MiB (the engine's
-/// memory budget), measured as the process's peak resident memory by the
-/// bench line itself.
+/// memory budget, without the server's snapshot encoder), measured as the
+/// process's peak resident memory by the bench line itself.
 #[test]
 fn a_million_boid_flock_stays_under_200_mib() {
     let line = bench_line(&[
@@ -34,8 +34,10 @@ fn a_million_boid_flock_stays_under_200_mib() {
         "2",
         "--warmup",
         "1",
+        "--no-snapshots",
     ]);
     assert_eq!(line["scenario"], "B-full");
+    assert!(line.get("snapshot_ms_p50").is_none(), "{line}");
     assert_eq!(line["population"], 1_000_000);
     let peak = line["peak_rss_mib"].as_f64();
     if !cfg!(target_os = "linux") && peak.is_none() {
@@ -47,6 +49,37 @@ fn a_million_boid_flock_stays_under_200_mib() {
         "a million boids cannot fit in {peak} MiB: {line}"
     );
     assert!(peak < 200.0, "peak {peak} MiB for a million boids: {line}");
+}
+
+/// Scenario B reports the server's snapshot encoder on the ticks a default
+/// server broadcasts, and the whole tick (step plus snapshot) with it.
+#[test]
+fn scenario_b_reports_the_whole_tick_with_its_snapshot() {
+    let line = bench_line(&[
+        "--scenario",
+        "full",
+        "--population",
+        "2000",
+        "--threads",
+        "1",
+        "--ticks",
+        "8",
+        "--warmup",
+        "2",
+    ]);
+    assert_eq!(line["snapshot_hz"], 30, "{line}");
+    for key in [
+        "snapshot_ms_p50",
+        "snapshot_ms_p99",
+        "whole_tick_ms_p50",
+        "whole_tick_ms_p99",
+    ] {
+        let ms = line[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {key}: {line}"));
+        assert!(ms > 0.0, "{key} = {ms}: {line}");
+    }
+    assert!(line["whole_tick_ms_p99"].as_f64() > line["snapshot_ms_p99"].as_f64());
 }
 
 /// `--kernel` picks the neighbour kernel; every path computes the same
