@@ -88,13 +88,24 @@ impl Coding {
         }
     }
 
-    /// The fields' bytes for `stayed` boids, when the coding fixes it.
-    pub(super) fn fixed_len(self, stayed: usize) -> Option<usize> {
+    /// The bytes the fields of `stayed` boids may take: exactly one length
+    /// in fixed coding; in Rice coding from every boid's shortest codes
+    /// (or an escape) to every boid's longest.
+    pub(super) fn len_range(self, stayed: usize) -> RangeInclusive<usize> {
+        let bytes = |bits_per_boid: usize| (bits_per_boid * stayed).div_ceil(8);
         match self {
             Coding::Fixed(r, h) => {
-                Some(((3 * usize::from(r) + 2 * usize::from(h)) * stayed).div_ceil(8))
+                let len = bytes(3 * usize::from(r) + 2 * usize::from(h));
+                len..=len
             }
-            Coding::Rice(..) => None,
+            Coding::Rice(r, h) => {
+                let escape = RICE_ESCAPE as usize;
+                let (r, h) = (usize::from(r), usize::from(h));
+                // A value's code: q one-bits (q < 16), a zero-bit, k bits.
+                let shortest = 3 * (1 + r) + 2 * (1 + h);
+                let longest = 3 * (escape + r) + 2 * (escape + h);
+                bytes(shortest.min(escape))..=bytes(longest.max(escape))
+            }
         }
     }
 }
@@ -491,6 +502,42 @@ mod tests {
             .collect();
         let (coding, _) = roundtrip(&fields, true);
         assert!(matches!(coding, Coding::Fixed(..)), "{coding:?}");
+    }
+
+    #[test]
+    fn an_escaped_last_boid_ends_on_a_byte_and_a_stray_byte_is_refused() {
+        // Eight boids of 0 (five one-bit codes each), then one that escapes:
+        // its sixteen one-bits end the seventh byte exactly.
+        let mut fields: Vec<i32> = vec![0; 9 * FIELDS];
+        fields[8 * FIELDS] = 40_000;
+        let (mut s, mut out) = (PackScratch::default(), Vec::new());
+        let coding = pack(&fields, true, &mut s, &mut out);
+        assert_eq!(coding, Coding::Rice(0, 0));
+        assert_eq!(s.exception.iter().filter(|&&e| e).count(), 1);
+        assert!(s.exception[8]);
+        assert_eq!(out.len(), 7);
+        let mut r = FieldReader::new(&out, coding);
+        for _ in 0..8 {
+            assert_eq!(r.boid().unwrap(), Some([0; FIELDS]));
+        }
+        assert_eq!(r.boid().unwrap(), None);
+        r.finish().unwrap();
+        // Eight boids of 0 fill exactly five bytes; a sixth, zero byte is refused.
+        let (mut s, mut out) = (PackScratch::default(), Vec::new());
+        let coding = pack(&[0; 8 * FIELDS], true, &mut s, &mut out);
+        assert_eq!((coding, out.len()), (Coding::Rice(0, 0), 5));
+        out.push(0);
+        let mut r = FieldReader::new(&out, coding);
+        for _ in 0..8 {
+            assert_eq!(r.boid().unwrap(), Some([0; FIELDS]));
+        }
+        assert!(r.finish().unwrap_err().to_string().contains("padding"));
+        // The lengths a Rice coding allows.
+        assert_eq!(
+            Coding::Rice(0, 0).len_range(8),
+            5..=(8 * 80usize).div_ceil(8)
+        );
+        assert_eq!(Coding::Fixed(2, 3).len_range(8), 12..=12);
     }
 
     #[test]

@@ -34,6 +34,8 @@ use crate::quant::{Q_MAX, QuantBox};
 pub const KIND_CELL_UPDATE: u8 = 0x13;
 /// Bytes before a cell update's left list.
 pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
+/// Where a cell update's field coding byte is (1.4).
+pub const CODING_OFFSET: usize = 46;
 
 /// How an update's stayed boids are predicted (the `predict` byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,7 +279,7 @@ pub fn encode_cell_update(
         let (coding, exceptions) =
             code_stayed(base2_s, &s.base, &s.next, precision, rice, &mut s.pack, out);
         let (c, b2, b3) = coding.bytes();
-        (out[2], out[3], out[46]) = (b2, b3, c);
+        (out[2], out[3], out[CODING_OFFSET]) = (b2, b3, c);
         out[40..44].copy_from_slice(&exceptions.to_le_bytes());
     }
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
@@ -438,11 +440,19 @@ impl<'a> CellUpdateView<'a> {
             entered_headings: r.take("entered headings", 2 * n_entered)?,
             coding,
             fields: {
-                let len = match coding.fixed_len(stayed) {
-                    Some(len) => len,
+                let range = coding.len_range(stayed);
+                let len = match coding {
+                    Coding::Fixed(..) => *range.start(),
                     // Rice codes run up to the exception records.
-                    None => r.remaining().saturating_sub(EXCEPTION_BYTES * n_exc),
+                    Coding::Rice(..) => r.remaining().saturating_sub(EXCEPTION_BYTES * n_exc),
                 };
+                if !range.contains(&len) {
+                    return Err(invalid(
+                        "residuals",
+                        format!("{len} bytes for {stayed} boids"),
+                        "between the shortest and the longest codes of the stayed boids",
+                    ));
+                }
                 r.take("residuals", len)?
             },
             exceptions: r.take("exceptions", EXCEPTION_BYTES * n_exc)?,
