@@ -8,7 +8,8 @@
 //! - **Rice** (1.4): each field's zigzagged value `u` (0, −1, 1, −2, … →
 //!   0, 1, 2, 3, …) as `u >> k` one-bits, a zero-bit, then the low `k` bits
 //!   of `u`; `k` is one parameter for the residuals and one for the steps
-//!   (0 ..= 7 each), those that make the update smallest. Small residuals,
+//!   (0 ..= 7 each), each the one that makes its fields' codes shortest
+//!   (escapes counted). Small residuals,
 //!   the common case of a well predicted flock, take a bit or two instead
 //!   of a whole field's width.
 //!
