@@ -224,6 +224,14 @@ pub(crate) fn put_u16s(out: &mut Vec<u8>, vs: &[u16]) {
             .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
     }
 }
+/// Appends `v` as an unsigned LEB128 varint (its shortest form).
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
 pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }

@@ -58,6 +58,36 @@ impl<'a> Reader<'a> {
         Ok(f32::from_le_bytes(self.array(what)?))
     }
 
+    /// An unsigned LEB128 varint: 7 bits a byte, least significant first,
+    /// the high bit set on every byte but the last; at most 10 bytes, in
+    /// its shortest form (no trailing zero byte), within `u64`.
+    pub(crate) fn varint(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8(what)?;
+            let bits = u64::from(b & 0x7f);
+            if i == 9 && b > 1 {
+                return Err(invalid(what, "more than 64 bits", "a varint within u64"));
+            }
+            v |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                if i > 0 && b == 0 {
+                    return Err(invalid(
+                        what,
+                        "a trailing zero byte",
+                        "a varint in its shortest form",
+                    ));
+                }
+                return Ok(v);
+            }
+        }
+        Err(invalid(
+            what,
+            "more than 10 bytes",
+            "a varint of at most 10 bytes",
+        ))
+    }
+
     /// How many bytes are not read yet.
     pub(crate) fn remaining(&self) -> usize {
         self.bytes.len() - self.at

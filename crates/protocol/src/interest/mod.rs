@@ -32,6 +32,6 @@ pub use mirror::{Applied, CellMirror};
 pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 pub use summary::{CellSummary, SUMMARY_BYTES};
 pub use update::{
-    CELL_UPDATE_HEADER_BYTES, CODING_OFFSET, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE,
-    Predict, encode_cell_update,
+    CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE,
+    KIND_COMPACT_CELL_UPDATE, Predict, cell_update_header_len, encode_cell_update,
 };

@@ -25,17 +25,21 @@ use super::fields::{Coding, FieldReader, PackScratch, pack};
 use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
-    EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_u64, reserved,
+    EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_u64, put_varint,
+    reserved,
 };
 use crate::limits::{MAX_BOIDS, MAX_MESSAGE_BYTES};
 use crate::quant::{Q_MAX, QuantBox};
 
 /// First byte of a cell update.
 pub const KIND_CELL_UPDATE: u8 = 0x13;
+/// First byte of a cell update with the compact header (1.4): the same
+/// update, its counts and ticks as varints.
+pub const KIND_COMPACT_CELL_UPDATE: u8 = 0x14;
 /// Bytes before a cell update's left list.
 pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
 /// Where a cell update's field coding byte is (1.4).
-pub const CODING_OFFSET: usize = 46;
+const CODING_OFFSET: usize = 46;
 
 /// How an update's stayed boids are predicted (the `predict` byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,8 +159,9 @@ fn predicted(base_s: &Frame, base2_s: Option<&Frame>, i: usize, a: usize, shift:
 /// Encodes the cell frame `next` into `out` (cleared first) at `precision`:
 /// in full when `base` is None, else against `base` and, when given,
 /// `base2` (the two frames of this cell the receiver holds, newest first).
-/// `rice`: the receiver reads Rice-coded fields (protocol 1.4), and gets
-/// them when they are smaller than fixed-width ones.
+/// `rice`: the receiver reads protocol 1.4: Rice-coded fields when they
+/// are smaller than fixed-width ones, and an update against a base with
+/// the compact header.
 pub fn encode_cell_update(
     base: Option<Held<'_>>,
     base2: Option<Held<'_>>,
@@ -281,8 +286,164 @@ pub fn encode_cell_update(
         let (c, b2, b3) = coding.bytes();
         (out[2], out[3], out[CODING_OFFSET]) = (b2, b3, c);
         out[40..44].copy_from_slice(&exceptions.to_le_bytes());
+        if rice {
+            let head = Head::read_wide(&mut Reader::new(out))
+                .map_err(|e| EncodeError::Shape(format!("own header: {e}")))?;
+            let mut compact = Vec::with_capacity(COMPACT_HEADER_MAX_BYTES);
+            head.put_compact(&mut compact);
+            out.splice(..CELL_UPDATE_HEADER_BYTES, compact);
+        }
     }
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
+}
+
+/// The length of a cell update's header (48 bytes, or the compact one's),
+/// None when it does not parse.
+pub fn cell_update_header_len(update: &[u8]) -> Option<usize> {
+    let mut r = Reader::new(update);
+    match *update.first()? {
+        KIND_CELL_UPDATE => Head::read_wide(&mut r).ok()?,
+        KIND_COMPACT_CELL_UPDATE => Head::read_compact(&mut r).ok()?,
+        _ => return None,
+    };
+    Some(update.len() - r.remaining())
+}
+
+/// The longest compact header: six bytes and seven varints.
+const COMPACT_HEADER_MAX_BYTES: usize = 6 + 7 * 10;
+
+/// A cell update's header, in either form, not yet validated.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    predict: u8,
+    b2: u8,
+    b3: u8,
+    coding: u8,
+    n_boids: usize,
+    tick: u64,
+    base_tick: u64,
+    base2_tick: u64,
+    n_left: usize,
+    n_entered: usize,
+    n_exc: usize,
+    pos_shift: u8,
+    heading_shift: u8,
+}
+
+impl Head {
+    /// The 48-byte header (kind `0x13`), read from the kind byte on.
+    fn read_wide(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let _kind = r.u8("kind")?;
+        let (predict, b2, b3) = (r.u8("predict")?, r.u8("residual bits")?, r.u8("step bits")?);
+        let n_boids = count(r, "n_boids", MAX_BOIDS)?;
+        let (tick, base_tick, base2_tick) =
+            (r.u64("tick")?, r.u64("base_tick")?, r.u64("base2_tick")?);
+        let n_left = count(r, "n_left", MAX_BOIDS)?;
+        let n_entered = count(r, "n_entered", MAX_BOIDS)?;
+        let n_exc = count(r, "n_exceptions", MAX_BOIDS)?;
+        let (pos_shift, heading_shift) = (r.u8("position shift")?, r.u8("heading shift")?);
+        let coding = r.u8("field coding")?;
+        reserved(r, "cell update reserved", 1)?;
+        Ok(Self {
+            predict,
+            b2,
+            b3,
+            coding,
+            n_boids,
+            tick,
+            base_tick,
+            base2_tick,
+            n_left,
+            n_entered,
+            n_exc,
+            pos_shift,
+            heading_shift,
+        })
+    }
+
+    /// The compact header (kind `0x14`): kind, predict (1 or 2), the two
+    /// coding parameters, the coding, the shifts in one byte (position
+    /// shift in the high four bits), then varints: `n_boids`, `tick`,
+    /// `tick − base_tick`, `base_tick − base2_tick` (0 unless linear),
+    /// `n_left`, `n_entered`, `n_exceptions`.
+    fn read_compact(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let _kind = r.u8("kind")?;
+        let (predict, b2, b3) = (r.u8("predict")?, r.u8("residual bits")?, r.u8("step bits")?);
+        if predict == 0 {
+            return Err(invalid(
+                "predict",
+                predict,
+                "1 (from base) or 2 (linear) in a compact update",
+            ));
+        }
+        let coding = r.u8("field coding")?;
+        let shifts = r.u8("shifts")?;
+        let varcount = |r: &mut Reader<'_>, what: &'static str| -> Result<usize, DecodeError> {
+            let n = r.varint(what)?;
+            if n > MAX_BOIDS as u64 {
+                return Err(invalid(
+                    what,
+                    n,
+                    "at most the protocol limit (PROTOCOL.md, Limits)",
+                ));
+            }
+            Ok(n as usize)
+        };
+        let n_boids = varcount(r, "n_boids")?;
+        let tick = r.varint("tick")?;
+        let step = r.varint("tick step")?;
+        let step2 = r.varint("base tick step")?;
+        let base_tick = tick
+            .checked_sub(step)
+            .ok_or_else(|| invalid("tick step", step, "at most the tick"))?;
+        let base2_tick = match predict {
+            2 => base_tick
+                .checked_sub(step2)
+                .ok_or_else(|| invalid("base tick step", step2, "at most the base tick"))?,
+            _ if step2 == 0 => 0,
+            _ => return Err(invalid("base tick step", step2, "0 unless linear")),
+        };
+        Ok(Self {
+            predict,
+            b2,
+            b3,
+            coding,
+            n_boids,
+            tick,
+            base_tick,
+            base2_tick,
+            n_left: varcount(r, "n_left")?,
+            n_entered: varcount(r, "n_entered")?,
+            n_exc: varcount(r, "n_exceptions")?,
+            pos_shift: shifts >> 4,
+            heading_shift: shifts & 0x0f,
+        })
+    }
+
+    fn put_compact(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[
+            KIND_COMPACT_CELL_UPDATE,
+            self.predict,
+            self.b2,
+            self.b3,
+            self.coding,
+            self.pos_shift << 4 | self.heading_shift,
+        ]);
+        put_varint(out, self.n_boids as u64);
+        put_varint(out, self.tick);
+        put_varint(out, self.tick - self.base_tick);
+        put_varint(
+            out,
+            if self.predict == 2 {
+                self.base_tick - self.base2_tick
+            } else {
+                0
+            },
+        );
+        for n in [self.n_left, self.n_entered, self.n_exc] {
+            put_varint(out, n as u64);
+        }
+    }
 }
 
 /// Codes the stayed boids `next_s` against `base_s` (and `base2_s`) at
@@ -364,11 +525,33 @@ impl<'a> CellUpdateView<'a> {
     /// Parses and validates a cell update's header and sizes.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(bytes);
-        let kind = r.u8("kind")?;
-        if kind != KIND_CELL_UPDATE {
-            return Err(DecodeError::UnknownKind(kind));
-        }
-        let predict = match r.u8("predict")? {
+        let head = match bytes.first() {
+            Some(&KIND_CELL_UPDATE) => Head::read_wide(&mut r)?,
+            Some(&KIND_COMPACT_CELL_UPDATE) => Head::read_compact(&mut r)?,
+            Some(&kind) => return Err(DecodeError::UnknownKind(kind)),
+            None => {
+                return Err(DecodeError::Truncated {
+                    what: "kind",
+                    need: 1,
+                    have: 0,
+                });
+            }
+        };
+        let Head {
+            b2,
+            b3,
+            n_boids,
+            tick,
+            base_tick,
+            base2_tick,
+            n_left,
+            n_entered,
+            n_exc,
+            pos_shift,
+            heading_shift,
+            ..
+        } = head;
+        let predict = match head.predict {
             0 => Predict::Full,
             1 => Predict::FromBase,
             2 => Predict::Linear,
@@ -380,24 +563,13 @@ impl<'a> CellUpdateView<'a> {
                 ));
             }
         };
-        let (b2, b3) = (r.u8("residual bits")?, r.u8("step bits")?);
-        let n_boids = count(&mut r, "n_boids", MAX_BOIDS)?;
-        let tick = r.u64("tick")?;
-        let base_tick = r.u64("base_tick")?;
-        let base2_tick = r.u64("base2_tick")?;
-        let n_left = count(&mut r, "n_left", MAX_BOIDS)?;
-        let n_entered = count(&mut r, "n_entered", MAX_BOIDS)?;
-        let n_exc = count(&mut r, "n_exceptions", MAX_BOIDS)?;
-        let pos_shift = r.u8("position shift")?;
         if pos_shift > MAX_POS_SHIFT {
             return Err(invalid("position shift", pos_shift, "0 ..= 8"));
         }
-        let heading_shift = r.u8("heading shift")?;
         if heading_shift > MAX_HEADING_SHIFT {
             return Err(invalid("heading shift", heading_shift, "0 ..= 4"));
         }
-        let coding = Coding::parse(r.u8("field coding")?, b2, b3, predict == Predict::Full)?;
-        reserved(&mut r, "cell update reserved", 1)?;
+        let coding = Coding::parse(head.coding, b2, b3, predict == Predict::Full)?;
         if n_entered > n_boids {
             return Err(invalid("n_entered", n_entered, "at most n_boids"));
         }
@@ -897,6 +1069,68 @@ mod tests {
             pn.coarsen(&c, &mut want);
             assert_eq!(out, want, "held at {pb}, sent at {pn:?}");
         }
+    }
+
+    #[test]
+    fn a_14_receiver_gets_the_compact_header_and_bad_ones_are_refused_by_name() {
+        let (a, b, c) = (swirl(10), swirl(12), swirl(14));
+        let (mut s, mut wide, mut compact) = (CellScratch::default(), Vec::new(), Vec::new());
+        let held = |f| Some(Held::exact(f));
+        let p = Precision::EXACT;
+        encode_cell_update(held(&b), held(&a), &c, p, false, &mut s, &mut wide).unwrap();
+        encode_cell_update(held(&b), held(&a), &c, p, true, &mut s, &mut compact).unwrap();
+        assert_eq!(
+            (wide[0], compact[0]),
+            (KIND_CELL_UPDATE, KIND_COMPACT_CELL_UPDATE)
+        );
+        let (w, k) = (
+            CellUpdateView::parse(&wide).unwrap(),
+            CellUpdateView::parse(&compact).unwrap(),
+        );
+        assert_eq!(
+            (k.tick, k.base_tick, k.base2_tick),
+            (14, Some(12), Some(10))
+        );
+        assert_eq!(
+            (k.n_boids, k.precision, k.predict),
+            (w.n_boids, w.precision, w.predict)
+        );
+        // 64 boids, none entered: 6 bytes and seven one-byte varints.
+        assert_eq!(
+            &compact[..13],
+            &[
+                0x14,
+                2,
+                compact[2],
+                compact[3],
+                compact[4],
+                0,
+                64,
+                14,
+                2,
+                2,
+                0,
+                0,
+                compact[12]
+            ]
+        );
+        // A full update keeps the wide header whoever receives it.
+        encode_cell_update(None, None, &c, p, true, &mut s, &mut compact).unwrap();
+        assert_eq!(compact[0], KIND_CELL_UPDATE);
+        encode_cell_update(held(&b), held(&a), &c, p, true, &mut s, &mut compact).unwrap();
+        let refused = |mutate: &dyn Fn(&mut Vec<u8>), field: &str| {
+            let mut bytes = compact.clone();
+            mutate(&mut bytes);
+            let err = CellUpdateView::parse(&bytes).unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        };
+        // A tick step past the tick, a base step under a from-base update,
+        // a full update in compact form, a varint not in its shortest form.
+        refused(&|b| b[8] = 15, "tick step");
+        refused(&|b| (b[1], b[9]) = (1, 2), "base tick step");
+        refused(&|b| b[1] = 0, "predict");
+        refused(&|b| b.splice(6..7, [0xc0, 0x00]).for_each(drop), "n_boids");
+        refused(&|b| b[5] = 0x90, "position shift");
     }
 
     #[test]

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use rayon::prelude::*;
 use starling_protocol::interest::{
-    CELL_UPDATE_HEADER_BYTES, CODING_OFFSET, CellGrid, CellScratch, CellSummary, Held as HeldFrame,
-    Precision, encode_cell_update,
+    CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Held as HeldFrame, Precision,
+    encode_cell_update,
 };
 
 /// Bytes a boid takes in a full cell update (id, position, heading).
@@ -240,10 +240,9 @@ impl CellSet {
         rice: bool,
     ) -> Option<Bytes> {
         let mut forms = lock(self.linear.get(c)?);
-        // A form made for a Rice reader that came out fixed-coded (or not
-        // smaller than the full update) is also what an older reader gets.
-        let serves =
-            |f: &LinearForm| f.3 == rice || (!rice && f.4.as_ref().is_none_or(|u| !is_rice(u)));
+        // A form made for a 1.4 reader that is not smaller than the full
+        // update is also what an older reader gets (the full one).
+        let serves = |f: &LinearForm| f.3 == rice || (!rice && f.4.is_none());
         if let Some(f) = forms
             .iter()
             .find(|f| f.0 == a && f.1 == b && f.2 == precision && serves(f))
@@ -272,11 +271,6 @@ impl CellSet {
         forms.push((a, b, precision, rice, bytes.clone()));
         bytes
     }
-}
-
-/// Whether a cell update's fields are Rice-coded (its coding byte).
-fn is_rice(update: &[u8]) -> bool {
-    update.get(CODING_OFFSET).is_some_and(|&c| c != 0)
 }
 
 /// A lock whose holder panicking leaves the forms usable (they are only

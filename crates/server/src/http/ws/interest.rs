@@ -23,7 +23,8 @@ use std::time::Duration;
 use axum::body::Bytes;
 use starling_protocol::interest::{
     BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
-    Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, push_update,
+    Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, cell_update_header_len,
+    push_update,
 };
 use starling_protocol::{InterestInfo, QuantBox, RICE_MINOR, View};
 
@@ -47,7 +48,7 @@ const HYSTERESIS: f32 = 1.15;
 /// Bytes per boid a linear update is assumed to cost before any is measured.
 const START_BYTES_PER_BOID: f32 = 5.0;
 /// Bytes of a cell update besides its boids (the batch's entry and the
-/// update's header).
+/// update's header) until measured.
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
 
 /// The angle a pixel spans, radians: the viewer's 0.9 rad tall field of
@@ -110,6 +111,9 @@ pub struct ViewerInterest {
     last_send: Option<Duration>,
     /// Bytes per boid of this viewer's linear updates, measured (a moving average).
     bytes_per_boid: f32,
+    /// Bytes of an update's headers (the batch's entry and its own),
+    /// measured the same way (a 1.4 viewer's are compact).
+    update_overhead: f32,
     /// Whether each cell is in view.
     in_view_mark: Vec<bool>,
     /// When the summaries were last sent.
@@ -163,6 +167,7 @@ impl ViewerInterest {
             send_hz: 30.0,
             last_send: None,
             bytes_per_boid: START_BYTES_PER_BOID,
+            update_overhead: UPDATE_OVERHEAD,
             in_view_mark: Vec::new(),
             last_summary: None,
             reset_next: true,
@@ -301,7 +306,7 @@ impl ViewerInterest {
             if boids == 0.0 {
                 continue;
             }
-            let cost = UPDATE_OVERHEAD + boids * self.bytes_per_boid;
+            let cost = self.update_overhead + boids * self.bytes_per_boid;
             let held = self.held[c as usize][0].is_some();
             let limit = if held {
                 allowance * HYSTERESIS
@@ -396,11 +401,15 @@ impl ViewerInterest {
             push_update(c, &bytes, &mut self.buf);
             self.budget.spend(UPDATE_HEADER_BYTES + bytes.len());
             let boids = set.now.cells[c as usize].len();
-            if update.linear && boids >= 16 {
-                // A linear update: learn what a boid costs.
-                let per_boid =
-                    (bytes.len() as f32 - CELL_UPDATE_HEADER_BYTES as f32) / boids as f32;
+            if update.linear
+                && boids >= 16
+                && let Some(header) = cell_update_header_len(&bytes)
+            {
+                // A linear update: learn what a boid and the headers cost.
+                let per_boid = (bytes.len() - header) as f32 / boids as f32;
                 self.bytes_per_boid = 0.95 * self.bytes_per_boid + 0.05 * per_boid;
+                let overhead = (UPDATE_HEADER_BYTES + header) as f32;
+                self.update_overhead = 0.95 * self.update_overhead + 0.05 * overhead;
             }
             self.held[c as usize] = update.held;
             self.last_sent[c as usize] = seq;
@@ -447,8 +456,8 @@ mod tests {
     }
 
     /// Runs a viewer for two seconds at 30 sends a second: what it held at
-    /// the end, and the boids it held in full.
-    fn run(view: View) -> (CellMirror, usize) {
+    /// the end, the boids it held in full, and the viewer.
+    fn run(view: View) -> (CellMirror, usize, ViewerInterest) {
         let tel = Arc::new(Telemetry::default());
         let mut b = CellBuilder::default();
         let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
@@ -471,7 +480,7 @@ mod tests {
             .filter_map(|c| m.cell(c))
             .map(Frame::len)
             .sum();
-        (m, held)
+        (m, held, vi)
     }
 
     #[test]
@@ -482,8 +491,8 @@ mod tests {
             eye: Some([0.0, 0.0, 0.0]),
             budget_bytes_per_s: Some(budget),
         };
-        let (small, held_small) = run(view(40_000));
-        let (large, held_large) = run(view(2_000_000));
+        let (small, held_small, viewer) = run(view(40_000));
+        let (large, held_large, _) = run(view(2_000_000));
         // Both see the whole flock as summaries.
         for m in [&small, &large] {
             assert_eq!(m.summaries().map(|s| s.count).sum::<u32>(), 4000);
@@ -491,20 +500,33 @@ mod tests {
         assert!(held_small > 0, "the nearest cell is always held");
         assert!(held_large > 3 * held_small, "{held_small} vs {held_large}");
         assert_eq!(held_large, 4000, "a large budget holds the whole view");
-        // The small budget holds the cells nearest the eye at the origin.
-        let grid = small.grid();
-        let far: Vec<_> = small
-            .held_cells()
-            .map(|c| grid.coords(c))
-            .filter(|k| k.iter().any(|&i| i > 3))
+        // The small budget holds the heaviest cells in view (nearest the
+        // eye at the origin, most inside the view): the first of them in
+        // weight order, a held cell kept by the hysteresis aside.
+        let held: Vec<u32> = small.held_cells().collect();
+        let by_weight: Vec<u32> = viewer
+            .in_view
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|&c| large.cell(c).is_some_and(|f| !f.is_empty()))
             .collect();
+        let first = &by_weight[..(held.len() + 1).min(by_weight.len())];
+        let outside: Vec<_> = held.iter().filter(|c| !first.contains(c)).collect();
         assert!(
-            far.is_empty(),
-            "{far:?} of {:?}",
-            small
-                .held_cells()
-                .map(|c| grid.coords(c))
-                .collect::<Vec<_>>()
+            outside.len() <= 1,
+            "held {held:?}, heaviest first {by_weight:?}"
+        );
+        assert!(
+            held.len() < by_weight.len() / 2,
+            "{} of {} cells held",
+            held.len(),
+            by_weight.len()
+        );
+        let grid = small.grid();
+        assert!(
+            held.iter().all(|&c| grid.coords(c).iter().all(|&i| i <= 4)),
+            "a far cell held: {:?}",
+            held.iter().map(|&c| grid.coords(c)).collect::<Vec<_>>()
         );
     }
 
