@@ -1,7 +1,7 @@
 //! The golden vectors: a fixed, tiny snapshot (three boids over three
 //! frames) encoded as a keyframe and a delta, and (1.2) the third frame
 //! as a cell batch against the first two, on a grid of two cells (and
-//! the same with Rice-coded fields, 1.4). Their bytes are committed
+//! the same for a 1.4 receiver: Rice-coded fields, compact headers). Their bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
 //! catches platform differences in quantisation. PROTOCOL.md decodes the
@@ -20,7 +20,7 @@ pub const KEYFRAME: &[u8] = include_bytes!("../tests/golden/keyframe.bin");
 pub const DELTA: &[u8] = include_bytes!("../tests/golden/delta.bin");
 /// The committed cell batch bytes (see [`encode_cells`]), fixed-width fields (1.2).
 pub const CELLS: &[u8] = include_bytes!("../tests/golden/cells.bin");
-/// The same batch for a 1.4 receiver: Rice-coded fields.
+/// The same batch for a 1.4 receiver: Rice-coded fields, compact headers.
 pub const CELLS_RICE: &[u8] = include_bytes!("../tests/golden/cells-rice.bin");
 
 /// The grid of the golden cell batch: two cells, split at x = 50 m.
@@ -29,7 +29,7 @@ pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
 /// Encodes frame 3 as a cell batch for a viewer that holds both cells at
 /// frames 2 and 1: complete summaries, then each cell's linear update.
 /// Boid 9 jumps from cell 1 into cell 0: it leaves one and enters the other.
-/// `rice`: for a receiver that reads Rice-coded fields (1.4).
+/// `rice`: for a 1.4 receiver (Rice-coded fields, compact headers).
 pub fn encode_cells(rice: bool) -> Vec<u8> {
     let [a, b, c] = frames();
     let split = |f: &Frame| {

@@ -18,8 +18,9 @@ pub const PROTOCOL_MINOR: u16 = 4;
 /// The minor that brought [`Command::SetPopulation`]: clients send it only
 /// to servers at least this new.
 pub const SET_POPULATION_MINOR: u16 = 3;
-/// The minor that brought Rice-coded cell update fields: servers send them
-/// only to clients that subscribed with at least this minor.
+/// The minor that brought Rice-coded cell update fields and the compact
+/// cell update header (kind `0x14`): servers send them only to clients
+/// that subscribed with at least this minor.
 pub const RICE_MINOR: u16 = 4;
 
 /// What a connection may do.

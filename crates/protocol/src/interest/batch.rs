@@ -40,7 +40,7 @@ pub fn begin_batch(
     dropped.iter().for_each(|&c| put_u32(out, c));
 }
 
-/// Appends one cell's update (a kind `0x13` message) to a batch.
+/// Appends one cell's update (a kind `0x13` or `0x14` message) to a batch.
 pub fn push_update(cell: u32, update: &[u8], out: &mut Vec<u8>) {
     put_u32(out, cell);
     put_u32(out, update.len() as u32);

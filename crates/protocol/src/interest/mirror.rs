@@ -138,7 +138,7 @@ impl CellMirror {
         self.awaiting_reset = false;
     }
 
-    /// Applies one cell's update (kind `0x13`) outside a batch. On an
+    /// Applies one cell's update (kind `0x13` or `0x14`) outside a batch. On an
     /// error the cell is unchanged and the caller decides what to do
     /// ([`Self::apply`] starts a resync).
     pub fn apply_update(&mut self, cell: u32, body: &[u8]) -> Result<(), DecodeError> {

@@ -1,4 +1,4 @@
-//! Cell updates (kind `0x13`): one cell's boids at one tick, in full, or
+//! Cell updates (kind `0x13`, or `0x14` with the compact header, 1.4): one cell's boids at one tick, in full, or
 //! against the frames of that cell the receiver holds, at a [`Precision`].
 //! Boids cross cells, so an update lists the boids that *left* the cell
 //! (by their index in the base frame) and those that *entered* it (in

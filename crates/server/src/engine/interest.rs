@@ -11,8 +11,9 @@
 //! [`HISTORY`] broadcasts, or from the newer alone when only it is. A cell
 //! keeps at most [`FULL_FORMS`] full encodings (one per precision asked
 //! for) plus the exact one (what edges hold), and [`LINEAR_FORMS`] linear
-//! ones per broadcast (the first pairs of held frames and precisions asked
-//! for; viewers at the same cadence and distance share them); a viewer
+//! ones per broadcast (the first pairs of held frames, precisions and
+//! protocol versions asked for: 1.4 viewers get Rice codes and compact
+//! headers; viewers at the same cadence, distance and version share them); a viewer
 //! asking for another gets a full update, at a precision already encoded
 //! when the cell has all its full forms. So a cell has at most
 //! `FULL_FORMS + 1 + LINEAR_FORMS` encodings per broadcast, however many
@@ -355,7 +356,7 @@ impl CellBuilder {
 mod tests {
     use super::*;
     use starling_protocol::interest::{
-        CellMirror, FLAG_COMPLETE_SUMMARIES, begin_batch, push_update,
+        CellMirror, FLAG_COMPLETE_SUMMARIES, KIND_CELL_UPDATE, begin_batch, push_update,
     };
 
     fn whole(tick: u64, xs: &[(u32, u16)]) -> Frame {
@@ -420,7 +421,10 @@ mod tests {
                     if set.now.cells[c as usize].is_empty() && h[0].is_none() {
                         continue;
                     }
-                    let u = set.update_for(c, *h, precisions[v], v % 2 == 0).unwrap();
+                    let rice = v % 2 == 0;
+                    let u = set.update_for(c, *h, precisions[v], rice).unwrap();
+                    // Only a 1.4 reader gets the compact header.
+                    assert!(rice || u.bytes[0] == KIND_CELL_UPDATE, "viewer {v}");
                     kinds[v][usize::from(u.linear)] += 1;
                     *h = u.held;
                     push_update(c, &u.bytes, &mut batch);

@@ -8,7 +8,7 @@
 //! 1. `{prefix}.frame.state`: [`Envelope`] + JSON [`StateMsg`];
 //! 2. `{prefix}.frame.cell.{c}`, for each cell sent: [`Envelope`] + cell
 //!    `u32` + part `u16` + parts `u16` + a part of the cell update (kind
-//!    `0x13`, as PROTOCOL.md describes it), cut below the server's
+//!    `0x13`, or `0x14` with the compact header, as PROTOCOL.md describes it), cut below the server's
 //!    `max_payload`;
 //! 3. `{prefix}.frame.end`: [`Envelope`] + messages `u32` (the cell parts
 //!    sent), so an edge knows it missed none.

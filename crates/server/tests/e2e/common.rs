@@ -113,8 +113,8 @@ pub(crate) struct Viewer {
     pub(crate) bytes: usize,
     /// The interest stream's state (after an `Interest` message).
     pub(crate) mirror: Option<starling_protocol::interest::CellMirror>,
-    /// The field coding of every cell update received.
-    pub(crate) codings: Vec<starling_protocol::interest::Coding>,
+    /// The kind and field coding of every cell update received.
+    pub(crate) codings: Vec<(u8, starling_protocol::interest::Coding)>,
     /// The last `Interest` message.
     pub(crate) interest: Option<starling_protocol::InterestInfo>,
 }
@@ -251,11 +251,10 @@ impl Viewer {
             ServerFrame::Cells(b) => {
                 let mirror = self.mirror.as_mut().expect("Interest comes before cells");
                 let batch = BatchView::parse(b, mirror.grid().len()).expect("a batch parses");
-                self.codings.extend(
-                    batch
-                        .updates()
-                        .map(|(_, u)| CellUpdateView::parse(u).expect("an update parses").coding),
-                );
+                self.codings.extend(batch.updates().map(|(_, u)| {
+                    let coding = CellUpdateView::parse(u).expect("an update parses").coding;
+                    (u[0], coding)
+                }));
                 Event::Cells(mirror.apply(b).expect("a batch applies to what we hold"))
             }
             ServerFrame::Control(c) => match c {

@@ -95,11 +95,12 @@ async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_bud
     server.stop().await.unwrap();
 }
 
-/// A 1.4 viewer gets Rice-coded cell updates where they are smaller; a
-/// 1.2 viewer of the same cells never does, and both rebuild them.
+/// A 1.4 viewer gets Rice-coded cell updates where they are smaller, with
+/// compact headers; a 1.2 viewer of the same cells never does, and both
+/// rebuild them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rice_codes_go_only_to_viewers_that_read_them() {
-    use starling_protocol::interest::Coding;
+    use starling_protocol::interest::{Coding, KIND_COMPACT_CELL_UPDATE};
     let server = TestServer::start(Config {
         population: 5_000,
         ..test_config()
@@ -120,15 +121,23 @@ async fn rice_codes_go_only_to_viewers_that_read_them() {
     let rice = |v: &Viewer| {
         v.codings
             .iter()
-            .filter(|c| matches!(c, Coding::Rice(..)))
+            .filter(|c| matches!(c.1, Coding::Rice(..)))
             .count()
     };
     let fixed_linear = |v: &Viewer| {
         v.codings
             .iter()
-            .filter(|c| matches!(c, Coding::Fixed(..)) && **c != Coding::NONE)
+            .filter(|c| matches!(c.1, Coding::Fixed(..)) && c.1 != Coding::NONE)
             .count()
     };
+    let compact = |v: &Viewer| {
+        v.codings
+            .iter()
+            .filter(|c| c.0 == KIND_COMPACT_CELL_UPDATE)
+            .count()
+    };
+    assert_eq!(compact(&old), 0, "a 1.2 viewer got compact headers");
+    assert!(compact(&new) > 0, "a 1.4 viewer got no compact header");
     assert_eq!(rice(&old), 0, "a 1.2 viewer got Rice codes");
     assert!(
         fixed_linear(&old) > 0,
