@@ -120,20 +120,35 @@ pub(crate) fn invalid(
     }
 }
 
+/// A `u32` count, at most `max`.
 pub(crate) fn count(
     r: &mut Reader<'_>,
     field: &'static str,
     max: usize,
 ) -> Result<usize, DecodeError> {
-    let n = r.u32(field)? as usize;
-    if n > max {
+    let n = r.u32(field)?;
+    bounded(field, u64::from(n), max)
+}
+
+/// A varint count, at most `max`.
+pub(crate) fn varcount(
+    r: &mut Reader<'_>,
+    field: &'static str,
+    max: usize,
+) -> Result<usize, DecodeError> {
+    let n = r.varint(field)?;
+    bounded(field, n, max)
+}
+
+fn bounded(field: &'static str, n: u64, max: usize) -> Result<usize, DecodeError> {
+    if n > max as u64 {
         return Err(invalid(
             field,
             n,
             "at most the protocol limit (PROTOCOL.md, Limits)",
         ));
     }
-    Ok(n)
+    Ok(n as usize)
 }
 
 pub(crate) fn reserved(

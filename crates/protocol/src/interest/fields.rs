@@ -141,6 +141,8 @@ pub(super) struct PackScratch {
     pub(super) fields: Vec<i32>,
     /// Per boid: the widest zigzagged residual and step.
     widest: Vec<(u32, u32)>,
+    /// Per boid: the fixed widths its residuals and steps need.
+    widths: Vec<(usize, usize)>,
     /// Per boid: whether it is an exception in the chosen coding.
     pub(super) exception: Vec<bool>,
 }
@@ -190,6 +192,7 @@ impl BitWriter<'_> {
 pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Vec<u8>) -> Coding {
     let n = fields.len() / FIELDS;
     s.widest.clear();
+    s.widths.clear();
     // Fixed: a histogram of the widths each boid needs (index 9: does not
     // fit 8 bits). Rice: each parameter's bits over all boids, a boid that
     // does not fit counted as an escape and its record.
@@ -200,7 +203,9 @@ pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Ve
     for f in fields.chunks_exact(FIELDS) {
         let mp = f[..3].iter().map(|&r| r.unsigned_abs()).max().unwrap_or(0);
         let wh = f[3..].iter().map(|&v| step_width(v)).max().unwrap_or(2);
-        hist[residual_width(mp)][wh] += 1;
+        let wp = residual_width(mp);
+        hist[wp][wh] += 1;
+        s.widths.push((wp, wh));
         let zp = f[..3].iter().map(|&r| zigzag(r)).max().unwrap_or(0);
         let zh = f[3..].iter().map(|&v| zigzag(v)).max().unwrap_or(0);
         s.widest.push((zp, zh));
@@ -279,10 +284,8 @@ pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Ve
     match coding {
         Coding::Fixed(pb, hb) => {
             let (pb, hb) = (u32::from(pb), u32::from(hb));
-            for f in fields.chunks_exact(FIELDS) {
-                let mp = f[..3].iter().map(|&r| r.unsigned_abs()).max().unwrap_or(0);
-                let wh = f[3..].iter().map(|&v| step_width(v)).max().unwrap_or(2);
-                let exc = residual_width(mp) > pb as usize || wh > hb as usize;
+            for (f, &(wp, wh)) in fields.chunks_exact(FIELDS).zip(&s.widths) {
+                let exc = wp > pb as usize || wh > hb as usize;
                 s.exception.push(exc);
                 let vals = if exc {
                     [-(1 << (pb - 1)), 0, 0, 0, 0]

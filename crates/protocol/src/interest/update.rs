@@ -25,8 +25,8 @@ use super::fields::{Coding, FieldReader, PackScratch, pack};
 use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
-    EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_u64, put_varint,
-    reserved,
+    EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_varint, reserved,
+    varcount,
 };
 use crate::limits::{MAX_BOIDS, MAX_MESSAGE_BYTES};
 use crate::quant::{Q_MAX, QuantBox};
@@ -38,8 +38,6 @@ pub const KIND_CELL_UPDATE: u8 = 0x13;
 pub const KIND_COMPACT_CELL_UPDATE: u8 = 0x14;
 /// Bytes before a cell update's left list.
 pub const CELL_UPDATE_HEADER_BYTES: usize = 48;
-/// Where a cell update's field coding byte is (1.4).
-const CODING_OFFSET: usize = 46;
 
 /// How an update's stayed boids are predicted (the `predict` byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +82,8 @@ pub struct CellScratch {
     left: Vec<u32>,
     entered: Vec<u32>,
     pack: PackScratch,
+    /// A compact header being built.
+    header: Vec<u8>,
 }
 
 /// `base` without the boids at the (strictly ascending) indices `left`,
@@ -245,29 +245,29 @@ pub fn encode_cell_update(
     let n_entered = s.entered.len();
     out.clear();
     out.reserve(CELL_UPDATE_HEADER_BYTES + 4 * s.left.len() + 12 * n_entered + 2 * s.next.len());
-    let predict_byte = match predict {
-        Predict::Full => 0,
-        Predict::FromBase => 1,
-        Predict::Linear => 2,
-    };
-    // Field widths (bytes 2 and 3) are patched below.
-    out.extend_from_slice(&[KIND_CELL_UPDATE, predict_byte, 0, 0]);
-    put_u32(out, next.len() as u32);
-    put_u64(out, next.tick);
-    put_u64(out, base.map_or(0, |b| b.frame.tick));
-    put_u64(
-        out,
-        if predict == Predict::Linear {
+    let mut head = Head {
+        predict: match predict {
+            Predict::Full => 0,
+            Predict::FromBase => 1,
+            Predict::Linear => 2,
+        },
+        coding: Coding::NONE,
+        n_boids: next.len(),
+        tick: next.tick,
+        base_tick: base.map_or(0, |b| b.frame.tick),
+        base2_tick: if predict == Predict::Linear {
             s.base2.tick
         } else {
             0
         },
-    );
-    put_u32(out, s.left.len() as u32);
-    put_u32(out, n_entered as u32);
-    put_u32(out, 0); // exception count, patched below
-    // The field coding (byte 46) is patched below.
-    out.extend_from_slice(&[precision.pos_shift, precision.heading_shift, 0, 0]);
+        n_left: s.left.len(),
+        n_entered,
+        n_exc: 0,
+        pos_shift: precision.pos_shift,
+        heading_shift: precision.heading_shift,
+    };
+    // The header, once the coding and the exceptions are known.
+    out.resize(CELL_UPDATE_HEADER_BYTES, 0);
     s.left.iter().for_each(|&i| put_u32(out, i));
     s.entered
         .iter()
@@ -283,16 +283,14 @@ pub fn encode_cell_update(
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
         let (coding, exceptions) =
             code_stayed(base2_s, &s.base, &s.next, precision, rice, &mut s.pack, out);
-        let (c, b2, b3) = coding.bytes();
-        (out[2], out[3], out[CODING_OFFSET]) = (b2, b3, c);
-        out[40..44].copy_from_slice(&exceptions.to_le_bytes());
-        if rice {
-            let head = Head::read_wide(&mut Reader::new(out))
-                .map_err(|e| EncodeError::Shape(format!("own header: {e}")))?;
-            let mut compact = Vec::with_capacity(COMPACT_HEADER_MAX_BYTES);
-            head.put_compact(&mut compact);
-            out.splice(..CELL_UPDATE_HEADER_BYTES, compact);
-        }
+        (head.coding, head.n_exc) = (coding, exceptions as usize);
+    }
+    if rice && predict != Predict::Full {
+        s.header.clear();
+        head.put_compact(&mut s.header);
+        out.splice(..CELL_UPDATE_HEADER_BYTES, s.header.iter().copied());
+    } else {
+        head.put_wide(&mut out[..CELL_UPDATE_HEADER_BYTES]);
     }
     over("cell update bytes", out.len(), MAX_MESSAGE_BYTES)
 }
@@ -309,16 +307,12 @@ pub fn cell_update_header_len(update: &[u8]) -> Option<usize> {
     Some(update.len() - r.remaining())
 }
 
-/// The longest compact header: six bytes and seven varints.
-const COMPACT_HEADER_MAX_BYTES: usize = 6 + 7 * 10;
-
 /// A cell update's header, in either form, not yet validated.
 #[derive(Debug, Clone, Copy)]
 struct Head {
     predict: u8,
-    b2: u8,
-    b3: u8,
-    coding: u8,
+    /// The coding, validated when read ([`Coding::parse`]).
+    coding: Coding,
     n_boids: usize,
     tick: u64,
     base_tick: u64,
@@ -342,12 +336,10 @@ impl Head {
         let n_entered = count(r, "n_entered", MAX_BOIDS)?;
         let n_exc = count(r, "n_exceptions", MAX_BOIDS)?;
         let (pos_shift, heading_shift) = (r.u8("position shift")?, r.u8("heading shift")?);
-        let coding = r.u8("field coding")?;
+        let coding = Coding::parse(r.u8("field coding")?, b2, b3, predict == 0)?;
         reserved(r, "cell update reserved", 1)?;
         Ok(Self {
             predict,
-            b2,
-            b3,
             coding,
             n_boids,
             tick,
@@ -376,20 +368,9 @@ impl Head {
                 "1 (from base) or 2 (linear) in a compact update",
             ));
         }
-        let coding = r.u8("field coding")?;
+        let coding = Coding::parse(r.u8("field coding")?, b2, b3, false)?;
         let shifts = r.u8("shifts")?;
-        let varcount = |r: &mut Reader<'_>, what: &'static str| -> Result<usize, DecodeError> {
-            let n = r.varint(what)?;
-            if n > MAX_BOIDS as u64 {
-                return Err(invalid(
-                    what,
-                    n,
-                    "at most the protocol limit (PROTOCOL.md, Limits)",
-                ));
-            }
-            Ok(n as usize)
-        };
-        let n_boids = varcount(r, "n_boids")?;
+        let n_boids = varcount(r, "n_boids", MAX_BOIDS)?;
         let tick = r.varint("tick")?;
         let step = r.varint("tick step")?;
         let step2 = r.varint("base tick step")?;
@@ -405,28 +386,47 @@ impl Head {
         };
         Ok(Self {
             predict,
-            b2,
-            b3,
             coding,
             n_boids,
             tick,
             base_tick,
             base2_tick,
-            n_left: varcount(r, "n_left")?,
-            n_entered: varcount(r, "n_entered")?,
-            n_exc: varcount(r, "n_exceptions")?,
+            n_left: varcount(r, "n_left", MAX_BOIDS)?,
+            n_entered: varcount(r, "n_entered", MAX_BOIDS)?,
+            n_exc: varcount(r, "n_exceptions", MAX_BOIDS)?,
             pos_shift: shifts >> 4,
             heading_shift: shifts & 0x0f,
         })
     }
 
+    /// Writes the 48-byte header into `h` (48 bytes long).
+    fn put_wide(&self, h: &mut [u8]) {
+        let (coding, b2, b3) = self.coding.bytes();
+        h[..4].copy_from_slice(&[KIND_CELL_UPDATE, self.predict, b2, b3]);
+        h[4..8].copy_from_slice(&(self.n_boids as u32).to_le_bytes());
+        for (k, t) in [self.tick, self.base_tick, self.base2_tick]
+            .into_iter()
+            .enumerate()
+        {
+            h[8 + 8 * k..16 + 8 * k].copy_from_slice(&t.to_le_bytes());
+        }
+        for (k, n) in [self.n_left, self.n_entered, self.n_exc]
+            .into_iter()
+            .enumerate()
+        {
+            h[32 + 4 * k..36 + 4 * k].copy_from_slice(&(n as u32).to_le_bytes());
+        }
+        h[44..48].copy_from_slice(&[self.pos_shift, self.heading_shift, coding, 0]);
+    }
+
     fn put_compact(&self, out: &mut Vec<u8>) {
+        let (coding, b2, b3) = self.coding.bytes();
         out.extend_from_slice(&[
             KIND_COMPACT_CELL_UPDATE,
             self.predict,
-            self.b2,
-            self.b3,
-            self.coding,
+            b2,
+            b3,
+            coding,
             self.pos_shift << 4 | self.heading_shift,
         ]);
         put_varint(out, self.n_boids as u64);
@@ -538,8 +538,7 @@ impl<'a> CellUpdateView<'a> {
             }
         };
         let Head {
-            b2,
-            b3,
+            coding,
             n_boids,
             tick,
             base_tick,
@@ -569,7 +568,6 @@ impl<'a> CellUpdateView<'a> {
         if heading_shift > MAX_HEADING_SHIFT {
             return Err(invalid("heading shift", heading_shift, "0 ..= 4"));
         }
-        let coding = Coding::parse(head.coding, b2, b3, predict == Predict::Full)?;
         if n_entered > n_boids {
             return Err(invalid("n_entered", n_entered, "at most n_boids"));
         }

@@ -38,6 +38,16 @@ fn check_held(m: &CellMirror, view: &View) {
     }
 }
 
+/// A corner of the 160 × 160 × 80 m world, seen from above, within `budget`.
+fn corner(budget: u32) -> View {
+    View {
+        min: [0.0, 0.0, 0.0],
+        max: [60.0, 60.0, 80.0],
+        eye: Some([30.0, 30.0, 120.0]),
+        budget_bytes_per_s: Some(budget),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_budget() {
     let server = TestServer::start(Config {
@@ -46,13 +56,7 @@ async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_bud
     })
     .await;
     let budget = 64_000;
-    // A corner of the 160 × 160 × 80 m world.
-    let corner = View {
-        min: [0.0, 0.0, 0.0],
-        max: [60.0, 60.0, 80.0],
-        eye: Some([30.0, 30.0, 120.0]),
-        budget_bytes_per_s: Some(budget),
-    };
+    let corner = corner(budget);
     let mut v = Viewer::connect_view(server.addr, None, 30, Some(corner)).await;
     let start = Instant::now();
     let (mut batches, mut updates) = (0, 0);
@@ -106,12 +110,7 @@ async fn rice_codes_go_only_to_viewers_that_read_them() {
         ..test_config()
     })
     .await;
-    let corner = View {
-        min: [0.0, 0.0, 0.0],
-        max: [60.0, 60.0, 80.0],
-        eye: Some([30.0, 30.0, 120.0]),
-        budget_bytes_per_s: Some(1_000_000),
-    };
+    let corner = corner(1_000_000);
     let mut old = Viewer::connect_minor(server.addr, None, 30, Some(corner), 2).await;
     let mut new = Viewer::connect_minor(server.addr, None, 30, Some(corner), RICE_MINOR).await;
     for _ in 0..60 {
