@@ -236,7 +236,7 @@ fn ensure_nats_server() -> Result<()> {
 fn browser_tests() -> Result<()> {
     ensure_chromium()?;
     npm_install()?;
-    cargo(&["build", "-p", "starling-server"])?;
+    let bin = server_binary()?;
     let root = workspace_root();
     let artifacts = root.join("target/browser-artifacts");
     std::fs::create_dir_all(&artifacts)?;
@@ -244,12 +244,30 @@ fn browser_tests() -> Result<()> {
         Command::new("node")
             .args(["--test", "--test-concurrency=1", "viewer.test.mjs"])
             .current_dir(root.join("tests/browser"))
-            .env("STARLING_BIN", root.join("target/debug/starling"))
+            .env("STARLING_BIN", &bin)
             .env("STARLING_WEB_DIR", root.join("web-client/dist"))
             .env("STARLING_ARTIFACTS", &artifacts)
             .env("CHROMIUM", CHROMIUM),
         "the browser tests",
     )
+}
+
+/// The debug `starling` binary the workspace's tests were built with.
+/// PERF (disk): `cargo test --workspace` already built it for the server's
+/// end-to-end tests; `cargo build -p starling-server` would resolve other
+/// features for its dependencies and build about forty of them a second
+/// time, a gigabyte that a CI machine short of disk once ran out on. This
+/// is a no-op after the tests and builds it the same way when run alone.
+fn server_binary() -> Result<PathBuf> {
+    cargo(&["test", "--workspace", "--no-run"])?;
+    let bin = workspace_root().join("target/debug/starling");
+    if !bin.is_file() {
+        bail!(
+            "{} is missing after `cargo test --workspace --no-run`",
+            bin.display()
+        );
+    }
+    Ok(bin)
 }
 
 fn run_tool(cmd: &mut Command, what: &str) -> Result<()> {
@@ -333,10 +351,18 @@ fn workspace_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
+/// Runs cargo with `args`. Incremental compilation is off unless the
+/// caller's `CARGO_INCREMENTAL` says otherwise: these are one-shot builds
+/// (CI's run starts from a fresh clone), and the incremental caches took
+/// 1.4 GB of disk for nothing.
 fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("+ cargo {}", args.join(" "));
-    let status = Command::new(&cargo)
+    let mut cmd = Command::new(&cargo);
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
+    let status = cmd
         .args(args)
         .status()
         .with_context(|| format!("running {cargo}"))?;
@@ -583,7 +609,7 @@ fn mcap_read_back() -> Result<()> {
         std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let bin = root.join("target/debug/starling");
+    let bin = server_binary()?;
     let (run, replayed, record) = (
         dir.join("run.mcap"),
         dir.join("replay.mcap"),
@@ -683,13 +709,13 @@ fn rerun_reads_points(mcap: &Path, rrd: &Path) -> Result<()> {
 /// examples); any failure fails the run.
 fn api_contract() -> Result<()> {
     ensure_schemathesis()?;
-    cargo(&["build", "-p", "starling-server"])?;
+    let bin = server_binary()?;
     let root = workspace_root();
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut server = Command::new(root.join("target/debug/starling"))
+    let mut server = Command::new(&bin)
         .args([
             "--bind",
             &addr,
