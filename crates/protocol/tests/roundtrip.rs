@@ -507,3 +507,38 @@ fn frame_builder_orders_by_id_dense_and_sparse() {
     let dup = FrameBuilder::default().build(&mut f, 0, quant, 2, |_| (1, [0.0; 3], [0.0; 3]));
     assert!(matches!(dup, Err(EncodeError::Shape(_))));
 }
+
+proptest! {
+    /// The server quantises in chunks of frame slots on several threads
+    /// (`build_with`): in any chunking, taken in any order, the frame is
+    /// `build`'s to the byte, and a duplicate id is refused the same way.
+    #[test]
+    fn a_chunked_build_is_the_serial_build(
+        boids in proptest::collection::vec((0u32..400, vec3(), vec3()), 1..300),
+        chunk in 1usize..70,
+    ) {
+        let quant = QuantBox::around_world([2e4; 3], 3);
+        let n = boids.len();
+        let boid = |i: usize| boids[i];
+        let (mut serial, mut chunked) = (Frame::default(), Frame::default());
+        let want = FrameBuilder::default().build(&mut serial, 7, quant, n, boid);
+        let got = FrameBuilder::default().build_with(&mut chunked, 7, quant, n, |i| boids[i].0, |order, pos, heading| {
+            let parts: Vec<_> = order
+                .chunks(chunk)
+                .zip(pos.chunks_mut(3 * chunk))
+                .zip(heading.chunks_mut(2 * chunk))
+                .collect();
+            for ((order, pos), heading) in parts.into_iter().rev() {
+                let slots = pos.chunks_exact_mut(3).zip(heading.chunks_exact_mut(2));
+                for (&i, (p, h)) in order.iter().zip(slots) {
+                    p.copy_from_slice(&quant.quantize(boids[i as usize].1));
+                    h.copy_from_slice(&oct_encode(boids[i as usize].2));
+                }
+            }
+        });
+        prop_assert_eq!(&got, &want);
+        if want.is_ok() {
+            prop_assert_eq!(chunked, serial);
+        }
+    }
+}

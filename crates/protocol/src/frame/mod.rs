@@ -148,6 +148,55 @@ impl FrameBuilder {
         n: usize,
         boid: impl Fn(usize) -> (u32, [f32; 3], [f32; 3]),
     ) -> Result<(), EncodeError> {
+        self.order_ids(out, tick, quant, n, |i| boid(i).0)?;
+        self.rank.clear();
+        self.rank.resize(n, 0);
+        for (k, &i) in self.order.iter().enumerate() {
+            self.rank[i as usize] = k as u32;
+        }
+        // Pass 3: quantise in state order and scatter into id order. PERF:
+        // reads are sequential; the random accesses are writes, which do
+        // not stall the loop the way random reads of the state would.
+        for (i, &k) in self.rank.iter().enumerate() {
+            let (_, p, v) = boid(i);
+            let k = k as usize;
+            out.pos[3 * k..3 * k + 3].copy_from_slice(&quant.quantize(p));
+            out.heading[2 * k..2 * k + 2].copy_from_slice(&oct_encode(v));
+        }
+        out.check()
+    }
+
+    /// [`FrameBuilder::build`] with the quantising pass left to `fill`,
+    /// which may split it across threads (the protocol has none):
+    /// `fill(order, pos, heading)` must write, for every frame slot `k`,
+    /// state index `order[k]`'s [`QuantBox::quantize`]d position into
+    /// `pos[3k .. 3k + 3]` and [`oct_encode`]d velocity into `heading[2k ..
+    /// 2k + 2]`. Then it is the frame `build` makes.
+    pub fn build_with(
+        &mut self,
+        out: &mut Frame,
+        tick: u64,
+        quant: QuantBox,
+        n: usize,
+        id: impl Fn(usize) -> u32,
+        fill: impl FnOnce(&[u32], &mut [u16], &mut [u8]),
+    ) -> Result<(), EncodeError> {
+        self.order_ids(out, tick, quant, n, id)?;
+        fill(&self.order, &mut out.pos, &mut out.heading);
+        out.check()
+    }
+
+    /// Passes 1 and 2 of a build: `self.order` (state indices in ascending
+    /// id order), and `out` with its ids, tick and box, and its position
+    /// and heading columns sized (zeroed) for `n` boids.
+    fn order_ids(
+        &mut self,
+        out: &mut Frame,
+        tick: u64,
+        quant: QuantBox,
+        n: usize,
+        id: impl Fn(usize) -> u32,
+    ) -> Result<(), EncodeError> {
         if n > MAX_BOIDS {
             return Err(EncodeError::OverLimit {
                 what: "boids",
@@ -159,7 +208,7 @@ impl FrameBuilder {
         self.ids.clear();
         let mut max_id = 0u32;
         for i in 0..n {
-            let id = boid(i).0;
+            let id = id(i);
             max_id = max_id.max(id);
             self.ids.push(id);
         }
@@ -186,29 +235,16 @@ impl FrameBuilder {
                 self.order.len()
             )));
         }
-        self.rank.clear();
-        self.rank.resize(n, 0);
         out.ids.clear();
-        for (k, &i) in self.order.iter().enumerate() {
-            self.rank[i as usize] = k as u32;
-            out.ids.push(self.ids[i as usize]);
-        }
-        // Pass 3: quantise in state order and scatter into id order. PERF:
-        // reads are sequential; the random accesses are writes, which do
-        // not stall the loop the way random reads of the state would.
+        out.ids
+            .extend(self.order.iter().map(|&i| self.ids[i as usize]));
         out.tick = tick;
         out.quant = Some(quant);
         out.pos.clear();
         out.pos.resize(3 * n, 0);
         out.heading.clear();
         out.heading.resize(2 * n, 0);
-        for (i, &k) in self.rank.iter().enumerate() {
-            let (_, p, v) = boid(i);
-            let k = k as usize;
-            out.pos[3 * k..3 * k + 3].copy_from_slice(&quant.quantize(p));
-            out.heading[2 * k..2 * k + 2].copy_from_slice(&oct_encode(v));
-        }
-        out.check()
+        Ok(())
     }
 }
 

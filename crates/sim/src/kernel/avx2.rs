@@ -7,7 +7,9 @@
 //! instead of 16, which removes most spills from this register-hungry loop
 //! (about 20 % faster), and where `isa_fns!(masked)` holds it takes the
 //! AVX-512VL variants (`lanes8_masked`, `topv_insert_masked`), whose
-//! comparisons write mask registers that gate the adds and blends. The
+//! comparisons write mask registers that gate the adds and blends; the
+//! AVX2 build inserts with blends (`topv_insert_blend`). Both insertions
+//! leave a tie of distances to `topv_insert`, which orders it by id. The
 //! functions therefore sit in one `isa_fns!` block, which gives each the
 //! `target_feature` of the build it is in.
 //!
