@@ -258,6 +258,8 @@ fn browser_tests() -> Result<()> {
 /// features for its dependencies and build about forty of them a second
 /// time, a gigabyte that a CI machine short of disk once ran out on. This
 /// is a no-op after the tests and builds it the same way when run alone.
+/// Like every path here it assumes the default `target/` directory (no
+/// `CARGO_TARGET_DIR`).
 fn server_binary() -> Result<PathBuf> {
     cargo(&["test", "--workspace", "--no-run"])?;
     let bin = workspace_root().join("target/debug/starling");
