@@ -323,6 +323,13 @@ isa_fns! {
         top.live = k.live;
     }
 
+    /// `worst` after an insertion (`TopK::worst` per lane): the last
+    /// slot's distance, at most `max2`, in the group's lanes.
+    fn topv_update_worst<const K: usize>(top: &mut TopV<K>, max2: f32) {
+        let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
+        top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+    }
+
     /// The largest `worst` of any lane (`TopLanes::reach2`).
     fn topv_reach2<const K: usize>(top: &TopV<K>) -> f32 {
         hmax(top.worst)
@@ -364,8 +371,7 @@ isa_fns! {
             (c_d2, c_at) = (s_d2, s_at);
             shifted = _mm256_or_si256(shifted, before);
         }
-        let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
-        top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+        topv_update_worst(top, max2);
     }
 
     /// [`topv_insert`] without branches, for the AVX2 build, when no lane
@@ -396,8 +402,7 @@ isa_fns! {
             top.at[t] = _mm256_blendv_epi8(v, p_at, p_before);
             (p_d2, p_at, p_before) = (s_d2, s_at, before);
         }
-        let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
-        top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+        topv_update_worst(top, max2);
         true
     }
 
@@ -436,8 +441,7 @@ isa_fns! {
                 top.at[t] = _mm256_mask_blend_epi32(p_before, v, p_at);
                 (p_d2, p_at, p_before) = (s_d2, s_at, before);
             }
-            let worst = _mm256_min_ps(top.d2[K - 1], _mm256_set1_ps(max2));
-            top.worst = _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), worst, top.live);
+            topv_update_worst(top, max2);
             true
         }
     }
