@@ -1,10 +1,16 @@
 //! The swarm-metrics worker. Swarm metrics (collisions, clusters,
 //! clearance, ...) cost about twice a step (a grid pass of their own with a
 //! wider link radius), so they are measured on a thread of their own, on a
-//! copy of the state, never delaying the tick; a measurement still running
-//! when the next is due makes that one skip.
+//! copy of the state; a measurement still running when the next is due
+//! makes that one skip. The thread is not free: on a two-core machine a
+//! worker that measured back to back would take a core from the tick's
+//! pool. So it rests between measurements, using at most
+//! [`SWARM_MAX_SHARE`] of a core: big flocks get their swarm metrics less
+//! often instead of a slower tick (100k boids in the default world, two
+//! cores: 22–25 ticks a second without the rest, 32–33 with it).
 
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, Instant};
 
 use starling_sim::{
     Agents, Boid, Flock, Params, SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState,
@@ -12,6 +18,28 @@ use starling_sim::{
 
 /// Swarm metrics are measured every this many ticks (4 Hz at 60 Hz).
 pub const SWARM_EVERY_TICKS: u64 = 15;
+
+/// The most of one core the worker may use: after a measurement that took
+/// `t`, the next starts no sooner than `t · (1 / share − 1)` later.
+pub const SWARM_MAX_SHARE: f64 = 0.25;
+
+/// When the worker may start again: a measurement's time buys a rest of
+/// three times as long (at [`SWARM_MAX_SHARE`]).
+#[derive(Debug, Clone, Copy)]
+struct DutyCycle {
+    not_before: Option<Instant>,
+}
+
+impl DutyCycle {
+    fn allows(&self, now: Instant) -> bool {
+        self.not_before.is_none_or(|t| now >= t)
+    }
+
+    /// A measurement that took `took` ended at `now`.
+    fn ran(&mut self, took: Duration, now: Instant) {
+        self.not_before = Some(now + took.mul_f64(1.0 / SWARM_MAX_SHARE - 1.0));
+    }
+}
 
 /// A copy of the state for the worker.
 struct Job {
@@ -25,11 +53,14 @@ struct Job {
 #[derive(Debug)]
 pub struct SwarmWorker {
     jobs: SyncSender<Job>,
-    /// Measurements, and the job's boid buffer handed back for reuse.
-    results: Receiver<(SwarmMetrics, Vec<Boid>)>,
+    /// Measurements, how long each took, and the job's boid buffer handed
+    /// back for reuse.
+    results: Receiver<(SwarmMetrics, Duration, Vec<Boid>)>,
     /// The boid buffer, here while the worker is idle (reused, so nothing
     /// is allocated per measurement).
     idle_buf: Option<Vec<Boid>>,
+    /// The worker's rest between measurements.
+    duty: DutyCycle,
 }
 
 impl SwarmWorker {
@@ -42,6 +73,7 @@ impl SwarmWorker {
             .spawn(move || {
                 let mut meter = SwarmMeter::default();
                 while let Ok(job) = job_rx.recv() {
+                    let t0 = Instant::now();
                     let m = meter.measure_state(
                         &SwarmState {
                             params: &job.params,
@@ -51,7 +83,7 @@ impl SwarmWorker {
                         },
                         &cfg,
                     );
-                    if out_tx.send((m, job.boids)).is_err() {
+                    if out_tx.send((m, t0.elapsed(), job.boids)).is_err() {
                         return;
                     }
                 }
@@ -60,11 +92,15 @@ impl SwarmWorker {
             jobs: job_tx,
             results: out_rx,
             idle_buf: Some(Vec::new()),
+            duty: DutyCycle { not_before: None },
         })
     }
 
-    /// Hands a copy of the flock to the worker, if it is idle.
+    /// Hands a copy of the flock to the worker, if it is idle and rested.
     pub fn start(&mut self, flock: &Flock) {
+        if !self.duty.allows(Instant::now()) {
+            return;
+        }
         if let Some(mut boids) = self.idle_buf.take() {
             boids.clear();
             boids.extend_from_slice(flock.boids());
@@ -85,8 +121,54 @@ impl SwarmWorker {
 
     /// A finished measurement, if any.
     pub fn collect(&mut self) -> Option<SwarmMetrics> {
-        let (m, buf) = self.results.try_recv().ok()?;
+        let (m, took, buf) = self.results.try_recv().ok()?;
         self.idle_buf = Some(buf);
+        self.duty.ran(took, Instant::now());
         Some(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tick loop's use of the worker for a minute at 60 Hz, each
+    /// measurement taking `took`: collected at the first tick after it
+    /// ends, offered a start every [`SWARM_EVERY_TICKS`] ticks. Returns
+    /// the share of the time it ran and how many measurements it made.
+    fn run(took: Duration) -> (f64, u32) {
+        let tick = Duration::from_micros(16_667);
+        let t0 = Instant::now();
+        let mut duty = DutyCycle { not_before: None };
+        let (mut busy_until, mut busy, mut made) = (None::<Instant>, Duration::ZERO, 0);
+        for n in 0..3600u64 {
+            let now = t0 + tick * n as u32;
+            if busy_until.is_some_and(|b| now >= b) {
+                duty.ran(took, now);
+                busy_until = None;
+            }
+            if n.is_multiple_of(SWARM_EVERY_TICKS) && busy_until.is_none() && duty.allows(now) {
+                busy_until = Some(now + took);
+                busy += took;
+                made += 1;
+            }
+        }
+        (busy.as_secs_f64() / 60.0, made)
+    }
+
+    #[test]
+    fn a_slow_measurement_uses_at_most_its_share_of_a_core() {
+        // 100k boids: a measurement far longer than the ticks between two.
+        let (share, made) = run(Duration::from_millis(300));
+        assert!(share <= SWARM_MAX_SHARE, "busy {share}");
+        assert!(share >= 0.8 * SWARM_MAX_SHARE, "busy {share}");
+        assert!(made >= 40, "{made} measurements in a minute");
+    }
+
+    #[test]
+    fn a_quick_measurement_is_not_held_back() {
+        // 5000 boids: a millisecond, measured at every offer (4 a second).
+        let (_, made) = run(Duration::from_millis(1));
+        assert_eq!(made, 240);
     }
 }
