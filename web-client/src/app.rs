@@ -565,7 +565,7 @@ impl App {
         self.dom.message("", false);
         self.params = h.params.clone();
         self.hello = Some(h);
-        if let Some(budget) = self.interest.as_ref().map(|i| i.budget) {
+        if let Some(budget) = self.interest.as_ref().map(|i| i.link.declared()) {
             // The camera's view, or the whole world if it has none yet.
             let world = self.hello.as_ref().map_or([1.0; 3], |h| h.world.world_m);
             let view = self.view_to_send(0.0).unwrap_or(starling_protocol::View {
@@ -1178,6 +1178,7 @@ impl App {
                 .as_ref()
                 .and_then(|i| i.info)
                 .map(|i| f64::from(i.budget_bytes_per_s) / 1000.0),
+            link_lowered: self.interest.as_ref().is_some_and(|i| i.link.lowered()),
             cells: self.interest.as_ref().map(Interest::counts),
             latency_ms: self.latency_ms,
             asked_fps: self.pace.slowed().then(|| self.pace.asked()),
@@ -1212,6 +1213,16 @@ impl App {
             && let Some(max_fps) = self.pace.review(now_ms, latency)
         {
             self.send(&ClientMsg::SetRate { max_fps });
+        }
+        // On the interest stream the budget follows what the link carries.
+        if self.draining.is_none()
+            && let Some(view) = self
+                .interest
+                .as_mut()
+                .filter(|i| i.is_subscribed())
+                .and_then(|i| i.review_link(now_ms, latency, bytes))
+        {
+            self.send(&ClientMsg::SetView(view));
         }
         if let Some(body) = self.dom.doc.body() {
             // For tests: the page's pace (load, draining, waiting for a keyframe).

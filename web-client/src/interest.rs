@@ -12,6 +12,8 @@ use glam::Vec3;
 use starling_protocol::interest::{CellMirror, Precision};
 use starling_protocol::{DecodeError, Frame, InterestInfo, View};
 
+use crate::link::Link;
+
 /// Least time between two view updates sent, ms (the server takes 20 a
 /// second; a camera drag would send more).
 pub(crate) const VIEW_INTERVAL_MS: f64 = 100.0;
@@ -25,8 +27,8 @@ pub(crate) type Blob = (Vec3, f32);
 /// The interest stream's state in the viewer.
 #[derive(Debug, Default)]
 pub(crate) struct Interest {
-    /// The declared budget (None: as much as the link drains).
-    pub(crate) budget: Option<u32>,
+    /// The budget: the given one, lowered while the link carries less.
+    pub(crate) link: Link,
     /// The stream's grid, box and budget, from the server.
     pub(crate) info: Option<InterestInfo>,
     mirror: Option<CellMirror>,
@@ -52,10 +54,10 @@ pub(crate) struct Interest {
 }
 
 impl Interest {
-    /// The stream with a declared budget.
+    /// The stream with a given budget (None: as much as the link drains).
     pub(crate) fn new(budget: Option<u32>) -> Self {
         Self {
-            budget,
+            link: Link::new(budget),
             last_view_ms: f64::NEG_INFINITY,
             ..Self::default()
         }
@@ -63,7 +65,26 @@ impl Interest {
 
     /// Forgets everything (a new connection).
     pub(crate) fn clear(&mut self) {
-        *self = Self::new(self.budget);
+        *self = Self::new(self.link.given());
+    }
+
+    /// Reviews the link (see `link.rs`); when the budget changes, the
+    /// last view with the new budget, to send.
+    pub(crate) fn review_link(
+        &mut self,
+        now_ms: f64,
+        latency_ms: Option<f64>,
+        received: f64,
+    ) -> Option<View> {
+        let announced = self.info.map(|i| i.budget_bytes_per_s);
+        let budget = self.link.review(now_ms, latency_ms, received, announced)?;
+        let view = View {
+            budget_bytes_per_s: budget,
+            ..self.last_view?
+        };
+        self.last_view = Some(view);
+        self.last_view_ms = now_ms;
+        Some(view)
     }
 
     /// The server's `Interest`: a new grid or box starts over.
@@ -191,7 +212,7 @@ impl Interest {
             min: min.into(),
             max: max.into(),
             eye: Some(eye.into()),
-            budget_bytes_per_s: self.budget,
+            budget_bytes_per_s: self.link.declared(),
         };
         let moved = self.last_view.is_none_or(|last| {
             let far = |a: [f32; 3], b: [f32; 3]| {

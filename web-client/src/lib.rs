@@ -20,6 +20,7 @@
 mod app;
 mod camera;
 mod interest;
+mod link;
 mod net;
 mod pace;
 mod render;

@@ -1,0 +1,290 @@
+//! The interest stream's budget on this page's link: the rate the page was
+//! given (`?budget=`, or auto: as much as the link drains), lowered while
+//! the link carries less.
+//!
+//! The server paces a viewer's batches at its declared budget and finds a
+//! slow link from its socket blocking, but between it and a browser sit
+//! megabytes of buffers: on a link that carries less than the budget the
+//! queue grows for seconds before a send blocks, and the page falls that
+//! far behind (it then drops the backlog and starts its cells over). The
+//! page sees the queue much sooner, in its latency probe, which waits
+//! behind every batch ahead of it. So the page controls its own budget,
+//! as delay-based congestion control does (LEDBAT, WebRTC's): the queue
+//! is the probe's round trip over the least one seen lately; when it
+//! passes [`QUEUE_HIGH_MS`] the page declares [`BACK_OFF`] of what it
+//! received over the last two seconds, or less for a longer queue (under
+//! what the link carried, so the queue drains; at most halving,
+//! [`MOST_CUT`]), at most once per [`HOLD_MS`]; when it is under
+//! [`QUEUE_LOW_MS`] and the stream fills most of the declared rate, the
+//! page adds [`RISE`] of it, every [`RISE_MS`], up to the given budget.
+//! The server still applies its own drain estimate and floor.
+//!
+//! Pure Rust, no browser: tested natively.
+
+use starling_protocol::limits::{MAX_VIEW_BUDGET, MIN_VIEW_BUDGET};
+
+/// Queue above which the page lowers its budget, ms.
+pub(crate) const QUEUE_HIGH_MS: f64 = 150.0;
+/// Queue under which it may raise it again, ms.
+pub(crate) const QUEUE_LOW_MS: f64 = 50.0;
+/// The budget after a back-off, as a share of what the page received: at
+/// most this, and less by the queue's share of [`DRAIN_MS`].
+pub(crate) const BACK_OFF: f64 = 0.85;
+/// A back-off takes `queue / DRAIN_MS` off what the link carried (down to
+/// [`MOST_CUT`]), ms: the queue then drains within a few seconds.
+pub(crate) const DRAIN_MS: f64 = 2_000.0;
+/// A back-off keeps at least this share of the current rate: a probe late
+/// for another reason (a busy machine, a stream still starting) costs at
+/// most half, and a link four times slower takes two back-offs.
+pub(crate) const MOST_CUT: f64 = 0.5;
+/// Least time between two back-offs, ms: the queue takes a while to drain
+/// after one.
+pub(crate) const HOLD_MS: f64 = 2_000.0;
+/// Least time between two rises (and after a back-off), ms.
+pub(crate) const RISE_MS: f64 = 2_000.0;
+/// A rise adds this share of the declared budget: gentle near the rate
+/// that was late, and back to a given budget eight times as large in
+/// about 45 s.
+pub(crate) const RISE: f64 = 0.1;
+/// Least time between two reviews, ms.
+const REVIEW_MS: f64 = 1_000.0;
+/// The share of the declared budget the stream must fill for a rise: a
+/// stream that does not use its budget learns nothing from more.
+const FILLED: f64 = 0.7;
+/// The base round trip is the least probe of the last this many reviews
+/// (about one a second): a route that got slower is learnt again.
+const BASE_REVIEWS: usize = 30;
+
+/// This page's budget on its link.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    /// The budget the page was given (None: auto).
+    given: Option<u32>,
+    /// The rate declared now, bytes per second.
+    declared: u32,
+    /// The least probe of each of the last reviews (a ring).
+    base: [f64; BASE_REVIEWS],
+    next: usize,
+    /// The least probe since the last review.
+    least: f64,
+    changed_ms: f64,
+    reviewed_ms: f64,
+}
+
+impl Default for Link {
+    /// Auto: as much as the link drains.
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl Link {
+    /// A link for a page given `given` bytes per second (None: auto).
+    pub(crate) fn new(given: Option<u32>) -> Self {
+        Self {
+            given,
+            declared: Self::ceiling(given),
+            base: [f64::INFINITY; BASE_REVIEWS],
+            next: 0,
+            least: f64::INFINITY,
+            changed_ms: f64::NEG_INFINITY,
+            reviewed_ms: f64::NEG_INFINITY,
+        }
+    }
+
+    fn ceiling(given: Option<u32>) -> u32 {
+        given
+            .unwrap_or(MAX_VIEW_BUDGET)
+            .clamp(MIN_VIEW_BUDGET, MAX_VIEW_BUDGET)
+    }
+
+    /// The budget the page was given.
+    pub(crate) fn given(&self) -> Option<u32> {
+        self.given
+    }
+
+    /// What the page declares now: the given budget (None when auto and
+    /// not lowered), or what the link carries when that is less.
+    pub(crate) fn declared(&self) -> Option<u32> {
+        if self.declared >= Self::ceiling(self.given) {
+            self.given
+        } else {
+            Some(self.declared)
+        }
+    }
+
+    /// Whether the page declares less than it was given.
+    pub(crate) fn lowered(&self) -> bool {
+        self.declared < Self::ceiling(self.given)
+    }
+
+    /// Reviews the link at `now_ms` (at most once per [`REVIEW_MS`]): `latency_ms`,
+    /// the probe's round trip (a probe still out counts as late as it
+    /// already is); `received` bytes per second over the last two seconds;
+    /// `announced`, the rate the server last said it sends within (under
+    /// the declared one when its own drain estimate is lower). Returns the
+    /// new declared budget when it changes.
+    pub(crate) fn review(
+        &mut self,
+        now_ms: f64,
+        latency_ms: Option<f64>,
+        received: f64,
+        announced: Option<u32>,
+    ) -> Option<Option<u32>> {
+        if now_ms - self.reviewed_ms < REVIEW_MS {
+            return None;
+        }
+        let latency = latency_ms.filter(|l| l.is_finite() && *l >= 0.0)?;
+        self.reviewed_ms = now_ms;
+        self.least = self.least.min(latency);
+        self.base[self.next] = self.least;
+        let base = self.base.iter().copied().fold(f64::INFINITY, f64::min);
+        let queue = latency - base;
+        let since = now_ms - self.changed_ms;
+        let before = self.declared;
+        // The rate the server sends within now.
+        let current = f64::from(announced.map_or(self.declared, |a| a.min(self.declared)));
+        if queue > QUEUE_HIGH_MS && since >= HOLD_MS && received.is_finite() && received >= 0.0 {
+            // Under what the link carried, the more so the longer the
+            // queue, so that it drains in a few seconds.
+            let carried = received.min(current);
+            let share = (1.0 - queue / DRAIN_MS).clamp(MOST_CUT, BACK_OFF);
+            let lowered = (share * carried).max(MOST_CUT * current);
+            self.declared = (lowered as u32).clamp(MIN_VIEW_BUDGET, self.declared);
+        } else if queue < QUEUE_LOW_MS && since >= RISE_MS && received >= FILLED * current {
+            let ceiling = Self::ceiling(self.given);
+            let step = ((f64::from(self.declared) * RISE) as u32).max(1);
+            self.declared = self.declared.saturating_add(step).min(ceiling);
+        }
+        // A new review slot; its least starts from this probe.
+        self.next = (self.next + 1) % BASE_REVIEWS;
+        self.least = latency;
+        (self.declared != before).then(|| {
+            self.changed_ms = now_ms;
+            self.declared()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page given `given` on a link that carries `link` bytes a second
+    /// with `rtt_ms` of round trip, against a server that sends at the
+    /// declared budget; reviewed once a second for `seconds`. Returns the
+    /// link and the largest queue (ms) in the last ten seconds.
+    fn simulate(given: Option<u32>, link: f64, rtt_ms: f64, seconds: u32) -> (Link, f64) {
+        let mut l = Link::new(given);
+        let mut queue_bytes = 0.0f64;
+        let mut worst_late = 0.0f64;
+        for s in 0..seconds {
+            let sent = f64::from(l.declared().unwrap_or(MAX_VIEW_BUDGET)).min(1e7);
+            let carried = (queue_bytes + sent).min(link);
+            queue_bytes = queue_bytes + sent - carried;
+            let queue_ms = 1000.0 * queue_bytes / link;
+            if s + 10 >= seconds {
+                worst_late = worst_late.max(queue_ms);
+            }
+            l.review(
+                f64::from(s) * 1000.0,
+                Some(rtt_ms + queue_ms),
+                carried,
+                None,
+            );
+        }
+        (l, worst_late)
+    }
+
+    #[test]
+    fn a_link_slower_than_the_budget_lowers_it_and_the_queue_drains() {
+        // Given 250 kB/s on a link that carries 150: the budget settles
+        // under 150 and the queue stays short.
+        let (l, worst) = simulate(Some(250_000), 150_000.0, 80.0, 60);
+        let declared = l.declared().unwrap();
+        assert!(l.lowered());
+        assert!(
+            (90_000..=155_000).contains(&declared),
+            "declared {declared}"
+        );
+        assert!(worst < 2.0 * QUEUE_HIGH_MS, "queue {worst} ms");
+        assert_eq!(l.given(), Some(250_000));
+    }
+
+    #[test]
+    fn a_link_that_carries_the_budget_keeps_it() {
+        let (l, worst) = simulate(Some(250_000), 400_000.0, 80.0, 60);
+        assert_eq!(l.declared(), Some(250_000));
+        assert!(!l.lowered());
+        assert_eq!(worst, 0.0);
+    }
+
+    #[test]
+    fn a_link_that_recovers_gets_the_budget_back() {
+        let mut l = Link::new(Some(250_000));
+        // Late: backs off to 85 % of what came.
+        assert_eq!(l.review(0.0, Some(80.0), 200_000.0, None), None);
+        // (a queue of 320 ms: 84 % of 150k)
+        assert_eq!(
+            l.review(1000.0, Some(400.0), 150_000.0, None),
+            Some(Some(126_000))
+        );
+        // Still late within the hold: no second back-off yet.
+        assert_eq!(l.review(2000.0, Some(300.0), 127_500.0, None), None);
+        // The queue gone and the stream full: a tenth more every RISE_MS,
+        // up to the given budget (126k · 1.1^7 = 245.5k, then 250k).
+        let mut now = 3000.0;
+        let mut rises = 0;
+        while l.lowered() && rises < 20 {
+            let full = f64::from(l.declared().unwrap());
+            if l.review(now, Some(80.0), full, None).is_some() {
+                rises += 1;
+            }
+            now += 1000.0;
+        }
+        assert_eq!(l.declared(), Some(250_000));
+        assert_eq!(rises, 8);
+    }
+
+    #[test]
+    fn auto_declares_nothing_until_the_link_is_slow() {
+        let mut l = Link::new(None);
+        assert_eq!(l.declared(), None);
+        assert_eq!(l.review(0.0, Some(20.0), 5_000.0, Some(1_000_000)), None);
+        // Late: cut from the server's rate, not from the auto ceiling (a
+        // queue of 880 ms would leave 56 % of what came, 252k; a back-off
+        // keeps at least half the rate).
+        assert_eq!(
+            l.review(3000.0, Some(900.0), 450_000.0, Some(1_000_000)),
+            Some(Some(500_000))
+        );
+        // A stream that does not fill its budget is not raised.
+        assert_eq!(l.review(6000.0, Some(20.0), 1_000.0, Some(500_000)), None);
+        assert_eq!(l.given(), None);
+    }
+
+    #[test]
+    fn a_late_probe_costs_at_most_half_and_never_goes_under_the_floor() {
+        let mut l = Link::new(Some(100_000));
+        // A stream still starting (little received) and a probe late.
+        assert_eq!(l.review(0.0, Some(20.0), 0.0, None), None);
+        assert_eq!(
+            l.review(1000.0, Some(700.0), 3_000.0, None),
+            Some(Some(50_000))
+        );
+        assert_eq!(
+            l.review(4000.0, Some(700.0), 3_000.0, None),
+            Some(Some(MIN_VIEW_BUDGET))
+        );
+        assert_eq!(l.review(7000.0, Some(700.0), 3_000.0, None), None);
+        assert_eq!(l.declared(), Some(MIN_VIEW_BUDGET));
+    }
+
+    #[test]
+    fn no_probe_no_change() {
+        let mut l = Link::new(Some(100_000));
+        assert_eq!(l.review(5000.0, None, 0.0, None), None);
+        assert_eq!(l.review(6000.0, Some(f64::NAN), 0.0, None), None);
+        assert_eq!(l.declared(), Some(100_000));
+    }
+}
