@@ -594,6 +594,7 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
   // carries less than its nominal 250 kB/s, so the page lowers its budget
   // to what it carries instead of queueing ("(link)" on the status line).
   const lags = [];
+  const statuses = [];
   let last = 0;
   for (let i = 0; i < 5; i++) {
     await new Promise((r) => setTimeout(r, 2000));
@@ -602,14 +603,19 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
     assert.ok(shown > last, `the page's tick went from ${last} to ${shown}`);
     last = shown;
     lags.push(live - shown);
+    statuses.push(await page.locator('#st-kbps').innerText());
     const kbps = Number(await page.locator('body').getAttribute('data-kbps'));
     assert.ok(kbps <= (budget / 1000) * 1.1, `${kbps} kB/s over a budget of ${budget / 1000}`);
   }
   // At 60 ticks a second, two seconds behind at most, and not growing.
   assert.ok(Math.max(...lags) < 120, `lag in ticks: ${lags}`);
   assert.ok(lags[4] <= lags[0] + 60, `the lag grows: ${lags}`);
-  const [, streamed] = (await page.locator('#st-kbps').innerText()).match(/ \/ (\d+)( \(link\))?$/);
-  assert.ok(Number(streamed) >= 32 && Number(streamed) <= budget / 1000, `the stream's budget: ${streamed} kB/s`);
+  // Chromium's emulated 250 kB/s carries about 150 kB/s of WebSocket
+  // frames here: the page lowered its budget to it at some point.
+  assert.ok(statuses.some((s) => s.endsWith(' (link)')), `status lines: ${statuses}`);
+  const status = await page.locator('#st-kbps').innerText();
+  const streamed = Number(status.match(/ \/ (\d+)( \(link\))?$/)?.[1]);
+  assert.ok(streamed >= 32 && streamed <= budget / 1000, `the stream's budget in "${status}"`);
   assert.equal(await page.locator('#stream').inputValue(), String(budget));
   await shot(page, 'interest-2mbit');
   await page.close();

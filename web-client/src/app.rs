@@ -500,8 +500,12 @@ impl App {
                 self.dom.message(&text, true);
             }
             ServerMsg::Pong { nonce, .. } => {
-                self.latency_ms = Some(now_ms - nonce as f64 / 1000.0);
+                let rtt = now_ms - nonce as f64 / 1000.0;
+                self.latency_ms = Some(rtt);
                 self.ping_out = None;
+                if let Some(i) = self.interest.as_mut() {
+                    i.link.probed(rtt);
+                }
                 if self.draining == Some(nonce) {
                     // The backlog has gone by: start again from a keyframe
                     // (the last frame stays on screen meanwhile; deltas
@@ -1215,12 +1219,13 @@ impl App {
             self.send(&ClientMsg::SetRate { max_fps });
         }
         // On the interest stream the budget follows what the link carries.
+        let out_ms = self.ping_out.map(|t| now_ms - t);
         if self.draining.is_none()
             && let Some(view) = self
                 .interest
                 .as_mut()
                 .filter(|i| i.is_subscribed())
-                .and_then(|i| i.review_link(now_ms, latency, bytes))
+                .and_then(|i| i.review_link(now_ms, out_ms, bytes))
         {
             self.send(&ClientMsg::SetView(view));
         }

@@ -73,14 +73,16 @@ impl Interest {
     pub(crate) fn review_link(
         &mut self,
         now_ms: f64,
-        latency_ms: Option<f64>,
+        out_ms: Option<f64>,
         received: f64,
     ) -> Option<View> {
+        // Only once a view went out (the change must reach the server).
+        let last = self.last_view?;
         let announced = self.info.map(|i| i.budget_bytes_per_s);
-        let budget = self.link.review(now_ms, latency_ms, received, announced)?;
+        let budget = self.link.review(now_ms, out_ms, received, announced)?;
         let view = View {
             budget_bytes_per_s: budget,
-            ..self.last_view?
+            ..last
         };
         self.last_view = Some(view);
         self.last_view_ms = now_ms;

@@ -15,8 +15,9 @@
 //! received over the last two seconds, or less for a longer queue (under
 //! what the link carried, so the queue drains; at most halving,
 //! [`MOST_CUT`]), at most once per [`HOLD_MS`]; when it is under
-//! [`QUEUE_LOW_MS`] and the stream fills most of the declared rate, the
-//! page adds [`RISE`] of it, every [`RISE_MS`], up to the given budget.
+//! [`QUEUE_LOW_MS`] the page adds [`RISE`] of it, every [`RISE_MS`], up to
+//! the given budget. Probes are round trips on this connection only; one
+//! still out counts as late as it already is, never as the base.
 //! The server still applies its own drain estimate and floor.
 //!
 //! Pure Rust, no browser: tested natively.
@@ -43,14 +44,11 @@ pub(crate) const HOLD_MS: f64 = 2_000.0;
 /// Least time between two rises (and after a back-off), ms.
 pub(crate) const RISE_MS: f64 = 2_000.0;
 /// A rise adds this share of the declared budget: gentle near the rate
-/// that was late, and back to a given budget eight times as large in
-/// about 45 s.
-pub(crate) const RISE: f64 = 0.1;
+/// that was late, back to a given budget eight times as large in about
+/// 35 s, and more than the tenth the server re-announces a budget at.
+pub(crate) const RISE: f64 = 0.125;
 /// Least time between two reviews, ms.
 const REVIEW_MS: f64 = 1_000.0;
-/// The share of the declared budget the stream must fill for a rise: a
-/// stream that does not use its budget learns nothing from more.
-const FILLED: f64 = 0.7;
 /// The base round trip is the least probe of the last this many reviews
 /// (about one a second): a route that got slower is learnt again.
 const BASE_REVIEWS: usize = 30;
@@ -67,6 +65,8 @@ pub(crate) struct Link {
     next: usize,
     /// The least probe since the last review.
     least: f64,
+    /// The last probe's round trip, ms (None: none came back yet).
+    last: Option<f64>,
     changed_ms: f64,
     reviewed_ms: f64,
 }
@@ -87,6 +87,7 @@ impl Link {
             base: [f64::INFINITY; BASE_REVIEWS],
             next: 0,
             least: f64::INFINITY,
+            last: None,
             changed_ms: f64::NEG_INFINITY,
             reviewed_ms: f64::NEG_INFINITY,
         }
@@ -118,25 +119,36 @@ impl Link {
         self.declared < Self::ceiling(self.given)
     }
 
-    /// Reviews the link at `now_ms` (at most once per [`REVIEW_MS`]): `latency_ms`,
-    /// the probe's round trip (a probe still out counts as late as it
-    /// already is); `received` bytes per second over the last two seconds;
+    /// A latency probe came back after `rtt_ms` (on this connection).
+    pub(crate) fn probed(&mut self, rtt_ms: f64) {
+        if rtt_ms.is_finite() && rtt_ms >= 0.0 {
+            self.last = Some(rtt_ms);
+            self.least = self.least.min(rtt_ms);
+        }
+    }
+
+    /// Reviews the link at `now_ms` (at most once per [`REVIEW_MS`], once
+    /// a probe came back): `out_ms`, how long the probe still out has been
+    /// (it counts as late as it already is, never as a round trip);
+    /// `received`, bytes per second over the last two seconds;
     /// `announced`, the rate the server last said it sends within (under
     /// the declared one when its own drain estimate is lower). Returns the
     /// new declared budget when it changes.
     pub(crate) fn review(
         &mut self,
         now_ms: f64,
-        latency_ms: Option<f64>,
+        out_ms: Option<f64>,
         received: f64,
         announced: Option<u32>,
     ) -> Option<Option<u32>> {
         if now_ms - self.reviewed_ms < REVIEW_MS {
             return None;
         }
-        let latency = latency_ms.filter(|l| l.is_finite() && *l >= 0.0)?;
+        let last = self.last?;
         self.reviewed_ms = now_ms;
-        self.least = self.least.min(latency);
+        let latency = out_ms
+            .filter(|o| o.is_finite())
+            .map_or(last, |o| o.max(last));
         self.base[self.next] = self.least;
         let base = self.base.iter().copied().fold(f64::INFINITY, f64::min);
         let queue = latency - base;
@@ -151,14 +163,14 @@ impl Link {
             let share = (1.0 - queue / DRAIN_MS).clamp(MOST_CUT, BACK_OFF);
             let lowered = (share * carried).max(MOST_CUT * current);
             self.declared = (lowered as u32).clamp(MIN_VIEW_BUDGET, self.declared);
-        } else if queue < QUEUE_LOW_MS && since >= RISE_MS && received >= FILLED * current {
+        } else if queue < QUEUE_LOW_MS && since >= RISE_MS {
             let ceiling = Self::ceiling(self.given);
             let step = ((f64::from(self.declared) * RISE) as u32).max(1);
             self.declared = self.declared.saturating_add(step).min(ceiling);
         }
-        // A new review slot; its least starts from this probe.
+        // A new review slot; its least starts from the last probe.
         self.next = (self.next + 1) % BASE_REVIEWS;
-        self.least = latency;
+        self.least = last;
         (self.declared != before).then(|| {
             self.changed_ms = now_ms;
             self.declared()
@@ -169,6 +181,12 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reviews `l` at `now_ms` after a probe of `rtt_ms` came back.
+    fn at(l: &mut Link, now_ms: f64, rtt_ms: f64, received: f64) -> Option<Option<u32>> {
+        l.probed(rtt_ms);
+        l.review(now_ms, None, received, None)
+    }
 
     /// A page given `given` on a link that carries `link` bytes a second
     /// with `rtt_ms` of round trip, against a server that sends at the
@@ -186,12 +204,7 @@ mod tests {
             if s + 10 >= seconds {
                 worst_late = worst_late.max(queue_ms);
             }
-            l.review(
-                f64::from(s) * 1000.0,
-                Some(rtt_ms + queue_ms),
-                carried,
-                None,
-            );
+            at(&mut l, f64::from(s) * 1000.0, rtt_ms + queue_ms, carried);
         }
         (l, worst_late)
     }
@@ -199,12 +212,12 @@ mod tests {
     #[test]
     fn a_link_slower_than_the_budget_lowers_it_and_the_queue_drains() {
         // Given 250 kB/s on a link that carries 150: the budget settles
-        // under 150 and the queue stays short.
+        // near 150 and the queue stays short.
         let (l, worst) = simulate(Some(250_000), 150_000.0, 80.0, 60);
         let declared = l.declared().unwrap();
         assert!(l.lowered());
         assert!(
-            (90_000..=155_000).contains(&declared),
+            (90_000..=170_000).contains(&declared),
             "declared {declared}"
         );
         assert!(worst < 2.0 * QUEUE_HIGH_MS, "queue {worst} ms");
@@ -222,44 +235,55 @@ mod tests {
     #[test]
     fn a_link_that_recovers_gets_the_budget_back() {
         let mut l = Link::new(Some(250_000));
-        // Late: backs off to 85 % of what came.
-        assert_eq!(l.review(0.0, Some(80.0), 200_000.0, None), None);
-        // (a queue of 320 ms: 84 % of 150k)
-        assert_eq!(
-            l.review(1000.0, Some(400.0), 150_000.0, None),
-            Some(Some(126_000))
-        );
+        assert_eq!(at(&mut l, 0.0, 80.0, 200_000.0), None);
+        // Late (a queue of 320 ms): 84 % of what came.
+        assert_eq!(at(&mut l, 1000.0, 400.0, 150_000.0), Some(Some(126_000)));
         // Still late within the hold: no second back-off yet.
-        assert_eq!(l.review(2000.0, Some(300.0), 127_500.0, None), None);
-        // The queue gone and the stream full: a tenth more every RISE_MS,
-        // up to the given budget (126k · 1.1^7 = 245.5k, then 250k).
+        assert_eq!(at(&mut l, 2000.0, 300.0, 126_000.0), None);
+        // The queue gone: an eighth more every RISE_MS, whatever the
+        // stream used, up to the given budget (126k · 1.125^5 = 227k).
         let mut now = 3000.0;
         let mut rises = 0;
         while l.lowered() && rises < 20 {
-            let full = f64::from(l.declared().unwrap());
-            if l.review(now, Some(80.0), full, None).is_some() {
+            if at(&mut l, now, 80.0, 10_000.0).is_some() {
                 rises += 1;
             }
             now += 1000.0;
         }
         assert_eq!(l.declared(), Some(250_000));
-        assert_eq!(rises, 8);
+        assert_eq!(rises, 6);
+    }
+
+    #[test]
+    fn a_probe_still_out_counts_as_late_but_never_as_the_base() {
+        let mut l = Link::new(Some(250_000));
+        // No probe back yet: nothing to judge by.
+        assert_eq!(l.review(0.0, Some(0.0), 100_000.0, None), None);
+        l.probed(60.0);
+        // A probe out for 5 ms is no round trip under the 60 ms one.
+        assert_eq!(l.review(1000.0, Some(5.0), 200_000.0, None), None);
+        // One out for 700 ms is a queue of 640 ms: 68 % of what came.
+        assert_eq!(
+            l.review(2000.0, Some(700.0), 200_000.0, None),
+            Some(Some(136_000))
+        );
     }
 
     #[test]
     fn auto_declares_nothing_until_the_link_is_slow() {
         let mut l = Link::new(None);
         assert_eq!(l.declared(), None);
-        assert_eq!(l.review(0.0, Some(20.0), 5_000.0, Some(1_000_000)), None);
+        l.probed(20.0);
+        assert_eq!(l.review(0.0, None, 5_000.0, Some(1_000_000)), None);
         // Late: cut from the server's rate, not from the auto ceiling (a
         // queue of 880 ms would leave 56 % of what came, 252k; a back-off
         // keeps at least half the rate).
+        l.probed(900.0);
         assert_eq!(
-            l.review(3000.0, Some(900.0), 450_000.0, Some(1_000_000)),
+            l.review(3000.0, None, 450_000.0, Some(1_000_000)),
             Some(Some(500_000))
         );
-        // A stream that does not fill its budget is not raised.
-        assert_eq!(l.review(6000.0, Some(20.0), 1_000.0, Some(500_000)), None);
+        assert!(l.lowered());
         assert_eq!(l.given(), None);
     }
 
@@ -267,24 +291,22 @@ mod tests {
     fn a_late_probe_costs_at_most_half_and_never_goes_under_the_floor() {
         let mut l = Link::new(Some(100_000));
         // A stream still starting (little received) and a probe late.
-        assert_eq!(l.review(0.0, Some(20.0), 0.0, None), None);
+        assert_eq!(at(&mut l, 0.0, 20.0, 0.0), None);
+        assert_eq!(at(&mut l, 1000.0, 700.0, 3_000.0), Some(Some(50_000)));
         assert_eq!(
-            l.review(1000.0, Some(700.0), 3_000.0, None),
-            Some(Some(50_000))
-        );
-        assert_eq!(
-            l.review(4000.0, Some(700.0), 3_000.0, None),
+            at(&mut l, 4000.0, 700.0, 3_000.0),
             Some(Some(MIN_VIEW_BUDGET))
         );
-        assert_eq!(l.review(7000.0, Some(700.0), 3_000.0, None), None);
+        assert_eq!(at(&mut l, 7000.0, 700.0, 3_000.0), None);
         assert_eq!(l.declared(), Some(MIN_VIEW_BUDGET));
     }
 
     #[test]
-    fn no_probe_no_change() {
+    fn bad_probes_are_ignored() {
         let mut l = Link::new(Some(100_000));
-        assert_eq!(l.review(5000.0, None, 0.0, None), None);
-        assert_eq!(l.review(6000.0, Some(f64::NAN), 0.0, None), None);
+        l.probed(f64::NAN);
+        l.probed(-5.0);
+        assert_eq!(l.review(5000.0, Some(f64::NAN), 0.0, None), None);
         assert_eq!(l.declared(), Some(100_000));
     }
 }

@@ -58,7 +58,8 @@ pub struct SimState {
     pub agents_version: u64,
     /// Metrics of the last tick.
     pub metrics: TickMetrics,
-    /// Swarm metrics, sampled every `SWARM_EVERY_TICKS` ticks.
+    /// Swarm metrics, sampled at most every `SWARM_EVERY_TICKS` ticks
+    /// (less often when a measurement is slow: `engine/swarm.rs`).
     pub swarm: SwarmMetrics,
     /// Ticks that could not start on time since the start (the loop does
     /// not pile them up: it skips ahead).
@@ -95,7 +96,8 @@ pub struct MetricsBody {
     /// The tick's metrics (every tick).
     pub tick: TickMetrics,
     /// Swarm metrics: collisions, clusters, clearance, goal distance,
-    /// velocity correlation (the server samples them every 15 ticks).
+    /// velocity correlation (the server samples them at most every 15
+    /// ticks, less often for big flocks).
     pub swarm: SwarmMetrics,
 }
 

@@ -16,7 +16,8 @@ use starling_sim::{
     Agents, Boid, Flock, Params, SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState,
 };
 
-/// Swarm metrics are measured every this many ticks (4 Hz at 60 Hz).
+/// Swarm metrics are measured at most every this many ticks (4 Hz at 60
+/// Hz; less often when a measurement takes longer than its share allows).
 pub const SWARM_EVERY_TICKS: u64 = 15;
 
 /// The most of one core the worker may use: after a measurement that took

@@ -312,6 +312,8 @@ impl State {
             self.swarm = m;
             self.telemetry.record_swarm(&m);
         }
+        // (A start the worker's rest refuses waits for the next multiple,
+        // edits included.)
         if self.flock.tick().is_multiple_of(SWARM_EVERY_TICKS) || changed {
             self.swarm_worker.start(&self.flock);
         }
