@@ -232,6 +232,34 @@ fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
 }
 
 #[test]
+fn an_unwritable_mcap_path_fails_before_the_run_and_writes_nothing() {
+    let dir = scratch("mcap-bad");
+    let scenario = write(&dir, SCENARIO);
+    let mcap = dir.join("no-such-dir").join("run.mcap");
+    let out = dir.join("never");
+    let r = starling(
+        &[
+            "run",
+            &scenario,
+            "--out",
+            out.to_str().unwrap(),
+            "--mcap",
+            mcap.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains(mcap.to_str().unwrap()),
+        "names the path: {err}"
+    );
+    assert!(!out.exists() && !dir.join("never.partial").exists());
+    assert!(!mcap.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_example_scenarios_are_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     let mut n = 0;
