@@ -6,7 +6,10 @@
 //! The probe looks at a tenth of the world (a box around its centre, full
 //! height, the camera above it) with a declared budget; the other viewers
 //! look at random tenths. Links are taken to drain whatever is sent, so
-//! each viewer's budget is its declared one. Reported: the probe's bytes
+//! each viewer's budget is its declared one. The viewers are served for
+//! [`SETTLE_S`] seconds before anything is counted, long enough for each
+//! to learn what its updates cost and size its full set (its first sends
+//! assume a costlier boid). Reported: the probe's bytes
 //! per second against its budget, how often the boids in its view are
 //! updated, whether the summaries cover the flock; and, across viewer
 //! counts, the cell updates encoded and the time spent per broadcast.
@@ -81,6 +84,9 @@ pub struct InterestStats {
     pub core_share_per_viewer: f64,
 }
 
+/// Seconds of sends before the measurement, for the viewers to settle.
+const SETTLE_S: u64 = 2;
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs.get(xs.len() / 2).copied().unwrap_or(0.0)
@@ -144,9 +150,23 @@ pub fn measure(
     let (mut probe_bytes, mut probe_boids, mut boids_in_view) = (0usize, 0usize, 0u64);
     let mut held_boids = 0usize;
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
-    let encoded_before = telemetry.cell_updates_encoded.get();
+    let mut encoded_before = telemetry.cell_updates_encoded.get();
     let mut cover = 0.0;
-    for seq in 1..=broadcasts {
+    // The viewers settle first: each learns what its updates cost and
+    // grows its full set to its budget (from about 20 sends), then the
+    // steady state is measured.
+    let settle = u64::from(fps).max(1) * SETTLE_S;
+    for seq in 1..=settle + broadcasts {
+        if seq == settle + 1 {
+            for v in [&mut probe_updates, &mut in_view_boids, &mut in_box_boids] {
+                v.iter_mut().for_each(|x| *x = 0);
+            }
+            (probe_bytes, probe_boids, boids_in_view, held_boids) = (0, 0, 0, 0);
+            for v in [&mut build_ms, &mut encode_ms, &mut viewer_us] {
+                v.clear();
+            }
+            encoded_before = telemetry.cell_updates_encoded.get();
+        }
         for _ in 0..stride {
             flock.step();
         }

@@ -37,11 +37,30 @@ pub const SUMMARY_HZ: f32 = 2.0;
 /// summaries and the full updates of cells joining the set).
 const FULL_SHARE: f32 = 0.9;
 /// The least update rate the full set is sized for, per second: cells held
-/// in full are updated at every k-th send, the largest k that keeps them
-/// at this rate or more (k = 1 at 30 sends a second). A regular cadence
-/// keeps the pairs of frames viewers hold few, so cell encodings stay
-/// shared (see `engine/interest.rs`).
+/// in full are updated at a stride of k sends, k a whole or half number,
+/// the largest that keeps them at this rate or more (k = 1.5 at 30 sends a
+/// second: two sends in three, gaps of 33 and 67 ms). Each cell takes its
+/// turns at the same broadcasts for every viewer ([`due`]), and a regular
+/// cadence keeps the pairs of frames viewers hold few, so cell encodings
+/// stay shared (see `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
+/// How far under [`FULL_HZ`] the measured send rate may make the full set
+/// before its stride shortens, in half sends: sends a tick late now and
+/// then do not flip a 30 Hz stream between two cadences.
+const CADENCE_SLACK: f32 = 0.1;
+/// The longest stride of the full set, in half sends.
+const MAX_STRIDE_HALVES: u64 = 16;
+
+/// Whether a cell of the full set is due at broadcast `seq` with a stride
+/// of `halves` half sends: its turns are spread evenly (two in three sends
+/// at a stride of 1.5), at the same broadcasts for every viewer with that
+/// stride, so their pairs of held frames, and the cell's encodings, are
+/// the same.
+fn due(cell: u32, seq: u64, halves: u64) -> bool {
+    let x = seq + u64::from(cell);
+    (2 * x) / halves != (2 * x).saturating_sub(2) / halves
+}
+
 /// Held cells stay in the full set up to this much over its size, so a
 /// cell at the edge does not join and leave at every send.
 const HYSTERESIS: f32 = 1.15;
@@ -284,11 +303,17 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
-    /// The rate the full set is updated at: the send rate over the largest
-    /// whole stride that keeps it at [`FULL_HZ`] or more.
+    /// The full set's stride in half sends (2: every send, 3: two sends in
+    /// three, 4: every other send): the longest that keeps it at
+    /// [`FULL_HZ`] or more at the measured send rate, give or take
+    /// [`CADENCE_SLACK`].
+    fn stride_halves(&self) -> u64 {
+        ((2.0 * self.send_hz / FULL_HZ + CADENCE_SLACK).floor() as u64).clamp(2, MAX_STRIDE_HALVES)
+    }
+
+    /// The rate the full set is updated at: the send rate over its stride.
     fn full_hz(&self) -> f32 {
-        let stride = (self.send_hz / FULL_HZ).floor().max(1.0);
-        self.send_hz / stride
+        2.0 * self.send_hz / self.stride_halves() as f32
     }
 
     /// Marks the full set in `full`: the heaviest cells in view whose
@@ -360,10 +385,14 @@ impl ViewerInterest {
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
+        let halves = self.stride_halves();
         for &(c, weight) in &self.in_view {
             if full[c as usize] {
-                let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20) as f32;
-                self.order.push((age * weight, c));
+                let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20);
+                // Off its turn a cell waits, unless it missed its last one.
+                if due(c, seq, halves) || 2 * age > halves {
+                    self.order.push((age as f32 * weight, c));
+                }
             }
         }
         for (c, h) in self.held.iter_mut().enumerate() {
@@ -528,6 +557,85 @@ mod tests {
             "a far cell held: {:?}",
             held.iter().map(|&c| grid.coords(c)).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn turns_are_spread_evenly_and_shared_by_every_viewer() {
+        for halves in 2..=MAX_STRIDE_HALVES {
+            for cell in [0u32, 1, 7, 499] {
+                let turns: Vec<u64> = (1..=6 * halves).filter(|&s| due(cell, s, halves)).collect();
+                // Two turns in `halves` sends, gaps of the stride rounded down or up.
+                assert_eq!(turns.len() as u64, 12, "halves {halves} cell {cell}");
+                for w in turns.windows(2) {
+                    let gap = 2 * (w[1] - w[0]);
+                    assert!(
+                        gap + 1 >= halves && gap <= halves + 1,
+                        "{halves}: {turns:?}"
+                    );
+                }
+            }
+        }
+        // At a stride of 1.5, a cell skips one send in three.
+        assert_eq!(
+            (1..=6).map(|s| due(0, s, 3)).collect::<Vec<_>>(),
+            [false, true, true, false, true, true]
+        );
+    }
+
+    #[test]
+    fn at_thirty_sends_a_second_held_cells_are_updated_twenty_times() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let view = View {
+            min: [0.0, 0.0, 0.0],
+            max: [100.0, 100.0, 50.0],
+            eye: Some([0.0, 0.0, 0.0]),
+            budget_bytes_per_s: Some(2_000_000),
+        };
+        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
+        let mut mirror = None;
+        let mut updates = std::collections::HashMap::<u32, Vec<u64>>::new();
+        for seq in 1..=90u64 {
+            let set = b
+                .build(seq, &frame(2 * seq), [100.0, 100.0, 50.0], 3, &tel)
+                .unwrap();
+            let now = Duration::from_secs_f64(seq as f64 / 30.0);
+            let out = vi.send(&set, now);
+            let m = mirror.get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
+            if let Some(batch) = out.batch {
+                vi.budget.sent(batch.len(), Duration::ZERO, now);
+                m.apply(&batch).unwrap();
+            }
+            for c in m.held_cells() {
+                if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
+                    updates.entry(c).or_default().push(seq);
+                }
+            }
+        }
+        let m = mirror.unwrap();
+        let held: usize = m
+            .held_cells()
+            .filter_map(|c| m.cell(c))
+            .map(Frame::len)
+            .sum();
+        assert_eq!(held, 4000, "the budget holds the whole view");
+        // Over the last two seconds (60 sends): 40 updates of each cell held
+        // from the start of them (boids drift into empty cells), never two
+        // sends in a row missed.
+        let mut checked = 0;
+        for (c, seqs) in &updates {
+            if seqs.first().is_none_or(|&s| s > 30) {
+                continue;
+            }
+            checked += 1;
+            let last: Vec<u64> = seqs.iter().copied().filter(|&s| s > 30).collect();
+            assert_eq!(last.len(), 40, "cell {c}: {last:?}");
+            assert!(
+                last.windows(2).all(|w| w[1] - w[0] <= 2),
+                "cell {c}: {last:?}"
+            );
+        }
+        assert!(checked > 50, "{checked} cells held throughout");
     }
 
     #[test]
