@@ -8,8 +8,8 @@
 //! look at random tenths. Links are taken to drain whatever is sent, so
 //! each viewer's budget is its declared one. The viewers are served for
 //! [`SETTLE_S`] seconds before anything is counted, long enough for each
-//! to learn what its updates cost and size its full set (its first sends
-//! assume a costlier boid). Reported: the probe's bytes
+//! to learn what its updates cost and size its full set, and for the cells
+//! joining it to have been sent in full. Reported: the probe's bytes
 //! per second against its budget, how often the boids in its view are
 //! updated, whether the summaries cover the flock; and, across viewer
 //! counts, the cell updates encoded and the time spent per broadcast.
@@ -152,9 +152,8 @@ pub fn measure(
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
     let mut encoded_before = telemetry.cell_updates_encoded.get();
     let mut cover = 0.0;
-    // The viewers settle first: each learns what its updates cost and
-    // grows its full set to its budget (from about 20 sends), then the
-    // steady state is measured.
+    // The viewers settle first (their sets sized, their cells sent in
+    // full once), then the steady state is measured.
     let settle = u64::from(fps).max(1) * SETTLE_S;
     for seq in 1..=settle + broadcasts {
         if seq == settle + 1 {
