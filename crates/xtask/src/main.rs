@@ -259,9 +259,14 @@ fn browser_tests() -> Result<()> {
 /// time, a gigabyte that a CI machine short of disk once ran out on. This
 /// is a no-op after the tests and builds it the same way when run alone.
 /// Like every path here it assumes the default `target/` directory (no
-/// `CARGO_TARGET_DIR`).
+/// `CARGO_TARGET_DIR`). Checked once per `cargo xtask` run: the browser,
+/// MCAP and API steps of one `test` share it.
 fn server_binary() -> Result<PathBuf> {
-    cargo(&["test", "--workspace", "--no-run"])?;
+    static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if CHECKED.get().is_none() {
+        cargo(&["test", "--workspace", "--no-run"])?;
+        let _ = CHECKED.set(());
+    }
     let bin = workspace_root().join("target/debug/starling");
     if !bin.is_file() {
         bail!(

@@ -83,7 +83,6 @@ impl Encoder {
         // gathered into frame order in chunks of slots (random reads of
         // eight bytes a boid, not of the state's 24).
         let staged = &mut self.staged;
-        staged.clear();
         boids
             .par_iter()
             .map(|b| (quant.quantize(b.p.to_array()), oct_encode(b.v.to_array())))
