@@ -234,7 +234,8 @@ fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
 #[test]
 fn an_unwritable_mcap_path_fails_before_the_run_and_writes_nothing() {
     let dir = scratch("mcap-bad");
-    let scenario = write(&dir, SCENARIO);
+    // Ten million ticks would run for many minutes: the refusal comes first.
+    let scenario = write(&dir, &SCENARIO.replace("ticks = 240", "ticks = 10000000"));
     let mcap = dir.join("no-such-dir").join("run.mcap");
     let out = dir.join("never");
     let r = starling(

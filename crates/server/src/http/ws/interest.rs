@@ -8,9 +8,10 @@
 //! updates measure), are held in full; the rest of the flock, in view or
 //! not, is drawn from summaries. Each send: the summaries of every cell
 //! when they are due ([`SUMMARY_HZ`]); the held cells that left the view
-//! or the full set, to forget; then the full set's updates, stalest and
-//! heaviest first (staleness in broadcasts times weight), while the budget
-//! allows. The updates themselves are the shared ones of
+//! or the full set, to forget; then the updates of the full set's cells
+//! whose turn it is ([`FULL_HZ`], [`turn`]) or that missed theirs, stalest
+//! and heaviest first (staleness in broadcasts times weight), while the
+//! budget allows. The updates themselves are the shared ones of
 //! `engine/interest.rs`.
 //!
 //! Each held cell is sent at the coarsest precision its distance from the
@@ -33,41 +34,49 @@ use crate::engine::interest::{CellSet, Held};
 
 /// How often the summaries of every cell are sent, per second.
 pub const SUMMARY_HZ: f32 = 2.0;
-/// The share of the budget the full set is sized to (the rest pays for
-/// summaries and the full updates of cells joining the set).
-const FULL_SHARE: f32 = 0.9;
+/// The share of the budget the summaries and the full set are sized to
+/// (the rest pays for the full updates of cells joining the set; the
+/// token bucket holds a fifth of a second, so the sends that carry the
+/// full set's turns, two in three at 30 broadcasts a second, draw on it).
+const FULL_SHARE: f32 = 0.95;
 /// The least update rate the full set is sized for, per second: cells held
-/// in full are updated at a stride of k sends, k a whole or half number,
-/// the largest that keeps them at this rate or more (k = 1.5 at 30 sends a
-/// second: two sends in three, gaps of 33 and 67 ms). Each cell takes its
-/// turns at the same broadcasts for every viewer ([`due`]), and a regular
-/// cadence keeps the pairs of frames viewers hold few, so cell encodings
-/// stay shared (see `engine/interest.rs`).
+/// in full are updated at a stride of k broadcasts, k a whole or half
+/// number, the largest that keeps them at this rate or more at the
+/// measured broadcast rate (k = 1.5 at 30 broadcasts a second: two in
+/// three, 33 and 67 ms apart). Every cell of every viewer at that stride
+/// takes its turns at the same broadcasts ([`turn`]), so a viewer's cells
+/// move in step (a boid crossing between two of them is never drawn in
+/// neither), and the pairs of frames viewers hold are the same, so cell
+/// encodings stay shared (see `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
-/// How far under [`FULL_HZ`] the measured send rate may make the full set
-/// before its stride shortens, in half sends: sends a tick late now and
-/// then do not flip a 30 Hz stream between two cadences.
-const CADENCE_SLACK: f32 = 0.1;
-/// The longest stride of the full set, in half sends.
+/// How far under the rate a stride is chosen for the measured broadcast
+/// rate may be (a share of it), so a stream at its nominal rate, measured
+/// a little slow, keeps its stride.
+const CADENCE_SLACK: f32 = 0.05;
+/// The longest stride of the full set, in half broadcasts.
 const MAX_STRIDE_HALVES: u64 = 16;
+/// The broadcast rate assumed before one is measured (the default
+/// snapshot rate), and the window it is measured over.
+const START_BROADCAST_HZ: f32 = 30.0;
+const BROADCAST_RATE_WINDOW: Duration = Duration::from_secs(1);
 
-/// Whether a cell of the full set is due at broadcast `seq` with a stride
-/// of `halves` half sends: its turns are spread evenly (two in three sends
-/// at a stride of 1.5), at the same broadcasts for every viewer with that
-/// stride, so their pairs of held frames, and the cell's encodings, are
-/// the same.
-fn due(cell: u32, seq: u64, halves: u64) -> bool {
-    let x = seq + u64::from(cell);
-    (2 * x) / halves != (2 * x).saturating_sub(2) / halves
+/// The turn broadcast `seq` falls in at a stride of `halves` half
+/// broadcasts: it steps up two times in every `halves` broadcasts, evenly
+/// spread. A cell of the full set is due when the turn has stepped up
+/// since the broadcast it was last sent at (so a cell that missed its
+/// turn goes at the next send).
+fn turn(seq: u64, halves: u64) -> u64 {
+    2 * seq / halves
 }
 
 /// Held cells stay in the full set up to this much over its size, so a
 /// cell at the edge does not join and leave at every send.
 const HYSTERESIS: f32 = 1.15;
 /// Bytes per boid a linear update is assumed to cost before any is
-/// measured, with Rice codes (1.4) and with fixed-width fields: a little
-/// over what a 30 Hz stream's updates measure at 100k boids (1.6 and 2.2),
-/// so a new viewer holds about its budget's worth from its first sends.
+/// measured, besides its headers, with Rice codes (1.4) and with
+/// fixed-width fields: a little over what the interest benchmark's probe
+/// pays a boid with everything counted (1.6 and 2.2 at 100k boids), so a
+/// new viewer starts near its budget's worth and grows into it.
 const START_BYTES_PER_BOID: [f32; 2] = [2.0, 2.6];
 /// Bytes of a cell update besides its boids (the batch's entry and the
 /// update's header) until measured.
@@ -113,6 +122,58 @@ pub fn precision_at(distance_m: f32, quant: &QuantBox) -> Precision {
     }
 }
 
+/// What a viewer's linear updates cost: their bytes besides the headers
+/// over their boids, and their headers (the batch's entry and the
+/// update's own; a 1.4 viewer's are compact) over the updates. Each is a
+/// sum that decays by [`COST_DECAY`] at each send that measures any, so
+/// the estimate spans about a second of sends: one send of unusual updates
+/// (a column of boids crossing into the next cell at once) moves it a
+/// little, where an average over the updates (hundreds a send) would
+/// follow that one send.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    body: f32,
+    boids: f32,
+    headers: f32,
+    updates: f32,
+}
+
+/// The share of the measured cost kept at each send that adds to it.
+const COST_DECAY: f32 = 0.97;
+/// How many boids and updates the starting guess weighs as.
+const COST_PRIOR: f32 = 64.0;
+
+impl Cost {
+    fn new(bytes_per_boid: f32) -> Self {
+        Self {
+            body: bytes_per_boid * COST_PRIOR,
+            boids: COST_PRIOR,
+            headers: UPDATE_OVERHEAD * COST_PRIOR,
+            updates: COST_PRIOR,
+        }
+    }
+
+    fn per_boid(&self) -> f32 {
+        self.body / self.boids.max(1e-3)
+    }
+
+    fn overhead(&self) -> f32 {
+        self.headers / self.updates.max(1e-3)
+    }
+
+    /// Adds one send's measurements (nothing when it measured none).
+    fn add(&mut self, send: Cost) {
+        if send.updates == 0.0 {
+            return;
+        }
+        let d = COST_DECAY;
+        self.body = d * self.body + send.body;
+        self.boids = d * self.boids + send.boids;
+        self.headers = d * self.headers + send.headers;
+        self.updates = d * self.updates + send.updates;
+    }
+}
+
 /// The interest state of one viewer.
 #[derive(Debug)]
 pub struct ViewerInterest {
@@ -129,13 +190,15 @@ pub struct ViewerInterest {
     precision: Vec<Precision>,
     /// Sends per second, measured (a moving average).
     send_hz: f32,
+    /// Broadcasts per second, measured over [`BROADCAST_RATE_WINDOW`]
+    /// (seqs are counted, so a late or skipped send does not move it).
+    broadcast_hz: f32,
+    /// Where the broadcast rate's window began: the time and the seq.
+    rate_mark: Option<(Duration, u64)>,
     /// The time of the last send.
     last_send: Option<Duration>,
-    /// Bytes per boid of this viewer's linear updates, measured (a moving average).
-    bytes_per_boid: f32,
-    /// Bytes of an update's headers (the batch's entry and its own),
-    /// measured the same way (a 1.4 viewer's are compact).
-    update_overhead: f32,
+    /// What this viewer's linear updates cost, measured.
+    cost: Cost,
     /// Whether each cell is in view.
     in_view_mark: Vec<bool>,
     /// When the summaries were last sent.
@@ -186,10 +249,11 @@ impl ViewerInterest {
             last_sent: Vec::new(),
             in_view: Vec::new(),
             precision: Vec::new(),
-            send_hz: 30.0,
+            send_hz: START_BROADCAST_HZ,
+            broadcast_hz: START_BROADCAST_HZ,
+            rate_mark: None,
             last_send: None,
-            bytes_per_boid: START_BYTES_PER_BOID[usize::from(minor < RICE_MINOR)],
-            update_overhead: UPDATE_OVERHEAD,
+            cost: Cost::new(START_BYTES_PER_BOID[usize::from(minor < RICE_MINOR)]),
             in_view_mark: Vec::new(),
             last_summary: None,
             reset_next: true,
@@ -306,17 +370,20 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
-    /// The full set's stride in half sends (2: every send, 3: two sends in
-    /// three, 4: every other send): the longest that keeps it at
-    /// [`FULL_HZ`] or more at the measured send rate, give or take
-    /// [`CADENCE_SLACK`].
+    /// The full set's stride in half broadcasts (2: every broadcast, 3: two
+    /// in three, 4: every other one): the longest that keeps it at
+    /// [`FULL_HZ`] or more at the measured broadcast rate (within
+    /// [`CADENCE_SLACK`]).
     fn stride_halves(&self) -> u64 {
-        ((2.0 * self.send_hz / FULL_HZ + CADENCE_SLACK).floor() as u64).clamp(2, MAX_STRIDE_HALVES)
+        let halves = 2.0 * self.broadcast_hz * (1.0 + CADENCE_SLACK) / FULL_HZ;
+        (halves.floor() as u64).clamp(2, MAX_STRIDE_HALVES)
     }
 
-    /// The rate the full set is updated at: the send rate over its stride.
+    /// The rate the full set is updated at: its turns per second, or this
+    /// viewer's sends per second when it asks for fewer.
     fn full_hz(&self) -> f32 {
-        2.0 * self.send_hz / self.stride_halves() as f32
+        let turns = 2.0 * self.broadcast_hz / self.stride_halves() as f32;
+        turns.min(self.send_hz).max(1.0)
     }
 
     /// Marks the full set in `full`: the heaviest cells in view whose
@@ -334,7 +401,7 @@ impl ViewerInterest {
             if boids == 0.0 {
                 continue;
             }
-            let cost = self.update_overhead + boids * self.bytes_per_boid;
+            let cost = self.cost.overhead() + boids * self.cost.per_boid();
             let held = self.held[c as usize][0].is_some();
             let limit = if held {
                 allowance * HYSTERESIS
@@ -384,18 +451,27 @@ impl ViewerInterest {
             }
         }
         self.last_send = Some(now);
+        match self.rate_mark {
+            Some((t0, s0)) if seq >= s0 => {
+                let dt = now.saturating_sub(t0);
+                if dt >= BROADCAST_RATE_WINDOW {
+                    self.broadcast_hz = (seq - s0) as f32 / dt.as_secs_f32();
+                    self.rate_mark = Some((now, seq));
+                }
+            }
+            _ => self.rate_mark = Some((now, seq)),
+        }
         let mut full = std::mem::take(&mut self.full);
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
-        let halves = self.stride_halves();
+        let (halves, now_turn) = (self.stride_halves(), turn(seq, self.stride_halves()));
         for &(c, weight) in &self.in_view {
-            if full[c as usize] {
-                let age = seq.saturating_sub(self.last_sent[c as usize]).min(1 << 20);
-                // Off its turn a cell waits, unless it missed its last one.
-                if due(c, seq, halves) || 2 * age > halves {
-                    self.order.push((age as f32 * weight, c));
-                }
+            let last = self.last_sent[c as usize];
+            // Off its turn a cell waits (one it missed goes now).
+            if full[c as usize] && (last == 0 || turn(last, halves) != now_turn) {
+                let age = seq.saturating_sub(last).min(1 << 20) as f32;
+                self.order.push((age * weight, c));
             }
         }
         for (c, h) in self.held.iter_mut().enumerate() {
@@ -417,6 +493,7 @@ impl ViewerInterest {
         begin_batch(frames.tick, summaries, flags, &self.dropped, &mut self.buf);
         self.budget
             .spend(BATCH_HEADER_BYTES + SUMMARY_BYTES * summaries.len() + 4 * self.dropped.len());
+        let mut measured = Cost::default();
         for &(_, c) in &self.order {
             if !self.budget.can_send() {
                 break;
@@ -438,15 +515,16 @@ impl ViewerInterest {
                 && let Some(header) = cell_update_header_len(&bytes)
             {
                 // A linear update: learn what a boid and the headers cost.
-                let per_boid = (bytes.len() - header) as f32 / boids as f32;
-                self.bytes_per_boid = 0.95 * self.bytes_per_boid + 0.05 * per_boid;
-                let overhead = (UPDATE_HEADER_BYTES + header) as f32;
-                self.update_overhead = 0.95 * self.update_overhead + 0.05 * overhead;
+                measured.body += (bytes.len() - header) as f32;
+                measured.boids += boids as f32;
+                measured.headers += (UPDATE_HEADER_BYTES + header) as f32;
+                measured.updates += 1.0;
             }
             self.held[c as usize] = update.held;
             self.last_sent[c as usize] = seq;
             out.updates += 1;
         }
+        self.cost.add(measured);
         if out.updates > 0 || flags != 0 || !self.dropped.is_empty() {
             out.batch = Some(Bytes::copy_from_slice(&self.buf));
         }
@@ -563,82 +641,244 @@ mod tests {
     }
 
     #[test]
-    fn turns_are_spread_evenly_and_shared_by_every_viewer() {
+    fn turns_step_up_twice_in_every_stride_evenly_spread() {
         for halves in 2..=MAX_STRIDE_HALVES {
-            for cell in [0u32, 1, 7, 499] {
-                let turns: Vec<u64> = (1..=6 * halves).filter(|&s| due(cell, s, halves)).collect();
-                // Two turns in `halves` sends, gaps of the stride rounded down or up.
-                assert_eq!(turns.len() as u64, 12, "halves {halves} cell {cell}");
-                for w in turns.windows(2) {
-                    let gap = 2 * (w[1] - w[0]);
-                    assert!(
-                        gap + 1 >= halves && gap <= halves + 1,
-                        "{halves}: {turns:?}"
-                    );
-                }
+            let turns: Vec<u64> = (1..=6 * halves)
+                .filter(|&s| turn(s, halves) != turn(s - 1, halves))
+                .collect();
+            assert_eq!(turns.len() as u64, 12, "halves {halves}");
+            for w in turns.windows(2) {
+                let gap = 2 * (w[1] - w[0]);
+                assert!(
+                    gap + 1 >= halves && gap <= halves + 1,
+                    "{halves}: {turns:?}"
+                );
             }
         }
-        // At a stride of 1.5, a cell skips one send in three.
+        // At a stride of 1.5, one broadcast in three is off turn.
         assert_eq!(
-            (1..=6).map(|s| due(0, s, 3)).collect::<Vec<_>>(),
+            (1..=6)
+                .map(|s| turn(s, 3) != turn(s - 1, 3))
+                .collect::<Vec<_>>(),
             [false, true, true, false, true, true]
         );
     }
 
-    #[test]
-    fn at_thirty_sends_a_second_held_cells_are_updated_twenty_times() {
-        let tel = Arc::new(Telemetry::default());
-        let mut b = CellBuilder::default();
-        let view = View {
+    /// The whole flock of [`frame`] in view from a corner, with `budget`.
+    fn whole_view(budget: u32) -> View {
+        View {
             min: [0.0, 0.0, 0.0],
             max: [100.0, 100.0, 50.0],
             eye: Some([0.0, 0.0, 0.0]),
-            budget_bytes_per_s: Some(2_000_000),
-        };
-        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
-        let mut mirror = None;
-        let mut updates = std::collections::HashMap::<u32, Vec<u64>>::new();
-        for seq in 1..=90u64 {
+            budget_bytes_per_s: Some(budget),
+        }
+    }
+
+    /// Serves `viewers` the broadcasts `seqs` (seq, connection time) of a
+    /// flock ticking twice a broadcast; `before(v, seq, viewer)` runs
+    /// before each send. Returns each viewer's mirror, the seqs at which
+    /// each of its cells was updated, and the cell updates encoded.
+    #[expect(clippy::type_complexity, reason = "a test's tuple of results")]
+    fn serve(
+        viewers: &mut [ViewerInterest],
+        seqs: impl IntoIterator<Item = (u64, Duration)>,
+        mut before: impl FnMut(usize, u64, &mut ViewerInterest),
+    ) -> (
+        Vec<CellMirror>,
+        Vec<std::collections::HashMap<u32, Vec<u64>>>,
+        u64,
+    ) {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let mut mirrors: Vec<Option<CellMirror>> = viewers.iter().map(|_| None).collect();
+        let mut updates = vec![std::collections::HashMap::<u32, Vec<u64>>::new(); viewers.len()];
+        for (seq, now) in seqs {
             let set = b
                 .build(seq, &frame(2 * seq), [100.0, 100.0, 50.0], 3, &tel)
                 .unwrap();
-            let now = Duration::from_secs_f64(seq as f64 / 30.0);
-            let out = vi.send(&set, now);
-            let m = mirror.get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
-            if let Some(batch) = out.batch {
-                vi.budget.sent(batch.len(), Duration::ZERO, now);
-                m.apply(&batch).unwrap();
-            }
-            for c in m.held_cells() {
-                if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
-                    updates.entry(c).or_default().push(seq);
+            for (v, vi) in viewers.iter_mut().enumerate() {
+                before(v, seq, vi);
+                let out = vi.send(&set, now);
+                let m =
+                    mirrors[v].get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
+                if let Some(batch) = out.batch {
+                    vi.budget.sent(batch.len(), Duration::ZERO, now);
+                    m.apply(&batch).unwrap();
+                }
+                for c in m.held_cells() {
+                    if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
+                        updates[v].entry(c).or_default().push(seq);
+                    }
                 }
             }
         }
-        let m = mirror.unwrap();
-        let held: usize = m
-            .held_cells()
+        let mirrors = mirrors.into_iter().map(Option::unwrap).collect();
+        (mirrors, updates, tel.cell_updates_encoded.get())
+    }
+
+    fn held_boids(m: &CellMirror) -> usize {
+        m.held_cells()
             .filter_map(|c| m.cell(c))
             .map(Frame::len)
-            .sum();
-        assert_eq!(held, 4000, "the budget holds the whole view");
-        // Over the last two seconds (60 sends): 40 updates of each cell held
-        // from the start of them (boids drift into empty cells), never two
-        // sends in a row missed.
+            .sum()
+    }
+
+    /// Each cell held from before `from` to the end was updated `want`
+    /// times after `from`, never missing two turns in a row (`max_gap`
+    /// seqs apart at most).
+    fn assert_cadence(
+        updates: &std::collections::HashMap<u32, Vec<u64>>,
+        from: u64,
+        want: usize,
+        max_gap: u64,
+    ) {
         let mut checked = 0;
-        for (c, seqs) in &updates {
-            if seqs.first().is_none_or(|&s| s > 30) {
+        let end = updates
+            .values()
+            .filter_map(|s| s.last())
+            .max()
+            .copied()
+            .unwrap_or(0);
+        for (c, seqs) in updates {
+            // Boids drift across cells: those that joined later or emptied.
+            if seqs.first().is_none_or(|&s| s > from)
+                || seqs.last().is_none_or(|&s| s + max_gap < end)
+            {
                 continue;
             }
             checked += 1;
-            let last: Vec<u64> = seqs.iter().copied().filter(|&s| s > 30).collect();
-            assert_eq!(last.len(), 40, "cell {c}: {last:?}");
+            let last: Vec<u64> = seqs.iter().copied().filter(|&s| s > from).collect();
+            assert_eq!(last.len(), want, "cell {c}: {last:?}");
             assert!(
-                last.windows(2).all(|w| w[1] - w[0] <= 2),
+                last.windows(2).all(|w| w[1] - w[0] <= max_gap),
                 "cell {c}: {last:?}"
             );
         }
         assert!(checked > 50, "{checked} cells held throughout");
+    }
+
+    fn at_hz(hz: f64) -> impl Fn(u64) -> (u64, Duration) {
+        move |seq| (seq, Duration::from_secs_f64(seq as f64 / hz))
+    }
+
+    #[test]
+    fn at_thirty_broadcasts_a_second_held_cells_are_updated_twenty_times() {
+        let mut vi = [ViewerInterest::new(
+            whole_view(2_000_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let (m, updates, _) = serve(&mut vi, (1..=90).map(at_hz(30.0)), |_, _, _| {});
+        assert_eq!(held_boids(&m[0]), 4000, "the budget holds the whole view");
+        // The last two seconds (60 broadcasts): 40 updates a cell, all
+        // cells at the same broadcasts.
+        assert_cadence(&updates[0], 30, 40, 2);
+        let first = updates[0].values().find(|s| s[0] <= 30).unwrap();
+        for seqs in updates[0].values().filter(|s| s[0] <= 30) {
+            assert_eq!(
+                seqs.iter().filter(|&&s| s > 30).collect::<Vec<_>>(),
+                first.iter().filter(|&&s| s > 30).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn a_viewer_taking_every_other_of_sixty_broadcasts_gets_twenty_updates_a_second() {
+        let mut vi = [ViewerInterest::new(
+            whole_view(2_000_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let (m, updates, _) = serve(&mut vi, (1..=120).map(|i| at_hz(60.0)(2 * i)), |_, _, _| {});
+        assert_eq!(held_boids(&m[0]), 4000);
+        // After the rate is measured, sends 61 ..= 120 (seqs 122 ..= 240,
+        // two seconds): 40 updates.
+        assert_cadence(&updates[0], 121, 40, 4);
+    }
+
+    #[test]
+    fn late_and_skipped_broadcasts_keep_the_stride_and_the_held_set() {
+        let jittered = (1..=90u64).filter(|&s| s % 17 != 0).map(|s| {
+            // Every fifth send is 20 ms late; every seventeenth broadcast
+            // never reaches this viewer.
+            let late = if s % 5 == 0 { 0.020 } else { 0.0 };
+            (s, Duration::from_secs_f64(s as f64 / 30.0 + late))
+        });
+        let mut vi = [ViewerInterest::new(
+            whole_view(400_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let mut held = Vec::new();
+        let (_, _, _) = serve(&mut vi, jittered, |_, seq, v| {
+            if seq > 30 {
+                eprintln!(
+                    "seq {seq} held {} full_hz {} bpb {} ovh {} send_hz {} bhz {}",
+                    v.held.iter().filter(|h| h[0].is_some()).count(),
+                    v.full_hz(),
+                    v.cost.per_boid(),
+                    v.cost.overhead(),
+                    v.send_hz,
+                    v.broadcast_hz
+                );
+                assert_eq!(v.stride_halves(), 3, "seq {seq}: {} Hz", v.broadcast_hz);
+                held.push(v.held.iter().filter(|h| h[0].is_some()).count());
+            }
+        });
+        // Boids drift into more cells; none held is ever dropped.
+        assert!(
+            held[0] > 0 && held.windows(2).all(|w| w[1] >= w[0]),
+            "cells held after 1 s: {held:?}"
+        );
+    }
+
+    #[test]
+    fn a_cell_that_missed_its_turn_goes_at_the_next_send() {
+        let mut vi = [ViewerInterest::new(
+            whole_view(2_000_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        // Turns step up at the seqs not 1 modulo 3. At 51, a turn, the
+        // bucket is empty (it holds at most a fifth of a second of the rate).
+        let (_, updates, _) = serve(&mut vi, (1..=60).map(at_hz(30.0)), |_, seq, v| {
+            if seq == 51 {
+                v.budget.refill(Duration::from_secs_f64(51.0 / 30.0));
+                v.budget.spend(v.budget.rate() as usize / 5 + 1);
+            }
+        });
+        // The cells missed at 51 go at 52, off turn, then keep their turns.
+        let mut checked = 0;
+        for seqs in updates[0].values().filter(|s| s[0] <= 30) {
+            let around: Vec<u64> = seqs
+                .iter()
+                .copied()
+                .filter(|&s| (48..=56).contains(&s))
+                .collect();
+            assert_eq!(around, [48, 50, 52, 53, 54, 56], "{seqs:?}");
+            checked += 1;
+        }
+        assert!(checked > 50);
+    }
+
+    #[test]
+    fn viewers_alike_share_every_encoding() {
+        let one = serve(
+            &mut [ViewerInterest::new(
+                whole_view(2_000_000),
+                Duration::ZERO,
+                PROTOCOL_MINOR,
+            )],
+            (1..=60).map(at_hz(30.0)),
+            |_, _, _| {},
+        )
+        .2;
+        let mut three: Vec<_> = (0..3)
+            .map(|_| ViewerInterest::new(whole_view(2_000_000), Duration::ZERO, PROTOCOL_MINOR))
+            .collect();
+        let (m, _, encoded) = serve(&mut three, (1..=60).map(at_hz(30.0)), |_, _, _| {});
+        assert!(m.iter().all(|m| held_boids(m) == 4000));
+        assert_eq!(encoded, one, "three viewers alike cost what one does");
     }
 
     #[test]
