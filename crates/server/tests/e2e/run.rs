@@ -234,21 +234,35 @@ fn bad_scenarios_name_the_line_and_field_and_write_nothing() {
 #[test]
 fn an_unwritable_mcap_path_fails_before_the_run_and_writes_nothing() {
     let dir = scratch("mcap-bad");
-    // Ten million ticks would run for many minutes: the refusal comes first.
-    let scenario = write(&dir, &SCENARIO.replace("ticks = 240", "ticks = 10000000"));
+    // Ten million ticks run for many minutes: the refusal must come first.
+    let long = SCENARIO.replace("ticks = 240", "ticks = 10000000");
+    assert_ne!(long, SCENARIO);
+    let scenario = write(&dir, &long);
     let mcap = dir.join("no-such-dir").join("run.mcap");
     let out = dir.join("never");
-    let r = starling(
-        &[
+    let mut child = Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args([
             "run",
             &scenario,
             "--out",
             out.to_str().unwrap(),
             "--mcap",
             mcap.to_str().unwrap(),
-        ],
-        "2",
-    );
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A bound on a hang, not a timing: the refusal takes milliseconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run started before the MCAP path was refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let r = child.wait_with_output().unwrap();
     assert!(!r.status.success());
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(

@@ -19,8 +19,10 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 pub const BLOCKED_FRACTION: f64 = 0.2;
 /// The drain estimate a new viewer starts from, bytes per second.
 pub const START_DRAIN: f64 = 1_000_000.0;
-/// Tokens the bucket holds at most, in seconds of the rate.
-const BURST_S: f64 = 0.2;
+/// Tokens the bucket holds at most, in seconds of the rate (or the time
+/// since the last refill, when sends are further apart: a viewer sent a
+/// batch every half second may spend half a second's worth on it).
+pub const BURST_S: f64 = 0.2;
 
 /// A viewer's budget and its link's measured drain.
 #[derive(Debug, Clone)]
@@ -67,7 +69,7 @@ impl Budget {
         let rate = f64::from(self.rate());
         let dt = now.saturating_sub(self.last_refill).as_secs_f64();
         self.last_refill = now;
-        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S);
+        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S.max(dt));
     }
 
     /// Whether the bucket allows another send (it may go into debt by one
@@ -166,5 +168,19 @@ mod tests {
             b.sent(b.rate() as usize, Duration::ZERO, Duration::from_secs(s));
         }
         assert_eq!(b.rate(), MAX_VIEW_BUDGET);
+    }
+
+    #[test]
+    fn sends_half_a_second_apart_carry_their_summaries_and_more() {
+        // 32 kB/s (the floor), a batch every 0.5 s that starts with 10.3 kB
+        // of summaries (512 cells): the bucket holds the interval's worth,
+        // so updates still go out after them.
+        let mut b = Budget::new(Some(32_000), Duration::ZERO);
+        for i in 1..=10u32 {
+            b.refill(Duration::from_millis(500 * u64::from(i)));
+            b.spend(10_300);
+            assert!(b.can_send(), "send {i}");
+            b.spend(5_000);
+        }
     }
 }

@@ -29,7 +29,7 @@ use starling_protocol::interest::{
 };
 use starling_protocol::{InterestInfo, QuantBox, RICE_MINOR, View};
 
-use super::budget::Budget;
+use super::budget::{BURST_S, Budget};
 use crate::engine::interest::{CellSet, Held};
 
 /// How often the summaries of every cell are sent, per second.
@@ -38,6 +38,7 @@ pub const SUMMARY_HZ: f32 = 2.0;
 /// (the rest pays for the full updates of cells joining the set; the
 /// token bucket holds a fifth of a second, so the sends that carry the
 /// full set's turns, two in three at 30 broadcasts a second, draw on it).
+/// Times [`HYSTERESIS`] it stays within the budget.
 const FULL_SHARE: f32 = 0.95;
 /// The least update rate the full set is sized for, per second: cells held
 /// in full are updated at a stride of k broadcasts, k a whole or half
@@ -45,14 +46,24 @@ const FULL_SHARE: f32 = 0.95;
 /// measured broadcast rate (k = 1.5 at 30 broadcasts a second: two in
 /// three, 33 and 67 ms apart). Every cell of every viewer at that stride
 /// takes its turns at the same broadcasts ([`turn`]), so a viewer's cells
-/// move in step (a boid crossing between two of them is never drawn in
-/// neither), and the pairs of frames viewers hold are the same, so cell
-/// encodings stay shared (see `engine/interest.rs`).
+/// move in step (a boid crossing between two of them is drawn in one,
+/// unless a cell missed its turn or just joined), and the pairs of frames
+/// viewers hold are the same, so cell encodings stay shared (see
+/// `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
 /// How far under the rate a stride is chosen for the measured broadcast
-/// rate may be (a share of it), so a stream at its nominal rate, measured
-/// a little slow, keeps its stride.
+/// rate may be (a share of it) for the stride to be taken, so a stream at
+/// its nominal rate, measured a little slow, gets it...
 const CADENCE_SLACK: f32 = 0.05;
+/// ...and how far under it the rate must fall before the stride is given
+/// up for a shorter one: a send late by a tick or two, or a server that
+/// broadcasts a little under its rate, does not flip the cadence (and the
+/// full set's size with it).
+const KEEP_SLACK: f32 = 0.15;
+/// A send after a pause: more than this long since the last, and fewer
+/// than half the broadcasts the rate expects. The rate's window starts
+/// over there (a paused server's steps are not its broadcast rate).
+const GAP: Duration = Duration::from_millis(250);
 /// The longest stride of the full set, in half broadcasts.
 const MAX_STRIDE_HALVES: u64 = 16;
 /// The broadcast rate assumed before one is measured (the default
@@ -69,9 +80,16 @@ fn turn(seq: u64, halves: u64) -> u64 {
     2 * seq / halves
 }
 
+/// The longest stride (in half broadcasts) that keeps the full set at
+/// [`FULL_HZ`] or more at `broadcast_hz` broadcasts a second, `slack`
+/// short of it allowed.
+fn stride_for(broadcast_hz: f32, slack: f32) -> u64 {
+    ((2.0 * broadcast_hz * (1.0 + slack) / FULL_HZ).floor() as u64).clamp(2, MAX_STRIDE_HALVES)
+}
+
 /// Held cells stay in the full set up to this much over its size, so a
 /// cell at the edge does not join and leave at every send.
-const HYSTERESIS: f32 = 1.15;
+const HYSTERESIS: f32 = 1.05;
 /// Bytes per boid a linear update is assumed to cost before any is
 /// measured, besides its headers, with Rice codes (1.4) and with
 /// fixed-width fields: a little over what the interest benchmark's probe
@@ -126,7 +144,7 @@ pub fn precision_at(distance_m: f32, quant: &QuantBox) -> Precision {
 /// over their boids, and their headers (the batch's entry and the
 /// update's own; a 1.4 viewer's are compact) over the updates. Each is a
 /// sum that decays by [`COST_DECAY`] at each send that measures any, so
-/// the estimate spans about a second of sends: one send of unusual updates
+/// the estimate spans a second or two of sends: one send of unusual updates
 /// (a column of boids crossing into the next cell at once) moves it a
 /// little, where an average over the updates (hundreds a send) would
 /// follow that one send.
@@ -138,7 +156,9 @@ struct Cost {
     updates: f32,
 }
 
-/// The share of the measured cost kept at each send that adds to it.
+/// The share of the measured cost kept at each send that adds to it:
+/// about 33 such sends (1.6 s at 30 broadcasts a second, where two sends
+/// in three carry turns).
 const COST_DECAY: f32 = 0.97;
 /// How many boids and updates the starting guess weighs as.
 const COST_PRIOR: f32 = 64.0;
@@ -195,6 +215,10 @@ pub struct ViewerInterest {
     broadcast_hz: f32,
     /// Where the broadcast rate's window began: the time and the seq.
     rate_mark: Option<(Duration, u64)>,
+    /// The seq of the last send.
+    last_seq: u64,
+    /// The full set's stride in half broadcasts (see [`Self::restride`]).
+    halves: u64,
     /// The time of the last send.
     last_send: Option<Duration>,
     /// What this viewer's linear updates cost, measured.
@@ -252,6 +276,8 @@ impl ViewerInterest {
             send_hz: START_BROADCAST_HZ,
             broadcast_hz: START_BROADCAST_HZ,
             rate_mark: None,
+            last_seq: 0,
+            halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
             cost: Cost::new(START_BYTES_PER_BOID[usize::from(minor < RICE_MINOR)]),
             in_view_mark: Vec::new(),
@@ -370,20 +396,28 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
-    /// The full set's stride in half broadcasts (2: every broadcast, 3: two
-    /// in three, 4: every other one): the longest that keeps it at
-    /// [`FULL_HZ`] or more at the measured broadcast rate (within
-    /// [`CADENCE_SLACK`]).
-    fn stride_halves(&self) -> u64 {
-        let halves = 2.0 * self.broadcast_hz * (1.0 + CADENCE_SLACK) / FULL_HZ;
-        (halves.floor() as u64).clamp(2, MAX_STRIDE_HALVES)
+    /// Chooses the full set's stride (in half broadcasts: 2 every
+    /// broadcast, 3 two in three, 4 every other one) for the measured
+    /// broadcast rate: the longest that keeps the set at [`FULL_HZ`] or
+    /// more, within [`CADENCE_SLACK`]; once chosen it is kept until the
+    /// rate falls [`KEEP_SLACK`] short of it.
+    fn restride(&mut self) {
+        let taken = stride_for(self.broadcast_hz, CADENCE_SLACK);
+        let kept = stride_for(self.broadcast_hz, KEEP_SLACK);
+        if taken > self.halves {
+            self.halves = taken;
+        } else if kept < self.halves {
+            self.halves = kept;
+        }
     }
 
     /// The rate the full set is updated at: its turns per second, or this
-    /// viewer's sends per second when it asks for fewer.
+    /// viewer's sends per second when it asks for fewer; at least what one
+    /// send's bucket holds ([`BURST_S`]), so a slow or paused stream never
+    /// sizes the set past what a send can carry.
     fn full_hz(&self) -> f32 {
-        let turns = 2.0 * self.broadcast_hz / self.stride_halves() as f32;
-        turns.min(self.send_hz).max(1.0)
+        let turns = 2.0 * self.broadcast_hz / self.halves as f32;
+        turns.min(self.send_hz).max(1.0 / BURST_S as f32)
     }
 
     /// Marks the full set in `full`: the heaviest cells in view whose
@@ -444,19 +478,25 @@ impl ViewerInterest {
             &[]
         };
         // The full set; held cells outside it are forgotten.
+        let mut gap = false;
         if let Some(last) = self.last_send {
-            let dt = now.saturating_sub(last).as_secs_f32();
-            if dt > 0.0 {
+            let since = now.saturating_sub(last);
+            let dt = since.as_secs_f32();
+            let expected = dt * self.broadcast_hz;
+            gap = since > GAP && (seq.saturating_sub(self.last_seq) as f32) < 0.5 * expected;
+            if dt > 0.0 && !gap {
                 self.send_hz = 0.9 * self.send_hz + 0.1 * (1.0 / dt).min(1000.0);
             }
         }
         self.last_send = Some(now);
+        self.last_seq = seq;
         match self.rate_mark {
-            Some((t0, s0)) if seq >= s0 => {
+            Some((t0, s0)) if seq >= s0 && !gap => {
                 let dt = now.saturating_sub(t0);
                 if dt >= BROADCAST_RATE_WINDOW {
                     self.broadcast_hz = (seq - s0) as f32 / dt.as_secs_f32();
                     self.rate_mark = Some((now, seq));
+                    self.restride();
                 }
             }
             _ => self.rate_mark = Some((now, seq)),
@@ -465,7 +505,8 @@ impl ViewerInterest {
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
-        let (halves, now_turn) = (self.stride_halves(), turn(seq, self.stride_halves()));
+        let halves = self.halves;
+        let now_turn = turn(seq, halves);
         for &(c, weight) in &self.in_view {
             let last = self.last_sent[c as usize];
             // Off its turn a cell waits (one it missed goes now).
@@ -799,9 +840,9 @@ mod tests {
     #[test]
     fn late_and_skipped_broadcasts_keep_the_stride_and_the_held_set() {
         let jittered = (1..=90u64).filter(|&s| s % 17 != 0).map(|s| {
-            // Every fifth send is 20 ms late; every seventeenth broadcast
+            // Every fifth send is 60 ms late; every seventeenth broadcast
             // never reaches this viewer.
-            let late = if s % 5 == 0 { 0.020 } else { 0.0 };
+            let late = if s % 5 == 0 { 0.060 } else { 0.0 };
             (s, Duration::from_secs_f64(s as f64 / 30.0 + late))
         });
         let mut vi = [ViewerInterest::new(
@@ -812,16 +853,7 @@ mod tests {
         let mut held = Vec::new();
         let (_, _, _) = serve(&mut vi, jittered, |_, seq, v| {
             if seq > 30 {
-                eprintln!(
-                    "seq {seq} held {} full_hz {} bpb {} ovh {} send_hz {} bhz {}",
-                    v.held.iter().filter(|h| h[0].is_some()).count(),
-                    v.full_hz(),
-                    v.cost.per_boid(),
-                    v.cost.overhead(),
-                    v.send_hz,
-                    v.broadcast_hz
-                );
-                assert_eq!(v.stride_halves(), 3, "seq {seq}: {} Hz", v.broadcast_hz);
+                assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
                 held.push(v.held.iter().filter(|h| h[0].is_some()).count());
             }
         });
@@ -829,6 +861,41 @@ mod tests {
         assert!(
             held[0] > 0 && held.windows(2).all(|w| w[1] >= w[0]),
             "cells held after 1 s: {held:?}"
+        );
+    }
+
+    #[test]
+    fn a_pause_with_steps_keeps_the_stride_and_the_full_set() {
+        // 3 s at 30 broadcasts a second, then paused for 10 s with a step
+        // every 4 s, then 2 s more.
+        let mut seqs: Vec<(u64, Duration)> = (1..=90).map(at_hz(30.0)).collect();
+        seqs.push((91, Duration::from_secs(7)));
+        seqs.push((92, Duration::from_secs(11)));
+        let resume = Duration::from_secs(13);
+        seqs.extend(
+            (93..=152).map(|s| (s, resume + Duration::from_secs_f64((s - 92) as f64 / 30.0))),
+        );
+        let mut vi = [ViewerInterest::new(
+            whole_view(100_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let (mut before, mut most) = (0, 0);
+        serve(&mut vi, seqs, |_, seq, v| {
+            assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
+            let held = v.held.iter().filter(|h| h[0].is_some()).count();
+            if seq == 90 {
+                before = held;
+            } else if seq > 90 {
+                most = most.max(held);
+            }
+        });
+        // The budget binds (the view holds 360 cells), and the pause does
+        // not size the set for a send a second apart.
+        assert!(before > 0 && before < 300, "{before} cells held");
+        assert!(
+            most <= before + before / 5,
+            "{before} cells held, then {most}"
         );
     }
 
