@@ -609,41 +609,18 @@ mod tests {
     /// Runs a viewer for two seconds at 30 sends a second: what it held at
     /// the end, the boids it held in full, and the viewer.
     fn run(view: View) -> (CellMirror, usize, ViewerInterest) {
-        let tel = Arc::new(Telemetry::default());
-        let mut b = CellBuilder::default();
-        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
-        let mut mirror = None;
-        for seq in 1..=60u64 {
-            let set = b
-                .build(seq, &frame(2 * seq), [100.0, 100.0, 50.0], 3, &tel)
-                .unwrap();
-            let now = Duration::from_secs_f64(seq as f64 / 30.0);
-            let out = vi.send(&set, now);
-            let m = mirror.get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
-            if let Some(batch) = out.batch {
-                vi.budget.sent(batch.len(), Duration::ZERO, now);
-                m.apply(&batch).unwrap();
-            }
-        }
-        let m = mirror.unwrap();
-        let held = m
-            .held_cells()
-            .filter_map(|c| m.cell(c))
-            .map(Frame::len)
-            .sum();
+        let mut vi = [ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR)];
+        let (mut mirrors, _, _) = serve(&mut vi, (1..=60).map(at_hz(30.0)), |_, _, _| {});
+        let m = mirrors.remove(0);
+        let held = held_boids(&m);
+        let [vi] = vi;
         (m, held, vi)
     }
 
     #[test]
     fn the_budget_decides_how_much_of_the_view_is_held_in_full_nearest_first() {
-        let view = |budget| View {
-            min: [0.0, 0.0, 0.0],
-            max: [100.0, 100.0, 50.0],
-            eye: Some([0.0, 0.0, 0.0]),
-            budget_bytes_per_s: Some(budget),
-        };
-        let (small, held_small, viewer) = run(view(40_000));
-        let (large, held_large, _) = run(view(2_000_000));
+        let (small, held_small, viewer) = run(whole_view(40_000));
+        let (large, held_large, _) = run(whole_view(2_000_000));
         // Both see the whole flock as summaries.
         for m in [&small, &large] {
             assert_eq!(m.summaries().map(|s| s.count).sum::<u32>(), 4000);
