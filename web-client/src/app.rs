@@ -1214,7 +1214,7 @@ impl App {
             (l, None) => l,
         };
         if self.hello.is_some()
-            && let Some(max_fps) = self.pace.review(now_ms, latency)
+            && let Some(max_fps) = self.pace.review(now_ms, latency, self.interest.is_some())
         {
             self.send(&ClientMsg::SetRate { max_fps });
         }

@@ -18,6 +18,13 @@
 //! [`QUEUE_LOW_MS`] the page adds [`RISE`] of it, every [`RISE_MS`], up to
 //! the given budget. Probes are round trips on this connection only; one
 //! still out counts as late as it already is, never as the base.
+//!
+//! A page starts slow, as TCP does: it declares [`START_BYTES_PER_S`] (or
+//! its given budget when that is less) and adds [`START_RISE`] at each
+//! review while the probe shows no queue, until the first back-off or the
+//! given budget. Declaring the whole budget at once on a link that carries
+//! less grew a queue faster than a probe a second could see it: past
+//! `pace::LATE_MS` the page drops the backlog, and it froze for seconds.
 //! The server still applies its own drain estimate and floor.
 //!
 //! Pure Rust, no browser: tested natively.
@@ -47,6 +54,15 @@ pub(crate) const RISE_MS: f64 = 2_000.0;
 /// that was late, back to a given budget eight times as large in about
 /// 35 s, and more than the tenth the server re-announces a budget at.
 pub(crate) const RISE: f64 = 0.125;
+/// What a page declares at first, bytes per second (its given budget when
+/// that is less): 512 kbit/s.
+pub(crate) const START_BYTES_PER_S: u32 = 64_000;
+/// While starting, each review (once a second) that sees no queue adds
+/// this share of the declared budget: 64 kB/s becomes 250 kB/s in 7 s and
+/// 1 MB/s in 13 s. On a link that carries less, a rise overshoots it by at
+/// most a quarter, a queue growing by at most 250 ms a second, which the
+/// next probes see before it reaches `pace::LATE_MS`.
+pub(crate) const START_RISE: f64 = 0.25;
 /// Least time between two reviews, ms.
 const REVIEW_MS: f64 = 1_000.0;
 /// The base round trip is the least probe of the last this many reviews
@@ -60,6 +76,8 @@ pub(crate) struct Link {
     given: Option<u32>,
     /// The rate declared now, bytes per second.
     declared: u32,
+    /// Still starting: no back-off yet, and under the given budget.
+    starting: bool,
     /// The least probe of each of the last reviews (a ring).
     base: [f64; BASE_REVIEWS],
     next: usize,
@@ -68,6 +86,8 @@ pub(crate) struct Link {
     /// The last probe's round trip, ms (None: none came back yet).
     last: Option<f64>,
     changed_ms: f64,
+    /// When the page last backed off.
+    cut_ms: f64,
     reviewed_ms: f64,
 }
 
@@ -81,14 +101,18 @@ impl Default for Link {
 impl Link {
     /// A link for a page given `given` bytes per second (None: auto).
     pub(crate) fn new(given: Option<u32>) -> Self {
+        let ceiling = Self::ceiling(given);
+        let declared = ceiling.min(START_BYTES_PER_S.max(MIN_VIEW_BUDGET));
         Self {
             given,
-            declared: Self::ceiling(given),
+            declared,
+            starting: declared < ceiling,
             base: [f64::INFINITY; BASE_REVIEWS],
             next: 0,
             least: f64::INFINITY,
             last: None,
             changed_ms: f64::NEG_INFINITY,
+            cut_ms: f64::NEG_INFINITY,
             reviewed_ms: f64::NEG_INFINITY,
         }
     }
@@ -156,17 +180,24 @@ impl Link {
         let before = self.declared;
         // The rate the server sends within now.
         let current = f64::from(announced.map_or(self.declared, |a| a.min(self.declared)));
-        if queue > QUEUE_HIGH_MS && since >= HOLD_MS && received.is_finite() && received >= 0.0 {
+        // A rise may be cut at the next review; a back-off holds a while.
+        let since_cut = now_ms - self.cut_ms;
+        if queue > QUEUE_HIGH_MS && since_cut >= HOLD_MS && received.is_finite() && received >= 0.0
+        {
             // Under what the link carried, the more so the longer the
             // queue, so that it drains in a few seconds.
             let carried = received.min(current);
             let share = (1.0 - queue / DRAIN_MS).clamp(MOST_CUT, BACK_OFF);
             let lowered = (share * carried).max(MOST_CUT * current);
             self.declared = (lowered as u32).clamp(MIN_VIEW_BUDGET, self.declared);
-        } else if queue < QUEUE_LOW_MS && since >= RISE_MS {
+            self.starting = false;
+            self.cut_ms = now_ms;
+        } else if queue < QUEUE_LOW_MS && (self.starting || since >= RISE_MS) {
             let ceiling = Self::ceiling(self.given);
-            let step = ((f64::from(self.declared) * RISE) as u32).max(1);
+            let rise = if self.starting { START_RISE } else { RISE };
+            let step = ((f64::from(self.declared) * rise) as u32).max(1);
             self.declared = self.declared.saturating_add(step).min(ceiling);
+            self.starting &= self.declared < ceiling;
         }
         // A new review slot; its least starts from the last probe.
         self.next = (self.next + 1) % BASE_REVIEWS;
@@ -192,10 +223,10 @@ mod tests {
     /// with `rtt_ms` of round trip, against a server that sends at the
     /// declared budget; reviewed once a second for `seconds`. Returns the
     /// link and the largest queue (ms) in the last ten seconds.
-    fn simulate(given: Option<u32>, link: f64, rtt_ms: f64, seconds: u32) -> (Link, f64) {
+    fn simulate(given: Option<u32>, link: f64, rtt_ms: f64, seconds: u32) -> (Link, f64, f64) {
         let mut l = Link::new(given);
         let mut queue_bytes = 0.0f64;
-        let mut worst_late = 0.0f64;
+        let (mut worst_late, mut worst) = (0.0f64, 0.0f64);
         for s in 0..seconds {
             let sent = f64::from(l.declared().unwrap_or(MAX_VIEW_BUDGET)).min(1e7);
             let carried = (queue_bytes + sent).min(link);
@@ -204,16 +235,61 @@ mod tests {
             if s + 10 >= seconds {
                 worst_late = worst_late.max(queue_ms);
             }
+            worst = worst.max(queue_ms);
             at(&mut l, f64::from(s) * 1000.0, rtt_ms + queue_ms, carried);
         }
-        (l, worst_late)
+        (l, worst_late, worst)
+    }
+
+    /// A link past its start, declaring its given budget.
+    fn started(given: Option<u32>) -> Link {
+        Link {
+            declared: Link::ceiling(given),
+            starting: false,
+            ..Link::new(given)
+        }
+    }
+
+    #[test]
+    fn a_page_starts_slow_and_rises_a_quarter_a_review_to_its_budget() {
+        let mut l = Link::new(Some(250_000));
+        assert_eq!(l.declared(), Some(START_BYTES_PER_S));
+        assert!(l.lowered());
+        let mut declared = Vec::new();
+        for s in 0..10 {
+            if let Some(d) = at(&mut l, f64::from(s) * 1000.0, 80.0, 1_000.0) {
+                declared.push(d.unwrap());
+            }
+        }
+        assert_eq!(
+            declared,
+            [80_000, 100_000, 125_000, 156_250, 195_312, 244_140, 250_000]
+        );
+        assert!(!l.lowered());
+        // A page given less than the start declares its budget from the first.
+        let l = Link::new(Some(40_000));
+        assert_eq!(l.declared(), Some(40_000));
+        assert!(!l.lowered());
+    }
+
+    #[test]
+    fn starting_on_a_slow_link_never_queues_long_enough_to_drop_the_backlog() {
+        // Declaring the whole 250 kB/s at once on a link that carries 150
+        // queued 667 ms by the first review: the page dropped its backlog
+        // and froze. Starting slow, the rise that overshoots is seen first.
+        let (l, _, worst) = simulate(Some(250_000), 150_000.0, 80.0, 30);
+        assert!(worst < crate::pace::LATE_MS, "queue {worst} ms");
+        assert!(l.lowered());
+        // Auto on the same link likewise.
+        let (_, _, worst) = simulate(None, 150_000.0, 80.0, 30);
+        assert!(worst < crate::pace::LATE_MS, "queue {worst} ms");
     }
 
     #[test]
     fn a_link_slower_than_the_budget_lowers_it_and_the_queue_drains() {
         // Given 250 kB/s on a link that carries 150: the budget settles
         // near 150 and the queue stays short.
-        let (l, worst) = simulate(Some(250_000), 150_000.0, 80.0, 60);
+        let (l, worst, _) = simulate(Some(250_000), 150_000.0, 80.0, 60);
         let declared = l.declared().unwrap();
         assert!(l.lowered());
         assert!(
@@ -226,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_link_that_carries_the_budget_keeps_it() {
-        let (l, worst) = simulate(Some(250_000), 400_000.0, 80.0, 60);
+        let (l, worst, _) = simulate(Some(250_000), 400_000.0, 80.0, 60);
         assert_eq!(l.declared(), Some(250_000));
         assert!(!l.lowered());
         assert_eq!(worst, 0.0);
@@ -234,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_link_that_recovers_gets_the_budget_back() {
-        let mut l = Link::new(Some(250_000));
+        let mut l = started(Some(250_000));
         assert_eq!(at(&mut l, 0.0, 80.0, 200_000.0), None);
         // Late (a queue of 320 ms): 84 % of what came.
         assert_eq!(at(&mut l, 1000.0, 400.0, 150_000.0), Some(Some(126_000)));
@@ -256,7 +332,7 @@ mod tests {
 
     #[test]
     fn a_probe_still_out_counts_as_late_but_never_as_the_base() {
-        let mut l = Link::new(Some(250_000));
+        let mut l = started(Some(250_000));
         // No probe back yet: nothing to judge by.
         assert_eq!(l.review(0.0, Some(0.0), 100_000.0, None), None);
         l.probed(60.0);
@@ -270,8 +346,16 @@ mod tests {
     }
 
     #[test]
-    fn auto_declares_nothing_until_the_link_is_slow() {
+    fn auto_declares_nothing_once_started_until_the_link_is_slow() {
+        // Auto starts slow too, and declares nothing once at the ceiling.
         let mut l = Link::new(None);
+        assert_eq!(l.declared(), Some(START_BYTES_PER_S));
+        for s in 0..40 {
+            at(&mut l, f64::from(s) * 1000.0, 20.0, 5_000.0);
+        }
+        assert_eq!(l.declared(), None);
+        assert!(!l.lowered());
+        let mut l = started(None);
         assert_eq!(l.declared(), None);
         l.probed(20.0);
         assert_eq!(l.review(0.0, None, 5_000.0, Some(1_000_000)), None);
@@ -289,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_late_probe_costs_at_most_half_and_never_goes_under_the_floor() {
-        let mut l = Link::new(Some(100_000));
+        let mut l = started(Some(100_000));
         // A stream still starting (little received) and a probe late.
         assert_eq!(at(&mut l, 0.0, 20.0, 0.0), None);
         assert_eq!(at(&mut l, 1000.0, 700.0, 3_000.0), Some(Some(50_000)));
@@ -303,7 +387,7 @@ mod tests {
 
     #[test]
     fn bad_probes_are_ignored() {
-        let mut l = Link::new(Some(100_000));
+        let mut l = started(Some(100_000));
         l.probed(f64::NAN);
         l.probed(-5.0);
         assert_eq!(l.review(5000.0, Some(f64::NAN), 0.0, None), None);

@@ -88,8 +88,18 @@ impl Pace {
     }
 
     /// Reviews the last second: the new rate to ask for, when it changes.
-    /// `latency_ms` is the last probe's round trip.
-    pub(crate) fn review(&mut self, now_ms: f64, latency_ms: Option<f64>) -> Option<u16> {
+    /// `latency_ms` is the last probe's round trip. `budgeted`: the stream
+    /// is the interest stream, whose bytes follow the budget the page
+    /// declares, not the rate: a late probe is then the link's to answer
+    /// (`link.rs` lowers the budget), and slows the stream only when the
+    /// page is busy too. (Halving the rate for a queue on the link left a
+    /// page at 2 snapshots a second for minutes after one.)
+    pub(crate) fn review(
+        &mut self,
+        now_ms: f64,
+        latency_ms: Option<f64>,
+        budgeted: bool,
+    ) -> Option<u16> {
         let span = now_ms - self.since_ms;
         if span < REVIEW_MS {
             return None;
@@ -97,7 +107,7 @@ impl Pace {
         self.load = (self.busy_ms / span).clamp(0.0, 1.0);
         self.busy_ms = 0.0;
         self.since_ms = now_ms;
-        let late = latency_ms.is_some_and(|l| l > LATE_MS);
+        let late = latency_ms.is_some_and(|l| l > LATE_MS) && (!budgeted || self.load > BUSY_HIGH);
         let prompt = latency_ms.is_none_or(|l| l < PROMPT_MS);
         let before = self.asked;
         if self.ceiling < self.want && now_ms - self.ceiling_ms >= CEILING_RISE_MS {
@@ -139,37 +149,37 @@ mod tests {
     #[test]
     fn a_busy_page_asks_for_less_then_more_once_it_has_room() {
         let mut p = Pace::new(30);
-        assert_eq!(p.review(0.0, None), None, "nothing measured yet");
+        assert_eq!(p.review(0.0, None, false), None, "nothing measured yet");
         // 900 ms of work in a second and late: slow down at once, well
         // under the limit.
         p.spent(900.0);
-        let slower = p.review(1_000.0, Some(1_500.0)).unwrap();
+        let slower = p.review(1_000.0, Some(1_500.0), false).unwrap();
         assert!((MIN_FPS..30).contains(&slower), "{slower}");
         assert!(p.slowed());
         assert!(p.draw_every_ms().is_some_and(|ms| ms > 0.0 && ms <= 125.0));
         // A hiccup of a loaded machine is not late.
-        assert_eq!(p.review(2_000.0, Some(400.0)), None);
+        assert_eq!(p.review(2_000.0, Some(400.0), false), None);
         // A late probe alone slows it too.
-        let slower2 = p.review(3_000.0, Some(2_000.0)).unwrap();
+        let slower2 = p.review(3_000.0, Some(2_000.0), false).unwrap();
         assert!(slower2 < slower);
         // Busy but prompt: no change.
         p.spent(950.0);
-        assert_eq!(p.review(4_000.0, Some(30.0)), None, "busy alone");
+        assert_eq!(p.review(4_000.0, Some(30.0), false), None, "busy alone");
         // Idle and prompt: one more after it settled, up to just under the
         // rate that was late.
-        assert_eq!(p.review(5_100.0, Some(30.0)), Some(slower2 + 1));
-        assert_eq!(p.review(6_200.0, Some(30.0)), None, "settling again");
+        assert_eq!(p.review(5_100.0, Some(30.0), false), Some(slower2 + 1));
+        assert_eq!(p.review(6_200.0, Some(30.0), false), None, "settling again");
         // Not while the probe is slowish.
-        assert_eq!(p.review(8_300.0, Some(300.0)), None);
+        assert_eq!(p.review(8_300.0, Some(300.0), false), None);
         // Never past what it wants, never under the floor.
         // The ceiling climbs back slowly, then the rate with it.
         for k in 0..400 {
-            p.review(10_000.0 + 2_000.0 * f64::from(k), Some(10.0));
+            p.review(10_000.0 + 2_000.0 * f64::from(k), Some(10.0), false);
         }
         assert_eq!(p.asked(), 30);
         for k in 0..100 {
             p.spent(1_000.0);
-            p.review(1e6 + 1_000.0 * f64::from(k), Some(5_000.0));
+            p.review(1e6 + 1_000.0 * f64::from(k), Some(5_000.0), false);
         }
         assert_eq!(p.asked(), MIN_FPS);
     }
@@ -179,10 +189,30 @@ mod tests {
         let mut p = Pace::new(30);
         for k in 1..20 {
             p.spent(200.0);
-            assert_eq!(p.review(1_000.0 * f64::from(k), Some(20.0)), None);
+            assert_eq!(p.review(1_000.0 * f64::from(k), Some(20.0), false), None);
         }
         assert_eq!(p.asked(), 30);
         assert!((p.load - 0.2).abs() < 1e-9);
         assert_eq!(p.draw_every_ms(), None, "every animation frame");
+    }
+
+    #[test]
+    fn on_the_interest_stream_a_late_probe_alone_keeps_the_rate() {
+        // A queue on the link (the budget's to answer) with the page idle:
+        // the rate stays, where the whole-world stream halves it.
+        let (mut budgeted, mut whole) = (Pace::new(30), Pace::new(30));
+        for k in 1..5 {
+            let now = 1_000.0 * f64::from(k);
+            budgeted.spent(50.0);
+            whole.spent(50.0);
+            assert_eq!(budgeted.review(now, Some(3_000.0), true), None);
+            whole.review(now, Some(3_000.0), false);
+        }
+        assert_eq!(budgeted.asked(), 30);
+        assert_eq!(whole.asked(), MIN_FPS);
+        // Busy and late: slowed on the interest stream too.
+        budgeted.spent(900.0);
+        let slower = budgeted.review(5_000.0, Some(3_000.0), true);
+        assert!(slower.is_some_and(|r| r < 30), "{slower:?}");
     }
 }

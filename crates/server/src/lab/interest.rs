@@ -138,7 +138,9 @@ pub fn measure(
             } else {
                 tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
             };
-            ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR)
+            let mut c = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
+            c.budget.pace(fps);
+            c
         })
         .collect();
     let mut mirror: Option<CellMirror> = None;
