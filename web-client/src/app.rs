@@ -1183,6 +1183,7 @@ impl App {
                 .and_then(|i| i.info)
                 .map(|i| f64::from(i.budget_bytes_per_s) / 1000.0),
             link_lowered: self.interest.as_ref().is_some_and(|i| i.link.lowered()),
+            link_starting: self.interest.as_ref().is_some_and(|i| i.link.starting()),
             cells: self.interest.as_ref().map(Interest::counts),
             latency_ms: self.latency_ms,
             asked_fps: self.pace.slowed().then(|| self.pace.asked()),

@@ -27,7 +27,8 @@ pub(crate) type Blob = (Vec3, f32);
 /// The interest stream's state in the viewer.
 #[derive(Debug, Default)]
 pub(crate) struct Interest {
-    /// The budget: the given one, lowered while the link carries less.
+    /// The budget: the given one, less while the page starts and after
+    /// the link carried less (`link.rs`).
     pub(crate) link: Link,
     /// The stream's grid, box and budget, from the server.
     pub(crate) info: Option<InterestInfo>,

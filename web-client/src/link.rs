@@ -48,7 +48,8 @@ pub(crate) const MOST_CUT: f64 = 0.5;
 /// Least time between two back-offs, ms: the queue takes a while to drain
 /// after one.
 pub(crate) const HOLD_MS: f64 = 2_000.0;
-/// Least time between two rises (and after a back-off), ms.
+/// Least time between two rises (and after a back-off), ms, once started
+/// (while starting, every review may rise: [`START_RISE`]).
 pub(crate) const RISE_MS: f64 = 2_000.0;
 /// A rise adds this share of the declared budget: gentle near the rate
 /// that was late, back to a given budget eight times as large in about
@@ -128,8 +129,8 @@ impl Link {
         self.given
     }
 
-    /// What the page declares now: the given budget (None when auto and
-    /// not lowered), or what the link carries when that is less.
+    /// What the page declares now: the given budget (None when auto at
+    /// its ceiling), or less while it starts or after the link was slow.
     pub(crate) fn declared(&self) -> Option<u32> {
         if self.declared >= Self::ceiling(self.given) {
             self.given
@@ -138,9 +139,15 @@ impl Link {
         }
     }
 
-    /// Whether the page declares less than it was given.
+    /// Whether the page declares less than it was given because the link
+    /// carried less (not while it starts).
     pub(crate) fn lowered(&self) -> bool {
-        self.declared < Self::ceiling(self.given)
+        !self.starting && self.declared < Self::ceiling(self.given)
+    }
+
+    /// Whether the page is still starting (see the module docs).
+    pub(crate) fn starting(&self) -> bool {
+        self.starting
     }
 
     /// A latency probe came back after `rtt_ms` (on this connection).
@@ -254,7 +261,7 @@ mod tests {
     fn a_page_starts_slow_and_rises_a_quarter_a_review_to_its_budget() {
         let mut l = Link::new(Some(250_000));
         assert_eq!(l.declared(), Some(START_BYTES_PER_S));
-        assert!(l.lowered());
+        assert!(l.starting() && !l.lowered());
         let mut declared = Vec::new();
         for s in 0..10 {
             if let Some(d) = at(&mut l, f64::from(s) * 1000.0, 80.0, 1_000.0) {
@@ -265,11 +272,11 @@ mod tests {
             declared,
             [80_000, 100_000, 125_000, 156_250, 195_312, 244_140, 250_000]
         );
-        assert!(!l.lowered());
+        assert!(!l.lowered() && !l.starting());
         // A page given less than the start declares its budget from the first.
         let l = Link::new(Some(40_000));
         assert_eq!(l.declared(), Some(40_000));
-        assert!(!l.lowered());
+        assert!(!l.lowered() && !l.starting());
     }
 
     #[test]
@@ -279,7 +286,7 @@ mod tests {
         // and froze. Starting slow, the rise that overshoots is seen first.
         let (l, _, worst) = simulate(Some(250_000), 150_000.0, 80.0, 30);
         assert!(worst < crate::pace::LATE_MS, "queue {worst} ms");
-        assert!(l.lowered());
+        assert!(l.lowered() && !l.starting());
         // Auto on the same link likewise.
         let (_, _, worst) = simulate(None, 150_000.0, 80.0, 30);
         assert!(worst < crate::pace::LATE_MS, "queue {worst} ms");

@@ -4,7 +4,9 @@
 //! ahead of it) it asks for fewer at once (at least halving, as TCP does,
 //! more when its own work fills most of a second); when it has room again
 //! it asks for one more at a time, up to just under the rate that was late. So a weak client gets a slower stream instead of a
-//! growing backlog and a dropped page.
+//! growing backlog and a dropped page. On the interest stream a late probe
+//! slows it only when the page is busy too: there the bytes follow the
+//! budget, and a queue on the link lowers that (`link.rs`).
 //!
 //! Pure Rust, no browser: tested natively.
 

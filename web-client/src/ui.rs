@@ -45,6 +45,8 @@ pub(crate) struct Status {
     pub(crate) budget_kbps: Option<f64>,
     /// The page lowered its budget to what its link carries.
     pub(crate) link_lowered: bool,
+    /// The page is still starting: its budget rises to the given one.
+    pub(crate) link_starting: bool,
     /// The interest stream's cells: held in full, drawn as summaries.
     pub(crate) cells: Option<(usize, usize)>,
     pub(crate) latency_ms: Option<f64>,
@@ -118,6 +120,7 @@ impl Dom {
             s.boids.map_or_else(dash, |n| n.to_string()),
             match s.budget_kbps {
                 Some(b) if s.link_lowered => format!("{:.1} / {b:.0} (link)", s.kbps),
+                Some(b) if s.link_starting => format!("{:.1} / {b:.0} (starting)", s.kbps),
                 Some(b) => format!("{:.1} / {b:.0}", s.kbps),
                 None => format!("{:.1}", s.kbps),
             },

@@ -138,9 +138,7 @@ pub fn measure(
             } else {
                 tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
             };
-            let mut c = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
-            c.budget.pace(fps);
-            c
+            ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR)
         })
         .collect();
     let mut mirror: Option<CellMirror> = None;

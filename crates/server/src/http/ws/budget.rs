@@ -19,11 +19,9 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 pub const BLOCKED_FRACTION: f64 = 0.2;
 /// The drain estimate a new viewer starts from, bytes per second.
 pub const START_DRAIN: f64 = 1_000_000.0;
-/// Tokens the bucket holds at most, in seconds of the rate (or the interval
-/// the viewer asked sends at, when that is longer: a viewer sent a batch
-/// every half second may spend half a second's worth on it). A send that
-/// comes late because the socket was full gets no more: the time it waited
-/// is time the link was already busy.
+/// Tokens the bucket holds at most, in seconds of the rate (or the time
+/// since the last refill, when sends are further apart: a viewer sent a
+/// batch every half second may spend half a second's worth on it).
 pub const BURST_S: f64 = 0.2;
 
 /// A viewer's budget and its link's measured drain.
@@ -32,8 +30,6 @@ pub struct Budget {
     declared: Option<u32>,
     drain: f64,
     tokens: f64,
-    /// The interval the viewer asked sends at, seconds.
-    period_s: f64,
     last_refill: Duration,
     window_start: Duration,
     window_bytes: u64,
@@ -48,7 +44,6 @@ impl Budget {
             declared,
             drain: START_DRAIN,
             tokens: 0.0,
-            period_s: 0.0,
             last_refill: now,
             window_start: now,
             window_bytes: 0,
@@ -59,12 +54,6 @@ impl Budget {
     /// A new declared rate (from a view update).
     pub fn declare(&mut self, declared: Option<u32>) {
         self.declared = declared;
-    }
-
-    /// The viewer asked for `sends_per_s` sends a second (its `SetRate`,
-    /// within the server's snapshot rate).
-    pub fn pace(&mut self, sends_per_s: u32) {
-        self.period_s = 1.0 / f64::from(sends_per_s.max(1));
     }
 
     /// The rate sends are paced at, bytes per second.
@@ -80,7 +69,7 @@ impl Budget {
         let rate = f64::from(self.rate());
         let dt = now.saturating_sub(self.last_refill).as_secs_f64();
         self.last_refill = now;
-        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S.max(self.period_s));
+        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S.max(dt));
     }
 
     /// Whether the bucket allows another send (it may go into debt by one
@@ -187,32 +176,11 @@ mod tests {
         // of summaries (512 cells): the bucket holds the interval's worth,
         // so updates still go out after them.
         let mut b = Budget::new(Some(32_000), Duration::ZERO);
-        b.pace(2);
         for i in 1..=10u32 {
             b.refill(Duration::from_millis(500 * u64::from(i)));
             b.spend(10_300);
             assert!(b.can_send(), "send {i}");
             b.spend(5_000);
         }
-    }
-
-    #[test]
-    fn a_send_held_up_by_a_full_socket_does_not_burst_the_wait() {
-        // 250 kB/s at 30 sends a second; one send waits 1.5 s on the
-        // socket (the link is slower than the budget). The next may spend
-        // a fifth of a second's worth, not the 1.5 s it waited: that much
-        // at once would queue seconds more on the link that held it up.
-        let mut b = Budget::new(Some(250_000), Duration::ZERO);
-        b.pace(30);
-        b.refill(Duration::from_millis(33));
-        b.spend(8_000);
-        b.refill(Duration::from_millis(1_533));
-        let mut sent = 0;
-        while b.can_send() {
-            b.spend(1_000);
-            sent += 1_000;
-        }
-        assert!(sent <= 50_000, "{sent} bytes in one send");
-        assert!(sent >= 40_000, "{sent} bytes in one send");
     }
 }

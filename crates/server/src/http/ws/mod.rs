@@ -237,11 +237,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
         view: view.is_some().then_some(view_tx),
     };
     let started = Instant::now();
-    let mut interest = view.map(|v| {
-        let mut vi = ViewerInterest::new(v, Duration::ZERO, minor);
-        vi.budget.pace(max_fps);
-        vi
-    });
+    let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO, minor));
     let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
     // the reader stops running commands before the Close goes out.
@@ -327,12 +323,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                     break refused(r, "send failed");
                 }
             }
-            Some(r) = rate_rx.recv() => {
-                fps = clamp_fps(r, s.0.limits.snapshot_hz);
-                if let Some(vi) = interest.as_mut() {
-                    vi.budget.pace(fps);
-                }
-            }
+            Some(r) = rate_rx.recv() => fps = clamp_fps(r, s.0.limits.snapshot_hz),
             Some(()) = resync_rx.recv() => {
                 held = [None, None];
                 if let Some(vi) = interest.as_mut() {
