@@ -24,24 +24,40 @@ pub(crate) fn for_each_chunk<T: Send>(
     }
 }
 
-/// Like [`for_each_chunk`] over two equally long slices chunked in step,
-/// collecting what `f` returns for each chunk into `results`, in chunk
-/// order (its allocation is reused).
-pub(crate) fn map_chunks2<A: Send, B: Send, R: Send>(
+/// Like [`for_each_chunk`], collecting what `f` returns for each chunk into
+/// `results`, in chunk order (its allocation is reused). `f` also gets a
+/// scratch slice as long as its chunk, filled with `S::default()`: each
+/// worker thread's own, kept between calls (`scratch`, a thread-local
+/// pool), so a chunk's intermediate results need no array as long as the
+/// data and nothing is allocated once warm.
+pub(crate) fn map_chunks<A: Send, S: Default + Clone + 'static, R: Send>(
     a: &mut [A],
-    b: &mut [B],
     chunk_len: usize,
-    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync + Send,
+    scratch: &'static std::thread::LocalKey<std::cell::RefCell<Vec<S>>>,
+    f: impl Fn(usize, &mut [A], &mut [S]) -> R + Sync + Send,
     results: &mut Vec<R>,
 ) {
-    debug_assert_eq!(a.len(), b.len());
+    let run = |k: usize, ca: &mut [A]| {
+        scratch.with(|cell| {
+            let fresh = || vec![S::default(); ca.len()];
+            match cell.try_borrow_mut() {
+                Ok(mut s) => {
+                    s.clear();
+                    s.resize(ca.len(), S::default());
+                    f(k * chunk_len, ca, &mut s)
+                }
+                // This thread is already inside `f` (it took another chunk
+                // while waiting on nested work): a scratch of its own.
+                Err(_) => f(k * chunk_len, ca, &mut fresh()),
+            }
+        })
+    };
     #[cfg(feature = "parallel")]
     {
         use rayon::prelude::*;
         a.par_chunks_mut(chunk_len)
-            .zip(b.par_chunks_mut(chunk_len))
             .enumerate()
-            .map(|(k, (ca, cb))| f(k * chunk_len, ca, cb))
+            .map(|(k, ca)| run(k, ca))
             .collect_into_vec(results);
     }
     #[cfg(not(feature = "parallel"))]
@@ -49,9 +65,8 @@ pub(crate) fn map_chunks2<A: Send, B: Send, R: Send>(
         results.clear();
         results.extend(
             a.chunks_mut(chunk_len)
-                .zip(b.chunks_mut(chunk_len))
                 .enumerate()
-                .map(|(k, (ca, cb))| f(k * chunk_len, ca, cb)),
+                .map(|(k, ca)| run(k, ca)),
         );
     }
 }

@@ -19,7 +19,7 @@ use glam::Vec3;
 use crate::agents::{AgentKind, Agents, GoalKind, PredatorMode, Shape, expiry};
 use crate::boids::{Boid, SortedBoids, Sums};
 use crate::error::{ParamError, SimError};
-use crate::exec::map_chunks2;
+use crate::exec::map_chunks;
 use crate::faults::{self, DelayLine, MAX_DELAYED_STATES, Sight};
 use crate::grid::Grid;
 use crate::kernel::Neighbourhood;
@@ -39,6 +39,13 @@ pub const MAX_BOID_IDS: u32 = u32::MAX;
 /// Boids per parallel work item. PERF: large enough to amortise scheduling,
 /// small enough that two threads stay balanced at 10k boids.
 const CHUNK: usize = 1024;
+
+thread_local! {
+    /// Each worker's kernel output for the chunk of the tick it steps: a
+    /// chunk's sums are read by that chunk alone, so there is no per-boid
+    /// array of them (56 bytes a boid, 56 MB at a million).
+    static CHUNK_SUMS: std::cell::RefCell<Vec<Sums>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// How to create a flock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,8 +103,6 @@ pub struct Flock {
     grid: Grid,
     /// Scratch: the previous tick's boids in cell order.
     sorted: SortedBoids,
-    /// Scratch: per-boid kernel output.
-    sums: Vec<Sums>,
     /// Scratch: each chunk's metric sums, in chunk order.
     partials: Vec<MetricsAcc>,
     /// Each boid's wander keyframes, kept between ticks (speed only).
@@ -131,7 +136,6 @@ impl Flock {
             metrics: TickMetrics::default(),
             grid: Grid::default(),
             sorted: SortedBoids::default(),
-            sums: Vec::new(),
             partials: Vec::new(),
             wander: WanderCache::default(),
             frozen: Vec::new(),
@@ -198,7 +202,6 @@ impl Flock {
             metrics: TickMetrics::default(),
             grid: Grid::default(),
             sorted: SortedBoids::default(),
-            sums: Vec::new(),
             partials: Vec::new(),
             wander: WanderCache::default(),
             frozen: Vec::new(),
@@ -689,7 +692,6 @@ impl Flock {
             seed,
             tick,
             boids,
-            sums,
             grid,
             sorted,
             agents,
@@ -770,7 +772,7 @@ impl Flock {
             }
             acc
         };
-        map_chunks2(boids, sums, CHUNK, chunk, partials);
+        map_chunks(boids, CHUNK, &CHUNK_SUMS, chunk, partials);
         // The state is in cell order now, and so are this tick's keyframes.
         self.wander.commit();
         self.ids.copy_from_slice(&self.sorted.id);
@@ -802,7 +804,6 @@ impl Flock {
         self.wander
             .sort(params, self.seed, self.tick, &self.ids, perm);
         self.sorted.resize(n);
-        self.sums.resize(n, Sums::default());
         let (perm, boids, ids) = (self.grid.perm(), &self.boids, &self.ids);
         self.sorted.fill(CHUNK * 4, |offset, rows| {
             for (k, &src) in perm[offset..offset + rows.len()].iter().enumerate() {
@@ -852,7 +853,6 @@ impl Flock {
         self.wander.sort(params, self.seed, self.tick, ids, perm);
         self.sorted.resize(n);
         self.truth.resize(n);
-        self.sums.resize(n, Sums::default());
         for (k, &src) in self.grid.perm().iter().enumerate() {
             let src = src as usize;
             let b = seen(src);

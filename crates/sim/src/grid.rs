@@ -139,24 +139,27 @@ fn floor_clamped(x: f32, hi: i32) -> i32 {
 /// Most parts [`Grid::rebuild`] cuts the keys into.
 const MAX_PARTS: usize = 8;
 
-/// One range of keys in [`Grid::rebuild`]: its counts, cursors and stretch
-/// of the permutation.
+/// One range of keys in [`Grid::rebuild`]: its counts and stretch of the
+/// permutation.
 #[derive(Default)]
 struct KeyPart<'a> {
     /// Its first key.
     lo: u32,
     /// Its first position in `perm`: the boids of the parts before it.
     base: u32,
-    /// `slab_start[lo + 1 ..]`, one per key of the part.
+    /// Its boids.
+    total: u32,
+    /// `slab_start[lo + 1 ..]`, one per key of the part: each key's start
+    /// within the part while placing (the cursor), and its end once placed,
+    /// the next key's start (so no cursor array as long as the key table).
     counts: &'a mut [u32],
-    /// `cursor[lo ..]`, one per key of the part.
-    cursor: &'a mut [u32],
     /// The positions its boids take in `perm`.
     perm: &'a mut [u32],
 }
 
 impl KeyPart<'_> {
-    /// Counts its keys, then sums the counts up within the part.
+    /// Counts its keys, then turns the counts into each key's start within
+    /// the part.
     fn count(&mut self, key_of: &[u32]) {
         let len = self.counts.len() as u32;
         for &k in key_of {
@@ -167,30 +170,28 @@ impl KeyPart<'_> {
         }
         let mut sum = 0;
         for c in self.counts.iter_mut() {
-            sum += *c;
+            let n = *c;
             *c = sum;
+            sum += n;
         }
+        self.total = sum;
     }
 
-    /// Adds the boids of the parts before (`base`) to its starts and puts
-    /// its boids into its stretch of `perm`, in state order within a key.
+    /// Puts its boids into its stretch of `perm`, in state order within a
+    /// key (each key's start moves to its end), then adds the boids of the
+    /// parts before (`base`).
     fn place(&mut self, key_of: &[u32]) {
-        let base = self.base;
-        let mut start = base;
-        for (c, u) in self.counts.iter_mut().zip(self.cursor.iter_mut()) {
-            *u = start - base;
-            *c += base;
-            start = *c;
-        }
         let len = self.counts.len() as u32;
         for (i, &k) in key_of.iter().enumerate() {
             let k = k.wrapping_sub(self.lo);
             if k < len {
-                let at = &mut self.cursor[k as usize];
+                let at = &mut self.counts[k as usize];
                 self.perm[*at as usize] = i as u32;
                 *at += 1;
             }
         }
+        let base = self.base;
+        self.counts.iter_mut().for_each(|c| *c += base);
     }
 }
 
@@ -276,8 +277,6 @@ pub struct Grid {
     /// `slab_start[k] .. slab_start[k + 1]` are the sorted indices in slab
     /// key `k` (cell `c` is keys `c * slabs .. (c + 1) * slabs`).
     slab_start: Vec<u32>,
-    /// Counting-sort cursor, kept between ticks so the rebuild never allocates.
-    cursor: Vec<u32>,
     /// `perm[sorted index] = state index`.
     perm: Vec<u32>,
 }
@@ -408,7 +407,6 @@ impl Grid {
         self.perm.resize(n_boids, 0);
         self.slab_start.clear();
         self.slab_start.resize(keys + 1, 0);
-        self.cursor.resize(keys, 0);
 
         let mut key_of = std::mem::take(&mut self.key_of);
         let this = &*self;
@@ -430,25 +428,21 @@ impl Grid {
         let key_of = &self.key_of[..];
         let mut split = [(); MAX_PARTS].map(|_| KeyPart::default());
         let mut counts = &mut self.slab_start[1..];
-        let mut cursor = &mut self.cursor[..];
         for (t, part) in split.iter_mut().enumerate().take(parts) {
             let len = bounds[t + 1] - bounds[t];
             let (c, rest) = std::mem::take(&mut counts).split_at_mut(len);
-            let (u, rest_u) = std::mem::take(&mut cursor).split_at_mut(len);
-            (counts, cursor) = (rest, rest_u);
+            counts = rest;
             *part = KeyPart {
                 lo: bounds[t] as u32,
-                base: 0,
                 counts: c,
-                cursor: u,
-                perm: &mut [],
+                ..KeyPart::default()
             };
         }
         crate::exec::for_each_mut(&mut split[..parts], |part| part.count(key_of));
         // Each part's first position is the boids of the parts before it.
         let mut base = [0u32; MAX_PARTS + 1];
         for t in 0..parts {
-            base[t + 1] = base[t] + split[t].counts.last().copied().unwrap_or(0);
+            base[t + 1] = base[t] + split[t].total;
         }
         let mut perm = &mut self.perm[..];
         for (t, part) in split.iter_mut().enumerate().take(parts) {
