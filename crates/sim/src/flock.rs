@@ -731,7 +731,7 @@ impl Flock {
         let lanes = update::applies(&ctx);
         let chunk = |offset: usize, out: &mut [Boid], sums: &mut [Sums]| {
             if let Some(sight) = sight.as_ref().filter(|_| drone) {
-                return models_chunk(&ctx, sight, frozen, offset, out, sums);
+                return models_chunk(&ctx, sight, frozen, offset, out);
             }
             match &sight {
                 None => nb.gather_chunk(offset, sums),
@@ -994,30 +994,23 @@ impl Flock {
 
 /// One chunk of a tick under a drone-swarm model: each boid perceives its
 /// neighbours, its model commands a velocity, and the shared limits
-/// follow it (`models/`). Returns the chunk's metric sums; `sums` keeps
-/// each boid's nearest distance and candidate count.
+/// follow it (`models/`). Returns the chunk's metric sums.
 fn models_chunk(
     ctx: &UpdateCtx<'_>,
     sight: &Sight<'_>,
     frozen: Option<&[bool]>,
     offset: usize,
     out: &mut [Boid],
-    sums: &mut [Sums],
 ) -> MetricsAcc {
     let params = ctx.params;
     let own = sight.truth;
     let mut acc = MetricsAcc::new();
-    for (k, (b, s)) in out.iter_mut().zip(sums.iter_mut()).enumerate() {
+    for (k, b) in out.iter_mut().enumerate() {
         let i = offset + k;
         let (p, v) = (own.pos(i), own.vel(i));
         let mut social = Social::new(params, v);
         let (nn_d2, candidates) =
             faults::perceive(sight, i, |d2, d, vj| social.add(params, d2, d, vj));
-        *s = Sums {
-            nn_d2,
-            candidates,
-            ..Sums::default()
-        };
         let (p1, v1) = if frozen.is_some_and(|f| f[i]) {
             rules::drift(params, p, v)
         } else {

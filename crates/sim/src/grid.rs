@@ -423,8 +423,8 @@ impl Grid {
         });
         self.key_of = key_of;
 
-        // Each part counts its keys (at `slab_start[k + 1]`) and sums them
-        // up within the part.
+        // Each part counts its keys (at `slab_start[k + 1]`) and turns the
+        // counts into each key's start within the part.
         let key_of = &self.key_of[..];
         let mut split = [(); MAX_PARTS].map(|_| KeyPart::default());
         let mut counts = &mut self.slab_start[1..];
