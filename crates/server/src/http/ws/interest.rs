@@ -29,7 +29,7 @@ use starling_protocol::interest::{
 };
 use starling_protocol::{InterestInfo, QuantBox, RICE_MINOR, View};
 
-use super::budget::{BURST_S, Budget};
+use super::budget::Budget;
 use crate::engine::interest::{CellSet, Held};
 
 /// How often the summaries of every cell are sent, per second.
@@ -51,6 +51,10 @@ const FULL_SHARE: f32 = 0.95;
 /// viewers hold are the same, so cell encodings stay shared (see
 /// `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
+/// The fewest updates a second the full set is sized for: a stream
+/// slower than that (a paused server's steps, whose time apart is not
+/// measured) still sends a second's worth of the budget at most.
+const MIN_FULL_HZ: f32 = 1.0;
 /// How far under the rate a stride is chosen for the measured broadcast
 /// rate may be (a share of it) for the stride to be taken, so a stream at
 /// its nominal rate, measured a little slow, gets it...
@@ -215,6 +219,9 @@ pub struct ViewerInterest {
     broadcast_hz: f32,
     /// Where the broadcast rate's window began: the time and the seq.
     rate_mark: Option<(Duration, u64)>,
+    /// Whether `broadcast_hz` was measured yet (until then it is the
+    /// assumed [`START_BROADCAST_HZ`], and no send is judged a gap by it).
+    rate_measured: bool,
     /// The seq of the last send.
     last_seq: u64,
     /// The full set's stride in half broadcasts (see [`Self::restride`]).
@@ -276,6 +283,7 @@ impl ViewerInterest {
             send_hz: START_BROADCAST_HZ,
             broadcast_hz: START_BROADCAST_HZ,
             rate_mark: None,
+            rate_measured: false,
             last_seq: 0,
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
@@ -412,12 +420,14 @@ impl ViewerInterest {
     }
 
     /// The rate the full set is updated at: its turns per second, or this
-    /// viewer's sends per second when it asks for fewer; at least what one
-    /// send's bucket holds ([`BURST_S`]), so a slow or paused stream never
-    /// sizes the set past what a send can carry.
+    /// viewer's sends per second when it asks for fewer; at least
+    /// [`MIN_FULL_HZ`]. A send may spend the time since the last one
+    /// (`budget.rs`), so a stream that sends twice a second carries a set
+    /// sized for two updates a second (sized for five, as it was, it held
+    /// 1319 of the 4000 boids its budget paid for).
     fn full_hz(&self) -> f32 {
         let turns = 2.0 * self.broadcast_hz / self.halves as f32;
-        turns.min(self.send_hz).max(1.0 / BURST_S as f32)
+        turns.min(self.send_hz).max(MIN_FULL_HZ)
     }
 
     /// Marks the full set in `full`: the heaviest cells in view whose
@@ -483,7 +493,14 @@ impl ViewerInterest {
             let since = now.saturating_sub(last);
             let dt = since.as_secs_f32();
             let expected = dt * self.broadcast_hz;
-            gap = since > GAP && (seq.saturating_sub(self.last_seq) as f32) < 0.5 * expected;
+            // Only against a measured rate: a server slower than the
+            // assumed one from the start (a million boids, two broadcasts
+            // a second) would otherwise read as paused at every send and
+            // its rate never be measured (its viewers held a tenth of
+            // what their budget paid for).
+            gap = self.rate_measured
+                && since > GAP
+                && (seq.saturating_sub(self.last_seq) as f32) < 0.5 * expected;
             if dt > 0.0 && !gap {
                 self.send_hz = 0.9 * self.send_hz + 0.1 * (1.0 / dt).min(1000.0);
             }
@@ -495,6 +512,7 @@ impl ViewerInterest {
                 let dt = now.saturating_sub(t0);
                 if dt >= BROADCAST_RATE_WINDOW {
                     self.broadcast_hz = (seq - s0) as f32 / dt.as_secs_f32();
+                    self.rate_measured = true;
                     self.rate_mark = Some((now, seq));
                     self.restride();
                 }
@@ -839,6 +857,31 @@ mod tests {
             held[0] > 0 && held.windows(2).all(|w| w[1] >= w[0]),
             "cells held after 1 s: {held:?}"
         );
+    }
+
+    #[test]
+    fn a_server_broadcasting_twice_a_second_gets_its_rate_measured_and_the_budget_used() {
+        // A server slower than the assumed 30 broadcasts a second from the
+        // start (a million boids ticks about 4 times a second), 20 s of it.
+        // At 32 kB/s, less the summaries (about 12 kB/s), the full set is
+        // sized for 2 updates a second: most of the view.
+        let mut vi = [ViewerInterest::new(
+            whole_view(32_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let (m, _, _) = serve(&mut vi, (1..=40).map(at_hz(2.0)), |_, _, _| {});
+        let [v] = &vi;
+        assert!(
+            (1.8..=2.2).contains(&v.broadcast_hz),
+            "{} broadcasts a second",
+            v.broadcast_hz
+        );
+        assert_eq!(v.full_hz(), 2.0);
+        // Sized for 20 updates a second (the rate never measured) it held
+        // 318 boids; for 5 (the old floor), 1489; now 3511.
+        let held = held_boids(&m[0]);
+        assert!(held > 3000, "{held} of 4000 boids held in full");
     }
 
     #[test]
