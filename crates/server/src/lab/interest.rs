@@ -188,7 +188,7 @@ pub fn measure(
         let t0 = Instant::now();
         let mut batch_of_probe = None;
         for (v, c) in clients.iter_mut().enumerate() {
-            let out = c.send(&set, now);
+            let out = c.send(&set, now, false);
             // A link that drains whatever is sent: the budget is the declared one.
             let sent = out.batch.as_ref().map_or(0, |b| b.len());
             c.budget.sent(sent, Duration::ZERO, now);

@@ -51,9 +51,8 @@ const FULL_SHARE: f32 = 0.95;
 /// viewers hold are the same, so cell encodings stay shared (see
 /// `engine/interest.rs`).
 pub const FULL_HZ: f32 = 20.0;
-/// The fewest updates a second the full set is sized for: a stream
-/// slower than that (a paused server's steps, whose time apart is not
-/// measured) still sends a second's worth of the budget at most.
+/// The fewest updates a second the full set is sized for (a stream that
+/// sends less often sizes it as if it sent once a second).
 const MIN_FULL_HZ: f32 = 1.0;
 /// How far under the rate a stride is chosen for the measured broadcast
 /// rate may be (a share of it) for the stride to be taken, so a stream at
@@ -64,9 +63,10 @@ const CADENCE_SLACK: f32 = 0.05;
 /// broadcasts a little under its rate, does not flip the cadence (and the
 /// full set's size with it).
 const KEEP_SLACK: f32 = 0.15;
-/// A send after a pause: more than this long since the last, and fewer
-/// than half the broadcasts the rate expects. The rate's window starts
-/// over there (a paused server's steps are not its broadcast rate).
+/// A send after a silence (an edge out of step): more than this long
+/// since the last, and fewer than half the broadcasts the measured rate
+/// expects. The rate's window starts over there, as it does at a paused
+/// server's sends and the first after them (steps are not its rate).
 const GAP: Duration = Duration::from_millis(250);
 /// The longest stride of the full set, in half broadcasts.
 const MAX_STRIDE_HALVES: u64 = 16;
@@ -222,6 +222,8 @@ pub struct ViewerInterest {
     /// Whether `broadcast_hz` was measured yet (until then it is the
     /// assumed [`START_BROADCAST_HZ`], and no send is judged a gap by it).
     rate_measured: bool,
+    /// Whether the last send was a paused server's.
+    last_paused: bool,
     /// The seq of the last send.
     last_seq: u64,
     /// The full set's stride in half broadcasts (see [`Self::restride`]).
@@ -284,6 +286,7 @@ impl ViewerInterest {
             broadcast_hz: START_BROADCAST_HZ,
             rate_mark: None,
             rate_measured: false,
+            last_paused: false,
             last_seq: 0,
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
@@ -424,7 +427,7 @@ impl ViewerInterest {
     /// [`MIN_FULL_HZ`]. A send may spend the time since the last one
     /// (`budget.rs`), so a stream that sends twice a second carries a set
     /// sized for two updates a second (sized for five, as it was, it held
-    /// 1319 of the 4000 boids its budget paid for).
+    /// 1489 of the 3511 boids its budget paid for).
     fn full_hz(&self) -> f32 {
         let turns = 2.0 * self.broadcast_hz / self.halves as f32;
         turns.min(self.send_hz).max(MIN_FULL_HZ)
@@ -460,8 +463,10 @@ impl ViewerInterest {
         }
     }
 
-    /// This send's batch for broadcast `set` at connection time `now`.
-    pub fn send(&mut self, set: &CellSet, now: Duration) -> Send {
+    /// This send's batch for broadcast `set` at connection time `now`;
+    /// `paused`: the server is paused (its broadcasts are steps and edits,
+    /// not its rate).
+    pub fn send(&mut self, set: &CellSet, now: Duration, paused: bool) -> Send {
         let mut out = Send::default();
         let frames = &set.now;
         let here = (frames.grid, frames.quant);
@@ -488,17 +493,20 @@ impl ViewerInterest {
             &[]
         };
         // The full set; held cells outside it are forgotten.
-        let mut gap = false;
+        // A paused server's sends, and the first after them (its interval
+        // spans the pause), are gaps; so is a long silence against a
+        // measured rate. Only against a measured rate: a server slower
+        // than the assumed one from the start (a million boids, two
+        // broadcasts a second) read as paused at every send and its rate
+        // was never measured (its viewers held a tenth of what their
+        // budget paid for).
+        let mut gap = paused || self.last_paused;
+        self.last_paused = paused;
         if let Some(last) = self.last_send {
             let since = now.saturating_sub(last);
             let dt = since.as_secs_f32();
             let expected = dt * self.broadcast_hz;
-            // Only against a measured rate: a server slower than the
-            // assumed one from the start (a million boids, two broadcasts
-            // a second) would otherwise read as paused at every send and
-            // its rate never be measured (its viewers held a tenth of
-            // what their budget paid for).
-            gap = self.rate_measured
+            gap |= self.rate_measured
                 && since > GAP
                 && (seq.saturating_sub(self.last_seq) as f32) < 0.5 * expected;
             if dt > 0.0 && !gap {
@@ -718,6 +726,21 @@ mod tests {
     fn serve(
         viewers: &mut [ViewerInterest],
         seqs: impl IntoIterator<Item = (u64, Duration)>,
+        before: impl FnMut(usize, u64, &mut ViewerInterest),
+    ) -> (
+        Vec<CellMirror>,
+        Vec<std::collections::HashMap<u32, Vec<u64>>>,
+        u64,
+    ) {
+        serve_paused(viewers, seqs, |_| false, before)
+    }
+
+    /// [`serve`], the server paused at the seqs `paused` says.
+    #[expect(clippy::type_complexity, reason = "a test's tuple of results")]
+    fn serve_paused(
+        viewers: &mut [ViewerInterest],
+        seqs: impl IntoIterator<Item = (u64, Duration)>,
+        paused: impl Fn(u64) -> bool,
         mut before: impl FnMut(usize, u64, &mut ViewerInterest),
     ) -> (
         Vec<CellMirror>,
@@ -734,7 +757,7 @@ mod tests {
                 .unwrap();
             for (v, vi) in viewers.iter_mut().enumerate() {
                 before(v, seq, vi);
-                let out = vi.send(&set, now);
+                let out = vi.send(&set, now, paused(seq));
                 let m =
                     mirrors[v].get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
                 if let Some(batch) = out.batch {
@@ -877,7 +900,7 @@ mod tests {
             "{} broadcasts a second",
             v.broadcast_hz
         );
-        assert_eq!(v.full_hz(), 2.0);
+        assert!((1.9..=2.1).contains(&v.full_hz()), "{}", v.full_hz());
         // Sized for 20 updates a second (the rate never measured) it held
         // 318 boids; for 5 (the old floor), 1489; now 3511.
         let held = held_boids(&m[0]);
@@ -916,6 +939,47 @@ mod tests {
         assert!(
             most <= before + before / 5,
             "{before} cells held, then {most}"
+        );
+    }
+
+    #[test]
+    fn a_viewer_joining_a_paused_server_takes_its_rate_after_the_pause() {
+        // Paused: a step every 4 s; then 3 s at 30 broadcasts a second.
+        // The steps are not the rate (measured across them it read 0.25
+        // Hz, and the set was sized for one update a second after resume).
+        let mut seqs: Vec<(u64, Duration)> = (1..=3)
+            .map(|s| (s, Duration::from_secs(4 * s - 3)))
+            .collect();
+        let resume = Duration::from_secs(10);
+        seqs.extend((4..=93).map(|s| (s, resume + Duration::from_secs_f64((s - 3) as f64 / 30.0))));
+        let mut vi = [ViewerInterest::new(
+            whole_view(100_000),
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        let mut held = Vec::new();
+        serve_paused(
+            &mut vi,
+            seqs,
+            |s| s <= 3,
+            |_, seq, v| {
+                assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
+                if seq > 40 {
+                    held.push(v.held.iter().filter(|h| h[0].is_some()).count());
+                }
+            },
+        );
+        let [v] = &vi;
+        assert!(
+            (28.0..=32.0).contains(&v.broadcast_hz),
+            "{}",
+            v.broadcast_hz
+        );
+        // The set settles once: within a tenth after resume (boids drift).
+        let (lo, hi) = (held.iter().min().unwrap(), held.iter().max().unwrap());
+        assert!(
+            *lo > 0 && 10 * hi <= 11 * lo,
+            "cells held after resume: {held:?}"
         );
     }
 

@@ -297,7 +297,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                     if held[0] == Some(b.seq) {
                         continue;
                     }
-                    if let Err(r) = send_interest(&mut w, vi, set, started.elapsed()).await {
+                    if let Err(r) = send_interest(&mut w, vi, set, started.elapsed(), st.paused).await {
                         break refused(r, "viewer not keeping up");
                     }
                     held = [Some(b.seq), held[0]];
@@ -382,14 +382,16 @@ impl Drop for InterestGauge {
 
 /// Sends an interest viewer its batch for a broadcast (and the stream's
 /// grid and budget first, when they are new or the budget moved by more
-/// than a tenth), timing the send for the drain estimate.
+/// than a tenth), timing the send for the drain estimate; `paused`: the
+/// server is paused.
 async fn send_interest(
     w: &mut Writer,
     vi: &mut ViewerInterest,
     set: &CellSet,
     now: Duration,
+    paused: bool,
 ) -> Result<(), CloseReason> {
-    let out = vi.send(set, now);
+    let out = vi.send(set, now, paused);
     let info = vi.announcement(now);
     if let Some(info) = info {
         w.send(encode(&ServerMsg::Interest(info))).await?;
