@@ -718,6 +718,16 @@ mod tests {
         }
     }
 
+    /// A viewer of [`whole_view`] within `budget`, connected at 0.
+    fn watching(budget: u32) -> ViewerInterest {
+        ViewerInterest::new(whole_view(budget), Duration::ZERO, PROTOCOL_MINOR)
+    }
+
+    /// The cells `v` holds in full.
+    fn cells_in_full(v: &ViewerInterest) -> usize {
+        v.held.iter().filter(|h| h[0].is_some()).count()
+    }
+
     /// Serves `viewers` the broadcasts `seqs` (seq, connection time) of a
     /// flock ticking twice a broadcast; `before(v, seq, viewer)` runs
     /// before each send. Returns each viewer's mirror, the seqs at which
@@ -822,11 +832,7 @@ mod tests {
 
     #[test]
     fn at_thirty_broadcasts_a_second_held_cells_are_updated_twenty_times() {
-        let mut vi = [ViewerInterest::new(
-            whole_view(2_000_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(2_000_000)];
         let (m, updates, _) = serve(&mut vi, (1..=90).map(at_hz(30.0)), |_, _, _| {});
         assert_eq!(held_boids(&m[0]), 4000, "the budget holds the whole view");
         // The last two seconds (60 broadcasts): 40 updates a cell, all
@@ -843,11 +849,7 @@ mod tests {
 
     #[test]
     fn a_viewer_taking_every_other_of_sixty_broadcasts_gets_twenty_updates_a_second() {
-        let mut vi = [ViewerInterest::new(
-            whole_view(2_000_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(2_000_000)];
         let (m, updates, _) = serve(&mut vi, (1..=120).map(|i| at_hz(60.0)(2 * i)), |_, _, _| {});
         assert_eq!(held_boids(&m[0]), 4000);
         // After the rate is measured, sends 61 ..= 120 (seqs 122 ..= 240,
@@ -863,16 +865,12 @@ mod tests {
             let late = if s % 5 == 0 { 0.060 } else { 0.0 };
             (s, Duration::from_secs_f64(s as f64 / 30.0 + late))
         });
-        let mut vi = [ViewerInterest::new(
-            whole_view(400_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(400_000)];
         let mut held = Vec::new();
         let (_, _, _) = serve(&mut vi, jittered, |_, seq, v| {
             if seq > 30 {
                 assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
-                held.push(v.held.iter().filter(|h| h[0].is_some()).count());
+                held.push(cells_in_full(v));
             }
         });
         // Boids drift into more cells; none held is ever dropped.
@@ -888,11 +886,7 @@ mod tests {
         // start (a million boids ticks about 4 times a second), 20 s of it.
         // At 32 kB/s, less the summaries (about 12 kB/s), the full set is
         // sized for 2 updates a second: most of the view.
-        let mut vi = [ViewerInterest::new(
-            whole_view(32_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(32_000)];
         let (m, _, _) = serve(&mut vi, (1..=40).map(at_hz(2.0)), |_, _, _| {});
         let [v] = &vi;
         assert!(
@@ -918,15 +912,11 @@ mod tests {
         seqs.extend(
             (93..=152).map(|s| (s, resume + Duration::from_secs_f64((s - 92) as f64 / 30.0))),
         );
-        let mut vi = [ViewerInterest::new(
-            whole_view(100_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(100_000)];
         let (mut before, mut most) = (0, 0);
         serve(&mut vi, seqs, |_, seq, v| {
             assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
-            let held = v.held.iter().filter(|h| h[0].is_some()).count();
+            let held = cells_in_full(v);
             if seq == 90 {
                 before = held;
             } else if seq > 90 {
@@ -952,11 +942,7 @@ mod tests {
             .collect();
         let resume = Duration::from_secs(10);
         seqs.extend((4..=93).map(|s| (s, resume + Duration::from_secs_f64((s - 3) as f64 / 30.0))));
-        let mut vi = [ViewerInterest::new(
-            whole_view(100_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(100_000)];
         let mut held = Vec::new();
         serve_paused(
             &mut vi,
@@ -965,7 +951,7 @@ mod tests {
             |_, seq, v| {
                 assert_eq!(v.halves, 3, "seq {seq}: {} Hz", v.broadcast_hz);
                 if seq > 40 {
-                    held.push(v.held.iter().filter(|h| h[0].is_some()).count());
+                    held.push(cells_in_full(v));
                 }
             },
         );
@@ -985,11 +971,7 @@ mod tests {
 
     #[test]
     fn a_cell_that_missed_its_turn_goes_at_the_next_send() {
-        let mut vi = [ViewerInterest::new(
-            whole_view(2_000_000),
-            Duration::ZERO,
-            PROTOCOL_MINOR,
-        )];
+        let mut vi = [watching(2_000_000)];
         // Turns step up at the seqs not 1 modulo 3. At 51, a turn, the
         // bucket is empty (it holds at most a fifth of a second of the rate).
         let (_, updates, _) = serve(&mut vi, (1..=60).map(at_hz(30.0)), |_, seq, v| {
@@ -1015,18 +997,12 @@ mod tests {
     #[test]
     fn viewers_alike_share_every_encoding() {
         let one = serve(
-            &mut [ViewerInterest::new(
-                whole_view(2_000_000),
-                Duration::ZERO,
-                PROTOCOL_MINOR,
-            )],
+            &mut [watching(2_000_000)],
             (1..=60).map(at_hz(30.0)),
             |_, _, _| {},
         )
         .2;
-        let mut three: Vec<_> = (0..3)
-            .map(|_| ViewerInterest::new(whole_view(2_000_000), Duration::ZERO, PROTOCOL_MINOR))
-            .collect();
+        let mut three: Vec<_> = (0..3).map(|_| watching(2_000_000)).collect();
         let (m, _, encoded) = serve(&mut three, (1..=60).map(at_hz(30.0)), |_, _, _| {});
         assert!(m.iter().all(|m| held_boids(m) == 4000));
         assert_eq!(encoded, one, "three viewers alike cost what one does");
