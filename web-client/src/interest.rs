@@ -239,8 +239,8 @@ mod tests {
     use super::*;
     use starling_protocol::QuantBox;
     use starling_protocol::interest::{
-        CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Held, Precision,
-        begin_batch, encode_cell_update, push_update,
+        CellGrid, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Held,
+        Precision, begin_batch, encode_cell_update, push_update,
     };
 
     fn info() -> InterestInfo {
@@ -283,7 +283,16 @@ mod tests {
         );
         // Sent coarse: drawn at the middle of the coarse steps.
         let p = Precision::new(4, 2).unwrap();
-        encode_cell_update(None, None, &cells[0], p, true, &mut s, &mut update).unwrap();
+        encode_cell_update(
+            None,
+            None,
+            &cells[0],
+            p,
+            Codings::Range,
+            &mut s,
+            &mut update,
+        )
+        .unwrap();
         push_update(0, &update, &mut batch);
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);
@@ -342,7 +351,7 @@ mod tests {
                     None,
                     &cells[c as usize],
                     Precision::EXACT,
-                    true,
+                    Codings::Range,
                     &mut s,
                     &mut update,
                 )

@@ -1,7 +1,9 @@
 //! The golden vectors: a fixed, tiny snapshot (three boids over three
 //! frames) encoded as a keyframe and a delta, and (1.2) the third frame
 //! as a cell batch against the first two, on a grid of two cells (and
-//! the same for a 1.4 receiver: Rice-coded fields, compact headers). Their bytes are committed
+//! the same for a 1.4 receiver: Rice-coded fields, compact headers), and
+//! (1.5) the range coder's worked example (its seven bytes are here). The
+//! other vectors' bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
 //! catches platform differences in quantisation. PROTOCOL.md decodes the
@@ -9,8 +11,8 @@
 
 use crate::frame::{Frame, FrameBuilder, encode_delta, encode_keyframe};
 use crate::interest::{
-    CellGrid, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, Held, Precision, begin_batch,
-    encode_cell_update, push_update,
+    CellGrid, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held, Precision,
+    begin_batch, encode_cell_update, push_update,
 };
 use crate::quant::QuantBox;
 
@@ -29,8 +31,9 @@ pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
 /// Encodes frame 3 as a cell batch for a viewer that holds both cells at
 /// frames 2 and 1: complete summaries, then each cell's linear update.
 /// Boid 9 jumps from cell 1 into cell 0: it leaves one and enters the other.
-/// `rice`: for a 1.4 receiver (Rice-coded fields, compact headers).
-pub fn encode_cells(rice: bool) -> Vec<u8> {
+/// `codings`: what the receiver reads (fixed-width fields for 1.2; Rice
+/// codes and compact headers for 1.4).
+pub fn encode_cells(codings: Codings) -> Vec<u8> {
     let [a, b, c] = frames();
     let split = |f: &Frame| {
         let mut cells = Vec::new();
@@ -50,7 +53,7 @@ pub fn encode_cells(rice: bool) -> Vec<u8> {
             Some(Held::exact(&ca[k])),
             &cc[k],
             Precision::EXACT,
-            rice,
+            codings,
             &mut scratch,
             &mut update,
         )
@@ -97,5 +100,21 @@ pub fn encode() -> (Vec<u8>, Vec<u8>) {
 /// Whether this platform encodes exactly the committed bytes.
 pub fn matches_committed() -> bool {
     let (k, d) = encode();
-    k == KEYFRAME && d == DELTA && encode_cells(false) == CELLS && encode_cells(true) == CELLS_RICE
+    k == KEYFRAME
+        && d == DELTA
+        && encode_cells(Codings::Fixed) == CELLS
+        && encode_cells(Codings::Rice) == CELLS_RICE
+        && range_fields() == RANGE_FIELDS_BYTES
+}
+
+/// The range coder's worked example (PROTOCOL.md): three boids' fields.
+pub const RANGE_FIELDS: [i32; 15] = [0, 0, 0, 0, 0, 1, -1, 0, 2, 0, 20, 0, 0, -3, 0];
+/// [`RANGE_FIELDS`] range-coded (1.5).
+pub const RANGE_FIELDS_BYTES: [u8; 7] = [0x06, 0xad, 0x6f, 0xd7, 0x0a, 0x80, 0x84];
+
+/// [`RANGE_FIELDS`] range-coded on this platform.
+pub fn range_fields() -> Vec<u8> {
+    let mut out = Vec::new();
+    crate::interest::encode_range_fields(&RANGE_FIELDS, &mut out);
+    out
 }

@@ -14,7 +14,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 4;
+pub const PROTOCOL_MINOR: u16 = 5;
 /// The minor that brought [`Command::SetPopulation`]: clients send it only
 /// to servers at least this new.
 pub const SET_POPULATION_MINOR: u16 = 3;
@@ -22,6 +22,10 @@ pub const SET_POPULATION_MINOR: u16 = 3;
 /// cell update header (kind `0x14`): servers send them only to clients
 /// that subscribed with at least this minor.
 pub const RICE_MINOR: u16 = 4;
+/// The minor that brought range-coded cell update fields (`coding` 2):
+/// servers send them only to clients that subscribed with at least this
+/// minor.
+pub const RANGE_MINOR: u16 = 5;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

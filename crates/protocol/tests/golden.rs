@@ -3,7 +3,7 @@
 //! change: `STARLING_BLESS=1 cargo test -p starling-protocol --test golden`,
 //! then update PROTOCOL.md's worked example and bump the protocol version.
 
-use starling_protocol::interest::CellMirror;
+use starling_protocol::interest::{CellMirror, Codings};
 use starling_protocol::{Frame, ServerFrame, decode_server, golden};
 
 #[test]
@@ -13,17 +13,25 @@ fn golden_vectors_are_byte_identical() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
         std::fs::write(format!("{dir}/keyframe.bin"), &k).unwrap();
         std::fs::write(format!("{dir}/delta.bin"), &d).unwrap();
-        std::fs::write(format!("{dir}/cells.bin"), golden::encode_cells(false)).unwrap();
-        std::fs::write(format!("{dir}/cells-rice.bin"), golden::encode_cells(true)).unwrap();
+        std::fs::write(
+            format!("{dir}/cells.bin"),
+            golden::encode_cells(Codings::Fixed),
+        )
+        .unwrap();
+        std::fs::write(
+            format!("{dir}/cells-rice.bin"),
+            golden::encode_cells(Codings::Rice),
+        )
+        .unwrap();
         return;
     }
     assert_eq!(
-        golden::encode_cells(false),
+        golden::encode_cells(Codings::Fixed),
         golden::CELLS,
         "cell batch bytes changed"
     );
     assert_eq!(
-        golden::encode_cells(true),
+        golden::encode_cells(Codings::Rice),
         golden::CELLS_RICE,
         "Rice cell batch bytes changed"
     );
@@ -70,7 +78,7 @@ fn the_golden_cell_batch_moves_boid_9_between_cells() {
                 None,
                 cell,
                 starling_protocol::interest::Precision::EXACT,
-                false,
+                Codings::Fixed,
                 &mut s,
                 &mut update,
             )

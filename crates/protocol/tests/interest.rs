@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use starling_protocol::interest::{
-    CellGrid, CellMirror, CellScratch, CellSummary, FLAG_COMPLETE_SUMMARIES, Held,
+    CellGrid, CellMirror, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held,
     MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision, begin_batch, encode_cell_update, push_update,
 };
 use starling_protocol::{Frame, QuantBox};
@@ -123,8 +123,9 @@ proptest! {
                     base2.map(as_held),
                     &cells[c],
                     p,
-                    // Either coding (1.2 fixed-width fields, 1.4 Rice codes).
-                    (bits >> 1) % 2 == 0,
+                    // Any level of codings (1.2 fixed-width fields, 1.4
+                    // Rice codes, 1.5 range codes).
+                    [Codings::Fixed, Codings::Rice, Codings::Range][((bits >> 1) % 3) as usize],
                     &mut scratch,
                     &mut update,
                 )
@@ -183,8 +184,8 @@ proptest! {
                     base2.map(|f| Held { frame: f, precision: Precision::EXACT }),
                     &cells[c],
                     p,
-                    // Both codings meet the mutations.
-                    c % 2 == 0,
+                    // Every level of codings meets the mutations.
+                    [Codings::Fixed, Codings::Rice, Codings::Range][c % 3],
                     &mut scratch,
                     &mut update,
                 )
@@ -227,7 +228,7 @@ fn after_an_error_updates_wait_for_the_servers_reset() {
             None,
             &cells[0],
             Precision::EXACT,
-            true,
+            Codings::Range,
             &mut s,
             &mut update,
         )

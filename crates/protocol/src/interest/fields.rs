@@ -13,16 +13,21 @@
 //!   the common case of a well predicted flock, take a bit or two instead
 //!   of a whole field's width.
 //!
-//! Either way a boid that does not fit is an *exception*, sent in full
-//! after the fields: in fixed coding its `dx` is the field's most negative
-//! value and its other fields are 0; in Rice coding its `dx` is
+//! - **range** (1.5): adaptive binary decisions through a range coder
+//!   (`range.rs`), every value coded, no exceptions.
+//!
+//! In the first two a boid that does not fit is an *exception*, sent in
+//! full after the fields: in fixed coding its `dx` is the field's most
+//! negative value and its other fields are 0; in Rice coding its `dx` is
 //! [`RICE_ESCAPE`] one-bits and it has no other fields. The encoder sends
-//! the smaller of the two codings the receiver reads.
+//! the smallest of the codings the receiver reads ([`Codings`]).
 
 use std::ops::RangeInclusive;
 
+use super::range::{self, RangeReader};
 use crate::error::DecodeError;
 use crate::frame::{EXCEPTION_BYTES, invalid};
+use crate::messages::{RANGE_MINOR, RICE_MINOR};
 
 /// Fields per stayed boid: three coordinates, two heading bytes.
 pub(super) const FIELDS: usize = 5;
@@ -34,6 +39,29 @@ const RICE_KS: RangeInclusive<u32> = 0..=7;
 /// `u >> k` reaches it does not fit.
 pub const RICE_ESCAPE: u32 = 16;
 
+/// The codings a receiver reads, by the protocol minor it subscribed
+/// with; each reads those of the levels before it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Codings {
+    /// Fixed-width fields and the 48-byte header (1.2 and 1.3).
+    Fixed,
+    /// Rice codes too, and the compact header (1.4).
+    Rice,
+    /// Range-coded fields too (1.5).
+    Range,
+}
+
+impl Codings {
+    /// What a receiver of protocol minor `minor` reads.
+    pub fn for_minor(minor: u16) -> Self {
+        match minor {
+            m if m >= RANGE_MINOR => Self::Range,
+            m if m >= RICE_MINOR => Self::Rice,
+            _ => Self::Fixed,
+        }
+    }
+}
+
 /// The coding of an update's fields: the `coding` byte (offset 46) and the
 /// two bytes at offsets 2 and 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +70,8 @@ pub enum Coding {
     Fixed(u8, u8),
     /// Rice codes (`coding` 1): residual and step parameters.
     Rice(u8, u8),
+    /// Range-coded fields (`coding` 2, 1.5): the two bytes are 0.
+    Range,
 }
 
 impl Coding {
@@ -53,6 +83,7 @@ impl Coding {
         match self {
             Coding::Fixed(r, h) => (0, r, h),
             Coding::Rice(r, h) => (1, r, h),
+            Coding::Range => (2, 0, 0),
         }
     }
 
@@ -81,17 +112,24 @@ impl Coding {
                 }
                 Ok(Coding::Rice(b2, b3))
             }
+            (2, false) if (b2, b3) == (0, 0) => Ok(Coding::Range),
+            (2, false) => Err(invalid(
+                "range coding parameters",
+                format!("{b2} / {b3}"),
+                "0 / 0",
+            )),
             _ => Err(invalid(
                 "field coding",
                 coding,
-                "0 (fixed-width fields) or 1 (Rice codes, protocol 1.4)",
+                "0 (fixed-width fields), 1 (Rice codes, protocol 1.4) or 2 (range-coded, 1.5)",
             )),
         }
     }
 
     /// The bytes the fields of `stayed` boids may take: exactly one length
     /// in fixed coding; in Rice coding from every boid's shortest codes
-    /// (or an escape) to every boid's longest.
+    /// (or an escape) to every boid's longest; range-coded, from none (all
+    /// zeros past the end) to every field's longest code.
     pub(super) fn len_range(self, stayed: usize) -> RangeInclusive<usize> {
         let bytes = |bits_per_boid: usize| (bits_per_boid * stayed).div_ceil(8);
         match self {
@@ -106,6 +144,13 @@ impl Coding {
                 let shortest = 3 * (1 + r) + 2 * (1 + h);
                 let longest = 3 * (escape + r) + 2 * (escape + h);
                 bytes(shortest.min(escape))..=bytes(longest.max(escape))
+            }
+            Coding::Range => {
+                // A decision takes at most 11 bits (p ≥ 31/2048), a direct
+                // bit 1, and the coder ends within 4 bytes.
+                let unary = range::UNARY as usize * 11;
+                let gamma = 2 * range::MAX_GAMMA_BITS as usize + 1;
+                0..=bytes(FIELDS * (unary + gamma)) + 4
             }
         }
     }
@@ -145,6 +190,8 @@ pub(super) struct PackScratch {
     widths: Vec<(usize, usize)>,
     /// Per boid: whether it is an exception in the chosen coding.
     pub(super) exception: Vec<bool>,
+    /// The fields range-coded, to compare with the other codings.
+    range: Vec<u8>,
 }
 
 /// Bits one Rice-coded value takes with parameter `k` (it must fit).
@@ -186,11 +233,17 @@ impl BitWriter<'_> {
 }
 
 /// Codes `n` boids' [`FIELDS`] fields each (`fields`, boid after boid) in
-/// the smaller of the codings allowed (Rice only when `rice`; ties go to
-/// fixed), appending the bits to `out` and marking the exceptions in
+/// the smallest of the codings `codings` allows (ties go to the older),
+/// appending the bits to `out` and marking the exceptions in
 /// `s.exception`. Returns the coding.
-pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Vec<u8>) -> Coding {
+pub(super) fn pack(
+    fields: &[i32],
+    codings: Codings,
+    s: &mut PackScratch,
+    out: &mut Vec<u8>,
+) -> Coding {
     let n = fields.len() / FIELDS;
+    let rice = codings >= Codings::Rice;
     s.widest.clear();
     s.widths.clear();
     // Fixed: a histogram of the widths each boid needs (index 9: does not
@@ -268,14 +321,24 @@ pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Ve
         let exc = s.widest.iter().filter(|w| rice_exc(w)).count();
         let size = (bits - exc * 8 * EXCEPTION_BYTES).div_ceil(8) + exc * EXCEPTION_BYTES;
         if size < fixed.0 {
-            Coding::Rice(kr as u8, kh as u8)
+            (size, Coding::Rice(kr as u8, kh as u8))
         } else {
-            Coding::Fixed(fixed.1 as u8, fixed.2 as u8)
+            (fixed.0, Coding::Fixed(fixed.1 as u8, fixed.2 as u8))
         }
     } else {
-        Coding::Fixed(fixed.1 as u8, fixed.2 as u8)
+        (fixed.0, Coding::Fixed(fixed.1 as u8, fixed.2 as u8))
     };
+    let (size, coding) = coding;
     s.exception.clear();
+    if codings >= Codings::Range {
+        s.range.clear();
+        range::encode(fields, &mut s.range);
+        if s.range.len() < size {
+            out.extend_from_slice(&s.range);
+            s.exception.resize(n, false);
+            return Coding::Range;
+        }
+    }
     let mut w = BitWriter {
         out,
         acc: 0,
@@ -310,6 +373,8 @@ pub(super) fn pack(fields: &[i32], rice: bool, s: &mut PackScratch, out: &mut Ve
                 }
             }
         }
+        // Written above when chosen.
+        Coding::Range => {}
     }
     w.finish();
     coding
@@ -321,11 +386,14 @@ pub(super) struct FieldReader<'a> {
     acc: u64,
     filled: u32,
     coding: Coding,
+    /// The range decoder, for range-coded fields.
+    range: Option<RangeReader<'a>>,
 }
 
 impl<'a> FieldReader<'a> {
     pub(super) fn new(bytes: &'a [u8], coding: Coding) -> Self {
         Self {
+            range: (coding == Coding::Range).then(|| RangeReader::new(bytes)),
             bytes: bytes.iter(),
             acc: 0,
             filled: 0,
@@ -417,11 +485,19 @@ impl<'a> FieldReader<'a> {
                 }
                 Ok(Some(f))
             }
+            Coding::Range => match self.range.as_mut() {
+                Some(r) => r.boid().map(Some),
+                None => Err(invalid("field coding", 2, "a range decoder")),
+            },
         }
     }
 
     /// Checks that only zero padding is left, within the last byte.
+    /// Range codes end on implicit zero bytes: nothing to check.
     pub(super) fn finish(mut self) -> Result<(), DecodeError> {
+        if self.coding == Coding::Range {
+            return Ok(());
+        }
         if self.acc != 0 || self.filled >= 8 || self.bytes.next().is_some() {
             return Err(invalid(
                 "residual padding",
@@ -437,9 +513,9 @@ impl<'a> FieldReader<'a> {
 mod tests {
     use super::*;
 
-    fn roundtrip(fields: &[i32], rice: bool) -> (Coding, usize) {
+    fn roundtrip(fields: &[i32], codings: Codings) -> (Coding, usize) {
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(fields, rice, &mut s, &mut out);
+        let coding = pack(fields, codings, &mut s, &mut out);
         let mut r = FieldReader::new(&out, coding);
         for (f, &exc) in fields.chunks_exact(FIELDS).zip(&s.exception) {
             match r.boid().unwrap() {
@@ -472,10 +548,10 @@ mod tests {
         let fields: Vec<i32> = (0..100)
             .flat_map(|i| [i % 3 - 1, 0, (i % 2), 0, 0])
             .collect();
-        let (fixed, fixed_len) = roundtrip(&fields, false);
+        let (fixed, fixed_len) = roundtrip(&fields, Codings::Fixed);
         assert_eq!(fixed, Coding::Fixed(2, 2));
         assert_eq!(fixed_len, 125);
-        let (rice, rice_len) = roundtrip(&fields, true);
+        let (rice, rice_len) = roundtrip(&fields, Codings::Rice);
         assert_eq!(rice, Coding::Rice(0, 0));
         // Per boid: dx (1, 2 or 3 bits), dy 1, dz (1 or 3), steps 1 + 1.
         assert!(rice_len < 90, "{rice_len} bytes");
@@ -488,11 +564,12 @@ mod tests {
             .collect();
         // One boid far off: an exception either way.
         fields[5 * 7] = 30_000;
-        for rice in [false, true] {
-            let (coding, _) = roundtrip(&fields, rice);
+        for codings in [Codings::Fixed, Codings::Rice] {
+            let (coding, _) = roundtrip(&fields, codings);
             match coding {
                 Coding::Rice(kr, _) => assert!(kr >= 3, "{coding:?}"),
                 Coding::Fixed(pb, _) => assert_eq!(pb, 6),
+                Coding::Range => panic!("range codes for a 1.4 receiver"),
             }
         }
     }
@@ -504,7 +581,7 @@ mod tests {
         let fields: Vec<i32> = (0..64)
             .flat_map(|i| [i % 15 - 7, 7 - i % 15, i % 15 - 7, -4, 3])
             .collect();
-        let (coding, _) = roundtrip(&fields, true);
+        let (coding, _) = roundtrip(&fields, Codings::Rice);
         assert!(matches!(coding, Coding::Fixed(..)), "{coding:?}");
     }
 
@@ -515,7 +592,7 @@ mod tests {
         let mut fields: Vec<i32> = vec![0; 9 * FIELDS];
         fields[8 * FIELDS] = 40_000;
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(&fields, true, &mut s, &mut out);
+        let coding = pack(&fields, Codings::Rice, &mut s, &mut out);
         assert_eq!(coding, Coding::Rice(0, 0));
         assert_eq!(s.exception.iter().filter(|&&e| e).count(), 1);
         assert!(s.exception[8]);
@@ -528,7 +605,7 @@ mod tests {
         r.finish().unwrap();
         // Eight boids of 0 fill exactly five bytes; a sixth, zero byte is refused.
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(&[0; 8 * FIELDS], true, &mut s, &mut out);
+        let coding = pack(&[0; 8 * FIELDS], Codings::Rice, &mut s, &mut out);
         assert_eq!((coding, out.len()), (Coding::Rice(0, 0), 5));
         out.push(0);
         let mut r = FieldReader::new(&out, coding);
@@ -567,11 +644,19 @@ mod tests {
                 .contains("residual Rice parameter")
         );
         assert!(
-            Coding::parse(2, 0, 0, false)
+            Coding::parse(3, 0, 0, false)
                 .unwrap_err()
                 .to_string()
                 .contains("field coding")
         );
+        assert_eq!(Coding::parse(2, 0, 0, false).unwrap(), Coding::Range);
+        assert!(
+            Coding::parse(2, 1, 0, false)
+                .unwrap_err()
+                .to_string()
+                .contains("range coding parameters")
+        );
         assert!(Coding::parse(1, 0, 0, true).is_err());
+        assert!(Coding::parse(2, 0, 0, true).is_err());
     }
 }

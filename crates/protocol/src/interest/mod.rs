@@ -19,6 +19,7 @@ mod fields;
 mod grid;
 mod mirror;
 mod precision;
+mod range;
 mod summary;
 mod update;
 
@@ -26,10 +27,11 @@ pub use batch::{
     BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, KIND_CELLS,
     UPDATE_HEADER_BYTES, begin_batch, push_update,
 };
-pub use fields::{Coding, RICE_ESCAPE};
+pub use fields::{Coding, Codings, RICE_ESCAPE};
 pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
 pub use mirror::{Applied, CellMirror};
 pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
+pub(crate) use range::encode as encode_range_fields;
 pub use summary::{CellSummary, SUMMARY_BYTES};
 pub use update::{
     CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE,

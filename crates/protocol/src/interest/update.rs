@@ -21,7 +21,7 @@
 //! residuals or steps do not fit the fields is an *exception*, sent in
 //! full.
 
-use super::fields::{Coding, FieldReader, PackScratch, pack};
+use super::fields::{Coding, Codings, FieldReader, PackScratch, pack};
 use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
@@ -159,15 +159,15 @@ fn predicted(base_s: &Frame, base2_s: Option<&Frame>, i: usize, a: usize, shift:
 /// Encodes the cell frame `next` into `out` (cleared first) at `precision`:
 /// in full when `base` is None, else against `base` and, when given,
 /// `base2` (the two frames of this cell the receiver holds, newest first).
-/// `rice`: the receiver reads protocol 1.4: Rice-coded fields when they
-/// are smaller than fixed-width ones, and an update against a base with
-/// the compact header.
+/// `codings`: what the receiver reads; from 1.4 (`Codings::Rice`) on, an
+/// update against a base has the compact header and its fields the
+/// smallest coding allowed.
 pub fn encode_cell_update(
     base: Option<Held<'_>>,
     base2: Option<Held<'_>>,
     next: &Frame,
     precision: Precision,
-    rice: bool,
+    codings: Codings,
     scratch: &mut CellScratch,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
@@ -281,11 +281,18 @@ pub fn encode_cell_update(
     }
     if predict != Predict::Full {
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
-        let (coding, exceptions) =
-            code_stayed(base2_s, &s.base, &s.next, precision, rice, &mut s.pack, out);
+        let (coding, exceptions) = code_stayed(
+            base2_s,
+            &s.base,
+            &s.next,
+            precision,
+            codings,
+            &mut s.pack,
+            out,
+        );
         (head.coding, head.n_exc) = (coding, exceptions as usize);
     }
-    if rice && predict != Predict::Full {
+    if codings >= Codings::Rice && predict != Predict::Full {
         s.header.clear();
         head.put_compact(&mut s.header);
         out.splice(..CELL_UPDATE_HEADER_BYTES, s.header.iter().copied());
@@ -456,7 +463,7 @@ fn code_stayed(
     base_s: &Frame,
     next_s: &Frame,
     p: Precision,
-    rice: bool,
+    codings: Codings,
     scratch: &mut PackScratch,
     out: &mut Vec<u8>,
 ) -> (Coding, u32) {
@@ -477,7 +484,7 @@ fn code_stayed(
             );
         }
     }
-    let coding = pack(&fields, rice, scratch, out);
+    let coding = pack(&fields, codings, scratch, out);
     scratch.fields = fields;
     let (pm, hm) = (p.pos_mask(), p.heading_mask());
     let mut count = 0u32;
@@ -615,6 +622,11 @@ impl<'a> CellUpdateView<'a> {
                     Coding::Fixed(..) => *range.start(),
                     // Rice codes run up to the exception records.
                     Coding::Rice(..) => r.remaining().saturating_sub(EXCEPTION_BYTES * n_exc),
+                    // Range codes run to the end; they have no exceptions.
+                    Coding::Range if n_exc == 0 => r.remaining(),
+                    Coding::Range => {
+                        return Err(invalid("n_exceptions", n_exc, "0 with range-coded fields"));
+                    }
                 };
                 if !range.contains(&len) {
                     return Err(invalid(
@@ -840,7 +852,7 @@ mod tests {
             base2.map(Held::exact),
             next,
             Precision::EXACT,
-            false,
+            Codings::Fixed,
             &mut s,
             &mut bytes,
         )
@@ -849,15 +861,16 @@ mod tests {
     }
 
     /// Encodes `next` at `p` against exact bases, applies it, and checks
-    /// the receiver has `next` at `p`, in both codings; returns the size
-    /// of the fixed-width update (the Rice one is never larger).
+    /// the receiver has `next` at `p`, for each level of codings; returns
+    /// the size of the fixed-width update (each later level's is never
+    /// larger).
     fn roundtrip_at(
         base: Option<&Frame>,
         base2: Option<&Frame>,
         next: &Frame,
         p: Precision,
     ) -> usize {
-        let sizes = [false, true].map(|rice| {
+        let sizes = [Codings::Fixed, Codings::Rice, Codings::Range].map(|codings| {
             let (mut s, mut bytes, mut out) =
                 (CellScratch::default(), Vec::new(), Frame::default());
             encode_cell_update(
@@ -865,7 +878,7 @@ mod tests {
                 base2.map(Held::exact),
                 next,
                 p,
-                rice,
+                codings,
                 &mut s,
                 &mut bytes,
             )
@@ -876,12 +889,13 @@ mod tests {
                 .unwrap();
             let mut want = Frame::default();
             p.coarsen(next, &mut want);
-            assert_eq!(out, want, "rice: {rice}");
+            assert_eq!(out, want, "{codings:?}");
             bytes.len()
         });
         assert!(
-            sizes[1] <= sizes[0],
-            "Rice {} > fixed {}",
+            sizes[2] <= sizes[1] && sizes[1] <= sizes[0],
+            "range {} / Rice {} / fixed {}",
+            sizes[2],
             sizes[1],
             sizes[0]
         );
@@ -1014,6 +1028,56 @@ mod tests {
         f
     }
 
+    /// A cell of 300 boids flying straight at 40 steps a tick, each
+    /// jittered by a step or so (from a fixed LCG) and its heading bytes
+    /// by one now and then: a formed flock's cell, as the receiver sees it.
+    fn jittered(tick: u64) -> Frame {
+        let mut x = tick.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut jitter = |range: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % range) as i64
+        };
+        let boids: Vec<(u32, [u16; 3])> = (0..300u32)
+            .map(|id| {
+                let mut at = |a: i64| {
+                    (20_000 + 97 * i64::from(id) + a * 40 * tick as i64 + jitter(3) - 1) as u16
+                };
+                (id, [at(1), at(2), at(0)])
+            })
+            .collect();
+        let mut f = frame(tick, &boids);
+        for (k, h) in f.heading.iter_mut().enumerate() {
+            *h = (100 + k % 50) as u8 + u8::from(jitter(4) == 0);
+        }
+        f
+    }
+
+    #[test]
+    fn a_formed_cell_is_range_coded_for_a_1_5_receiver_and_rebuilt_exactly() {
+        let (a, b, c) = (jittered(10), jittered(11), jittered(12));
+        let held = |f| Some(Held::exact(f));
+        let p = Precision::EXACT;
+        let (mut s, mut out) = (CellScratch::default(), Frame::default());
+        let sizes = [Codings::Rice, Codings::Range].map(|codings| {
+            let mut bytes = Vec::new();
+            encode_cell_update(held(&b), held(&a), &c, p, codings, &mut s, &mut bytes).unwrap();
+            let view = CellUpdateView::parse(&bytes).unwrap();
+            assert_eq!(view.coding == Coding::Range, codings == Codings::Range);
+            view.apply(Some(&b), Some(&a), c.quant.unwrap(), &mut s, &mut out)
+                .unwrap();
+            assert_eq!(out, c, "{codings:?}");
+            bytes.len()
+        });
+        assert!(
+            sizes[1] < sizes[0],
+            "range-coded {} bytes against Rice's {}",
+            sizes[1],
+            sizes[0]
+        );
+    }
+
     #[test]
     fn a_coarse_update_rebuilds_the_coarse_frame_whatever_the_bases_precision() {
         let (a, b, c) = (swirl(10), swirl(12), swirl(14));
@@ -1053,7 +1117,7 @@ mod tests {
                 }),
                 &c,
                 pn,
-                true,
+                Codings::Range,
                 &mut s,
                 &mut bytes,
             )
@@ -1075,8 +1139,17 @@ mod tests {
         let (mut s, mut wide, mut compact) = (CellScratch::default(), Vec::new(), Vec::new());
         let held = |f| Some(Held::exact(f));
         let p = Precision::EXACT;
-        encode_cell_update(held(&b), held(&a), &c, p, false, &mut s, &mut wide).unwrap();
-        encode_cell_update(held(&b), held(&a), &c, p, true, &mut s, &mut compact).unwrap();
+        encode_cell_update(held(&b), held(&a), &c, p, Codings::Fixed, &mut s, &mut wide).unwrap();
+        encode_cell_update(
+            held(&b),
+            held(&a),
+            &c,
+            p,
+            Codings::Rice,
+            &mut s,
+            &mut compact,
+        )
+        .unwrap();
         assert_eq!(
             (wide[0], compact[0]),
             (KIND_CELL_UPDATE, KIND_COMPACT_CELL_UPDATE)
@@ -1113,9 +1186,18 @@ mod tests {
             ]
         );
         // A full update keeps the wide header whoever receives it.
-        encode_cell_update(None, None, &c, p, true, &mut s, &mut compact).unwrap();
+        encode_cell_update(None, None, &c, p, Codings::Rice, &mut s, &mut compact).unwrap();
         assert_eq!(compact[0], KIND_CELL_UPDATE);
-        encode_cell_update(held(&b), held(&a), &c, p, true, &mut s, &mut compact).unwrap();
+        encode_cell_update(
+            held(&b),
+            held(&a),
+            &c,
+            p,
+            Codings::Rice,
+            &mut s,
+            &mut compact,
+        )
+        .unwrap();
         let refused = |mutate: &dyn Fn(&mut Vec<u8>), field: &str| {
             let mut bytes = compact.clone();
             mutate(&mut bytes);
@@ -1136,7 +1218,7 @@ mod tests {
         let c = swirl(14);
         let p = Precision::new(3, 2).unwrap();
         let (mut s, mut bytes, mut out) = (CellScratch::default(), Vec::new(), Frame::default());
-        encode_cell_update(None, None, &c, p, true, &mut s, &mut bytes).unwrap();
+        encode_cell_update(None, None, &c, p, Codings::Range, &mut s, &mut bytes).unwrap();
         // The first entered boid's x: set its lowest bit.
         let at = CELL_UPDATE_HEADER_BYTES + 4 * c.len();
         bytes[at] |= 1;

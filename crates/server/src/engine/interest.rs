@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use rayon::prelude::*;
 use starling_protocol::interest::{
-    CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Held as HeldFrame, Precision,
-    encode_cell_update,
+    CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Codings, Held as HeldFrame,
+    Precision, encode_cell_update,
 };
 
 /// Bytes a boid takes in a full cell update (id, position, heading).
@@ -76,10 +76,10 @@ pub type HeldAt = (u64, Precision);
 pub type Held = [Option<HeldAt>; 2];
 
 /// An update of one cell against held frames: the frame it applies to,
-/// the one before when linear, its precision, whether Rice codes were
-/// allowed (the receiver's protocol is 1.4 or later), and its bytes (None
-/// when it is not smaller than the full update at that precision).
-type LinearForm = (HeldAt, Option<HeldAt>, Precision, bool, Option<Bytes>);
+/// the one before when linear, its precision, the codings the receiver
+/// reads (by its protocol minor), and its bytes (None when it is not
+/// smaller than the full update at that precision).
+type LinearForm = (HeldAt, Option<HeldAt>, Precision, Codings, Option<Bytes>);
 
 /// A full update of one cell: its precision and bytes.
 type FullForm = (Precision, Option<Bytes>);
@@ -140,14 +140,14 @@ impl CellSet {
         base2: Option<HeldFrame<'_>>,
         next: &Frame,
         precision: Precision,
-        rice: bool,
+        codings: Codings,
     ) -> Option<Bytes> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
         }
         let t0 = Instant::now();
         let bytes = SCRATCH.with_borrow_mut(|(scratch, out)| {
-            match encode_cell_update(base, base2, next, precision, rice, scratch, out) {
+            match encode_cell_update(base, base2, next, precision, codings, scratch, out) {
                 Ok(()) => {
                     self.telemetry.cell_updates_encoded.inc();
                     Some(Bytes::copy_from_slice(out))
@@ -189,20 +189,20 @@ impl CellSet {
         if let Some((p, bytes)) = found {
             return bytes.clone().map(|b| (b, *p));
         }
-        let bytes = self.encode(None, None, next, precision, false);
+        let bytes = self.encode(None, None, next, precision, Codings::Fixed);
         forms.push((precision, bytes.clone()));
         bytes.map(|b| (b, precision))
     }
 
     /// The cheapest update that brings a viewer holding the cell as `held`
-    /// to this broadcast at `precision` (or near it); `rice`: the viewer
-    /// reads Rice-coded fields (protocol 1.4).
+    /// to this broadcast at `precision` (or near it); `codings`: what the
+    /// viewer reads.
     pub fn update_for(
         &self,
         cell: u32,
         held: Held,
         precision: Precision,
-        rice: bool,
+        codings: Codings,
     ) -> Option<Update> {
         let seq = self.now.seq;
         let c = cell as usize;
@@ -212,7 +212,7 @@ impl CellSet {
         let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
         if let Some(a) = recent(held[0])
             && let b = recent(held[1]).filter(|b| b.0 < a.0)
-            && let Some(bytes) = self.linear(c, a, b, precision, rice)
+            && let Some(bytes) = self.linear(c, a, b, precision, codings)
         {
             return Some(Update {
                 bytes,
@@ -238,12 +238,13 @@ impl CellSet {
         a: HeldAt,
         b: Option<HeldAt>,
         precision: Precision,
-        rice: bool,
+        codings: Codings,
     ) -> Option<Bytes> {
         let mut forms = lock(self.linear.get(c)?);
-        // A form made for a 1.4 reader that is not smaller than the full
-        // update is also what an older reader gets (the full one).
-        let serves = |f: &LinearForm| f.3 == rice || (!rice && f.4.is_none());
+        // A form made for a newer reader that is not smaller than the full
+        // update is also what an older reader gets (the full one): the
+        // older reader's codings are a subset of the newer's.
+        let serves = |f: &LinearForm| f.3 == codings || (codings < f.3 && f.4.is_none());
         if let Some(f) = forms
             .iter()
             .find(|f| f.0 == a && f.1 == b && f.2 == precision && serves(f))
@@ -267,9 +268,9 @@ impl CellSet {
         // A full update's size is known without encoding it.
         let full_len = CELL_UPDATE_HEADER_BYTES + FULL_BYTES_PER_BOID * self.now.cells[c].len();
         let bytes = self
-            .encode(Some(base), base2, &self.now.cells[c], precision, rice)
+            .encode(Some(base), base2, &self.now.cells[c], precision, codings)
             .filter(|l| l.len() < full_len);
-        forms.push((a, b, precision, rice, bytes.clone()));
+        forms.push((a, b, precision, codings, bytes.clone()));
         bytes
     }
 }
@@ -421,10 +422,13 @@ mod tests {
                     if set.now.cells[c as usize].is_empty() && h[0].is_none() {
                         continue;
                     }
-                    let rice = v % 2 == 0;
-                    let u = set.update_for(c, *h, precisions[v], rice).unwrap();
+                    let codings = [Codings::Range, Codings::Fixed, Codings::Rice][v % 3];
+                    let u = set.update_for(c, *h, precisions[v], codings).unwrap();
                     // Only a 1.4 reader gets the compact header.
-                    assert!(rice || u.bytes[0] == KIND_CELL_UPDATE, "viewer {v}");
+                    assert!(
+                        codings >= Codings::Rice || u.bytes[0] == KIND_CELL_UPDATE,
+                        "viewer {v}"
+                    );
                     kinds[v][usize::from(u.linear)] += 1;
                     *h = u.held;
                     push_update(c, &u.bytes, &mut batch);
@@ -488,7 +492,7 @@ mod tests {
         let c = set.now.grid.cell_of([500, 100, 100]);
         let e = Precision::EXACT;
         let u = set
-            .update_for(c, [Some((3, e)), Some((2, e))], e, true)
+            .update_for(c, [Some((3, e)), Some((2, e))], e, Codings::Range)
             .unwrap();
         assert!(!u.linear);
         assert_eq!(
@@ -517,7 +521,7 @@ mod tests {
         let c = set.now.grid.cell_of([600, 100, 100]);
         // Held at seq 10 (recent) and seq 2 (beyond HISTORY): from seq 10 alone.
         let u = set
-            .update_for(c, [Some((10, e)), Some((2, e))], e, true)
+            .update_for(c, [Some((10, e)), Some((2, e))], e, Codings::Range)
             .unwrap();
         assert!(u.linear, "not a full update");
         assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
@@ -525,7 +529,7 @@ mod tests {
         assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
         // Held only at seq 2: in full.
         assert!(
-            !set.update_for(c, [Some((2, e)), None], e, true)
+            !set.update_for(c, [Some((2, e)), None], e, Codings::Range)
                 .unwrap()
                 .linear
         );

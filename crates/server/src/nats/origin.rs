@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
-use starling_protocol::interest::Precision;
+use starling_protocol::interest::{Codings, Precision};
 use tokio::sync::{Semaphore, watch};
 
 use super::NatsError;
@@ -199,8 +199,8 @@ impl Stream {
                 continue;
             }
             let u = cells
-                // Edges are this server's own build: Rice codes when smaller.
-                .update_for(c as u32, self.held[c], Precision::EXACT, true)
+                // Edges are this server's own build: the smallest codings.
+                .update_for(c as u32, self.held[c], Precision::EXACT, Codings::Range)
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use starling_protocol::interest::CellMirror;
-use starling_protocol::{ClientMsg, ErrorCode, RICE_MINOR, View};
+use starling_protocol::{ClientMsg, ErrorCode, RANGE_MINOR, RICE_MINOR, View};
 use starling_server::config::Config;
 
 use crate::common::{TestServer, Viewer, test_config};
@@ -100,10 +100,11 @@ async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_bud
 }
 
 /// A 1.4 viewer gets Rice-coded cell updates where they are smaller, with
-/// compact headers; a 1.2 viewer of the same cells never does, and both
+/// compact headers, and a 1.5 viewer range-coded ones; a 1.2 viewer of the
+/// same cells gets neither, a 1.4 viewer no range codes, and all three
 /// rebuild them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rice_codes_go_only_to_viewers_that_read_them() {
+async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
     use starling_protocol::interest::{Coding, KIND_COMPACT_CELL_UPDATE};
     let server = TestServer::start(Config {
         population: 5_000,
@@ -113,10 +114,13 @@ async fn rice_codes_go_only_to_viewers_that_read_them() {
     let corner = corner(1_000_000);
     let mut old = Viewer::connect_minor(server.addr, None, 30, Some(corner), 2).await;
     let mut new = Viewer::connect_minor(server.addr, None, 30, Some(corner), RICE_MINOR).await;
+    let mut newest = Viewer::connect_minor(server.addr, None, 30, Some(corner), RANGE_MINOR).await;
     for _ in 0..60 {
         old.next_cells().await;
         new.next_cells().await;
+        newest.next_cells().await;
     }
+    let range = |v: &Viewer| v.codings.iter().filter(|c| c.1 == Coding::Range).count();
     let rice = |v: &Viewer| {
         v.codings
             .iter()
@@ -138,6 +142,13 @@ async fn rice_codes_go_only_to_viewers_that_read_them() {
     assert_eq!(compact(&old), 0, "a 1.2 viewer got compact headers");
     assert!(compact(&new) > 0, "a 1.4 viewer got no compact header");
     assert_eq!(rice(&old), 0, "a 1.2 viewer got Rice codes");
+    assert_eq!(
+        range(&old) + range(&new),
+        0,
+        "a 1.2 or 1.4 viewer got range codes"
+    );
+    assert!(compact(&newest) > 0, "a 1.5 viewer got no compact header");
+    assert!(range(&newest) > 0, "a 1.5 viewer got no range codes");
     assert!(
         fixed_linear(&old) > 0,
         "the 1.2 viewer got no delta updates"
@@ -148,7 +159,7 @@ async fn rice_codes_go_only_to_viewers_that_read_them() {
         rice(&new),
         fixed_linear(&new)
     );
-    for v in [&old, &new] {
+    for v in [&old, &new, &newest] {
         check_held(v.mirror.as_ref().unwrap(), &corner);
     }
     server.stop().await.unwrap();

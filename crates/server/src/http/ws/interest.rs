@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use starling_protocol::interest::{
-    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
-    Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, cell_update_header_len,
+    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, Codings, FLAG_COMPLETE_SUMMARIES,
+    FLAG_RESET, Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, cell_update_header_len,
     push_update,
 };
-use starling_protocol::{InterestInfo, QuantBox, RICE_MINOR, View};
+use starling_protocol::{InterestInfo, QuantBox, View};
 
 use super::budget::Budget;
 use crate::engine::interest::{CellSet, Held};
@@ -95,11 +95,12 @@ fn stride_for(broadcast_hz: f32, slack: f32) -> u64 {
 /// cell at the edge does not join and leave at every send.
 const HYSTERESIS: f32 = 1.05;
 /// Bytes per boid a linear update is assumed to cost before any is
-/// measured, besides its headers, with Rice codes (1.4) and with
-/// fixed-width fields: a little over what the interest benchmark's probe
-/// pays a boid with everything counted (1.6 and 2.2 at 100k boids), so a
-/// new viewer starts near its budget's worth and grows into it.
-const START_BYTES_PER_BOID: [f32; 2] = [2.0, 2.6];
+/// measured, besides its headers, by the codings the viewer reads
+/// (fixed-width fields, Rice codes, range codes: [`Codings`] in order): a
+/// little over what the interest benchmark's probe pays a boid with
+/// everything counted (2.2, 1.6 and 1.5 at 100k boids), so a new viewer
+/// starts near its budget's worth and grows into it.
+const START_BYTES_PER_BOID: [f32; 3] = [2.6, 2.0, 1.8];
 /// Bytes of a cell update besides its boids (the batch's entry and the
 /// update's header) until measured.
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
@@ -251,9 +252,9 @@ pub struct ViewerInterest {
     full: Vec<bool>,
     /// The batch being built (reused; each batch is copied out).
     buf: Vec<u8>,
-    /// The viewer reads Rice-coded cell updates (it subscribed with
-    /// protocol 1.4 or later).
-    rice: bool,
+    /// The cell update codings the viewer reads (by the protocol minor it
+    /// subscribed with).
+    codings: Codings,
 }
 
 /// The stream's grid and budget are announced again when the budget moves
@@ -290,7 +291,7 @@ impl ViewerInterest {
             last_seq: 0,
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
-            cost: Cost::new(START_BYTES_PER_BOID[usize::from(minor < RICE_MINOR)]),
+            cost: Cost::new(START_BYTES_PER_BOID[Codings::for_minor(minor) as usize]),
             in_view_mark: Vec::new(),
             last_summary: None,
             reset_next: true,
@@ -300,7 +301,7 @@ impl ViewerInterest {
             dropped: Vec::new(),
             full: Vec::new(),
             buf: Vec::new(),
-            rice: minor >= RICE_MINOR,
+            codings: Codings::for_minor(minor),
         }
     }
 
@@ -569,7 +570,7 @@ impl ViewerInterest {
                 c,
                 self.held[c as usize],
                 self.precision[c as usize],
-                self.rice,
+                self.codings,
             ) else {
                 continue;
             };
