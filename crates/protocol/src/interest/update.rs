@@ -862,8 +862,8 @@ mod tests {
 
     /// Encodes `next` at `p` against exact bases, applies it, and checks
     /// the receiver has `next` at `p`, for each level of codings; returns
-    /// the size of the fixed-width update (each later level's is never
-    /// larger).
+    /// the size of the fixed-width update (the Rice and range levels' are
+    /// never larger).
     fn roundtrip_at(
         base: Option<&Frame>,
         base2: Option<&Frame>,
@@ -893,7 +893,7 @@ mod tests {
             bytes.len()
         });
         assert!(
-            sizes[2] <= sizes[1] && sizes[1] <= sizes[0],
+            sizes[2] <= sizes[0] && sizes[1] <= sizes[0],
             "range {} / Rice {} / fixed {}",
             sizes[2],
             sizes[1],

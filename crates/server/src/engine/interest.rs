@@ -243,7 +243,8 @@ impl CellSet {
         let mut forms = lock(self.linear.get(c)?);
         // A form made for a newer reader that is not smaller than the full
         // update is also what an older reader gets (the full one): the
-        // older reader's codings are a subset of the newer's.
+        // newer's codings are smaller (or, in the smallest updates, within
+        // a few bytes), so the older's would not be smaller either.
         let serves = |f: &LinearForm| f.3 == codings || (codings < f.3 && f.4.is_none());
         if let Some(f) = forms
             .iter()
