@@ -160,8 +160,9 @@ fn predicted(base_s: &Frame, base2_s: Option<&Frame>, i: usize, a: usize, shift:
 /// in full when `base` is None, else against `base` and, when given,
 /// `base2` (the two frames of this cell the receiver holds, newest first).
 /// `codings`: what the receiver reads; from 1.4 (`Codings::Rice`) on, an
-/// update against a base has the compact header and its fields the
-/// smallest coding allowed.
+/// update against a base has the compact header, and its fields the
+/// smaller of fixed-width fields and the newest coding `codings` allows
+/// (see `fields.rs`).
 pub fn encode_cell_update(
     base: Option<Held<'_>>,
     base2: Option<Held<'_>>,

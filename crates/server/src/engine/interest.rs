@@ -13,7 +13,8 @@
 //! for) plus the exact one (what edges hold), and [`LINEAR_FORMS`] linear
 //! ones per broadcast (the first pairs of held frames, precisions and
 //! protocol versions asked for: 1.4 viewers get Rice codes and compact
-//! headers; viewers at the same cadence, distance and version share them); a viewer
+//! headers, 1.5 viewers range codes, so three versions share the slots;
+//! viewers at the same cadence, distance and version share them); a viewer
 //! asking for another gets a full update, at a precision already encoded
 //! when the cell has all its full forms. So a cell has at most
 //! `FULL_FORMS + 1 + LINEAR_FORMS` encodings per broadcast, however many
@@ -241,11 +242,11 @@ impl CellSet {
         codings: Codings,
     ) -> Option<Bytes> {
         let mut forms = lock(self.linear.get(c)?);
-        // A form made for a newer reader that is not smaller than the full
-        // update is also what an older reader gets (the full one): the
-        // newer's codings are smaller (or, in the smallest updates, within
-        // a few bytes), so the older's would not be smaller either.
-        let serves = |f: &LinearForm| f.3 == codings || (codings < f.3 && f.4.is_none());
+        // A form of any level that is not smaller than the full update is
+        // also what a 1.2 reader gets (the full one): every level tries
+        // fixed-width fields, all a 1.2 reader reads.
+        let serves =
+            |f: &LinearForm| f.3 == codings || (codings == Codings::Fixed && f.4.is_none());
         if let Some(f) = forms
             .iter()
             .find(|f| f.0 == a && f.1 == b && f.2 == precision && serves(f))
@@ -358,7 +359,8 @@ impl CellBuilder {
 mod tests {
     use super::*;
     use starling_protocol::interest::{
-        CellMirror, FLAG_COMPLETE_SUMMARIES, KIND_CELL_UPDATE, begin_batch, push_update,
+        CellMirror, CellUpdateView, Coding, FLAG_COMPLETE_SUMMARIES, KIND_CELL_UPDATE, begin_batch,
+        push_update,
     };
 
     fn whole(tick: u64, xs: &[(u32, u16)]) -> Frame {
@@ -425,11 +427,19 @@ mod tests {
                     }
                     let codings = [Codings::Range, Codings::Fixed, Codings::Rice][v % 3];
                     let u = set.update_for(c, *h, precisions[v], codings).unwrap();
-                    // Only a 1.4 reader gets the compact header.
+                    // Only a 1.4 or later reader gets the compact header,
+                    // only a 1.4 reader Rice codes, only a 1.5 one range codes.
                     assert!(
                         codings >= Codings::Rice || u.bytes[0] == KIND_CELL_UPDATE,
                         "viewer {v}"
                     );
+                    let coding = CellUpdateView::parse(&u.bytes).unwrap().coding;
+                    let readable = match coding {
+                        Coding::Fixed(..) => true,
+                        Coding::Rice(..) => codings == Codings::Rice,
+                        Coding::Range => codings == Codings::Range,
+                    };
+                    assert!(readable, "viewer {v} ({codings:?}) got {coding:?}");
                     kinds[v][usize::from(u.linear)] += 1;
                     *h = u.held;
                     push_update(c, &u.bytes, &mut batch);

@@ -147,7 +147,7 @@ pub fn precision_at(distance_m: f32, quant: &QuantBox) -> Precision {
 
 /// What a viewer's linear updates cost: their bytes besides the headers
 /// over their boids, and their headers (the batch's entry and the
-/// update's own; a 1.4 viewer's are compact) over the updates. Each is a
+/// update's own; a 1.4 or later viewer's are compact) over the updates. Each is a
 /// sum that decays by [`COST_DECAY`] at each send that measures any, so
 /// the estimate spans a second or two of sends: one send of unusual updates
 /// (a column of boids crossing into the next cell at once) moves it a
