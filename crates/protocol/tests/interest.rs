@@ -211,6 +211,71 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// A range-coded update (1.5) with bytes flipped, cut short or
+    /// extended never panics the mirror that holds its bases: it is
+    /// applied or refused.
+    #[test]
+    fn untrusted_range_coded_updates_never_panic(
+        seed in any::<u64>(),
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        cut in any::<usize>(),
+        tail in proptest::collection::vec(any::<u8>(), 0..16),
+        // Mostly ones: long runs of 1-decisions reach the gamma codes.
+        noise in proptest::collection::vec(prop_oneof![3 => Just(0xffu8), 1 => any::<u8>()], 0..64),
+    ) {
+        use starling_protocol::interest::{Coding, CellUpdateView};
+        let grid = CellGrid { cells: [1, 1, 1] };
+        // 200 boids flying straight, each jittered by a step or so: a formed
+        // flock's cell, which range codes suit.
+        let mut x = seed | 1;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as i64
+        };
+        let starts: Vec<([i64; 3], [i64; 3])> = (0..200)
+            .map(|_| ([0, 1, 2].map(|_| 10_000 + rnd(40_000)), [0, 1, 2].map(|_| rnd(81) - 40)))
+            .collect();
+        let [a, b, c]: [Frame; 3] = std::array::from_fn(|t| {
+            let mut f = Frame { tick: t as u64 + 1, quant: Some(quant()), ..Frame::default() };
+            for (id, (p, v)) in starts.iter().enumerate() {
+                f.ids.push(id as u32);
+                f.pos.extend((0..3).map(|k| (p[k] + v[k] * t as i64 + rnd(3) - 1) as u16));
+                f.heading.extend([120 + (id % 9) as u8, 60 + u8::from(rnd(5) == 0)]);
+            }
+            f
+        });
+        let (mut scratch, mut update, mut batch) = (CellScratch::default(), Vec::new(), Vec::new());
+        let mut good = CellMirror::new(grid, quant());
+        for (f, base, base2) in [(&a, None, None), (&b, Some(&a), None)] {
+            encode_cell_update(base.map(Held::exact), base2.map(Held::exact), f, Precision::EXACT, Codings::Range, &mut scratch, &mut update).unwrap();
+            begin_batch(f.tick, &[], 0, &[], &mut batch);
+            push_update(0, &update, &mut batch);
+            good.apply(&batch).unwrap();
+        }
+        encode_cell_update(Some(Held::exact(&b)), Some(Held::exact(&a)), &c, Precision::EXACT, Codings::Range, &mut scratch, &mut update).unwrap();
+        prop_assert_eq!(CellUpdateView::parse(&update).unwrap().coding, Coding::Range);
+        let mut bad = update.clone();
+        for &(at, x) in &flips {
+            let i = at % bad.len();
+            bad[i] ^= x | 1;
+        }
+        // The same header (every boid stayed, so no lists follow it) with
+        // noise for fields.
+        let header = starling_protocol::interest::cell_update_header_len(&update).unwrap();
+        let noisy = [&update[..header], &noise[..]].concat();
+        for body in [bad.clone(), bad[..cut % (bad.len() + 1)].to_vec(), [&bad[..], &tail[..]].concat(), noisy] {
+            begin_batch(c.tick, &[], 0, &[], &mut batch);
+            push_update(0, &body, &mut batch);
+            let _ = good.clone().apply(&batch);
+        }
+    }
+}
+
 /// After an update fails, the mirror ignores updates (built for cells as
 /// the server thought it held them) until a batch with the reset flag.
 #[test]
