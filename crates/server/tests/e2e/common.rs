@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use starling_protocol::interest::{BatchView, CellUpdateView};
+use starling_protocol::interest::{BatchView, CellUpdateView, Coding, Codings, KIND_CELL_UPDATE};
 use starling_protocol::{
     AgentList, ClientMsg, Command, ErrorMsg, Frame, Hello, Metrics, PROTOCOL_MAJOR, ParamInfo,
     ServerFrame, ServerMsg, View, decode_server, encode_client,
@@ -115,6 +115,9 @@ pub(crate) struct Viewer {
     pub(crate) mirror: Option<starling_protocol::interest::CellMirror>,
     /// The kind and field coding of every cell update received.
     pub(crate) codings: Vec<(u8, starling_protocol::interest::Coding)>,
+    /// The protocol minor it subscribed with: every cell update must be one
+    /// it reads.
+    minor: u16,
     /// The last `Interest` message.
     pub(crate) interest: Option<starling_protocol::InterestInfo>,
 }
@@ -194,6 +197,7 @@ impl Viewer {
             mirror: None,
             interest: None,
             codings: Vec::new(),
+            minor,
         };
         v.send(&ClientMsg::Subscribe {
             major: PROTOCOL_MAJOR,
@@ -251,8 +255,22 @@ impl Viewer {
             ServerFrame::Cells(b) => {
                 let mirror = self.mirror.as_mut().expect("Interest comes before cells");
                 let batch = BatchView::parse(b, mirror.grid().len()).expect("a batch parses");
+                let reads = Codings::for_minor(self.minor);
                 self.codings.extend(batch.updates().map(|(_, u)| {
                     let coding = CellUpdateView::parse(u).expect("an update parses").coding;
+                    // Only what this client's protocol minor reads: Rice
+                    // codes and the compact header from 1.4, range codes
+                    // from 1.5.
+                    let readable = match coding {
+                        Coding::Fixed(..) => u[0] == KIND_CELL_UPDATE || reads >= Codings::Rice,
+                        Coding::Rice(..) => reads >= Codings::Rice,
+                        Coding::Range => reads >= Codings::Range,
+                    };
+                    assert!(
+                        readable,
+                        "a 1.{} client got kind {:#x}, {coding:?}",
+                        self.minor, u[0]
+                    );
                     (u[0], coding)
                 }));
                 Event::Cells(mirror.apply(b).expect("a batch applies to what we hold"))
