@@ -21,9 +21,11 @@
 //! negative value and its other fields are 0; in Rice coding its `dx` is
 //! [`RICE_ESCAPE`] one-bits and it has no other fields. The encoder sends
 //! the smaller of fixed-width fields and the newest coding the receiver
-//! reads ([`Codings`]): Rice codes for 1.4, range codes for 1.5 (Rice
-//! codes are not tried for 1.5: range codes are smaller but in the
-//! smallest updates, and sizing Rice codes took a third of the encode).
+//! reads ([`Codings`]): Rice codes for 1.4, range codes for 1.5. For 1.5
+//! Rice codes are tried too in updates of fewer than [`RICE_TOO_UNDER`]
+//! boids, where the range coder's probabilities have too few values to
+//! learn from and Rice codes can be smaller; in larger ones range codes
+//! are smaller, and sizing Rice codes took a third of the encode.
 
 use std::ops::RangeInclusive;
 
@@ -38,6 +40,8 @@ pub(super) const FIELDS: usize = 5;
 const WIDTHS: RangeInclusive<u32> = 2..=8;
 /// The Rice parameters a coding may use.
 const RICE_KS: RangeInclusive<u32> = 0..=7;
+/// A 1.5 receiver's updates of fewer boids than this try Rice codes too.
+pub(super) const RICE_TOO_UNDER: usize = 64;
 /// One-bits that mark an escaped boid in Rice coding; a value whose
 /// `u >> k` reaches it does not fit.
 pub const RICE_ESCAPE: u32 = 16;
@@ -247,8 +251,9 @@ pub(super) fn pack(
     out: &mut Vec<u8>,
 ) -> Coding {
     let n = fields.len() / FIELDS;
-    // Rice codes only for a 1.4 receiver (see the module docs).
-    let rice = codings == Codings::Rice;
+    // Rice codes for a 1.4 receiver, and for a 1.5 one in small updates
+    // (see the module docs).
+    let rice = codings == Codings::Rice || (codings == Codings::Range && n < RICE_TOO_UNDER);
     s.widest.clear();
     s.widths.clear();
     // Fixed: a histogram of the widths each boid needs (index 9: does not
