@@ -197,8 +197,6 @@ pub(super) struct PackScratch {
     widths: Vec<(usize, usize)>,
     /// Per boid: whether it is an exception in the chosen coding.
     pub(super) exception: Vec<bool>,
-    /// The fields range-coded, to compare with the other codings.
-    range: Vec<u8>,
 }
 
 /// Bits one Rice-coded value takes with parameter `k` (it must fit).
@@ -341,13 +339,14 @@ pub(super) fn pack(
     let (size, coding) = coding;
     s.exception.clear();
     if codings >= Codings::Range {
-        s.range.clear();
-        range::encode(fields, &mut s.range);
-        if s.range.len() < size {
-            out.extend_from_slice(&s.range);
+        // Range-coded straight into `out`, taken back when not smaller.
+        let start = out.len();
+        range::encode(fields, out);
+        if out.len() - start < size {
             s.exception.resize(n, false);
             return Coding::Range;
         }
+        out.truncate(start);
     }
     let mut w = BitWriter {
         out,
