@@ -15,15 +15,18 @@
 //! received over the last two seconds, or less for a longer queue (under
 //! what the link carried, so the queue drains; at most halving,
 //! [`MOST_CUT`]), at most once per [`HOLD_MS`]; when it is under
-//! [`QUEUE_LOW_MS`] the page adds [`RISE`] of it, every [`RISE_MS`], up to
-//! the given budget. Probes are round trips on this connection only; one
-//! still out counts as late as it already is, never as the base.
+//! [`QUEUE_LOW_MS`] and the stream used at least [`USED_TO_RISE`] of the
+//! rate (so the short queue says something about it), the page adds
+//! [`RISE`] of it, every [`RISE_MS`], up to the given budget. Probes are
+//! round trips on this connection only; one still out counts as late as
+//! it already is, never as the base.
 //!
 //! A page starts slow, as TCP does: it declares [`START_BYTES_PER_S`] (or
 //! its given budget when that is less) and adds [`START_RISE`] at each
-//! review while the probe shows no queue, until the first back-off or the
-//! given budget. Declaring the whole budget at once on a link that carries
-//! less grew a queue faster than a probe a second could see it: past
+//! review while the probe shows no queue and the stream uses the rate,
+//! until the first back-off or the given budget. Declaring the whole
+//! budget at once on a link that carries less grew a queue faster than a
+//! probe a second could see it: past
 //! `pace::LATE_MS` the page drops the backlog, and it froze for seconds.
 //! The server still applies its own drain estimate and floor.
 //!
@@ -64,6 +67,16 @@ pub(crate) const START_BYTES_PER_S: u32 = 64_000;
 /// most a quarter, a queue growing by at most 250 ms a second, which the
 /// next probes see before it reaches `pace::LATE_MS`.
 pub(crate) const START_RISE: f64 = 0.25;
+/// A rise needs the stream to have used at least this share of the rate
+/// it is sent within (what the page received over the last two seconds).
+/// A stream that carries less is held back by what its view holds, not by
+/// the budget, and its short queue says nothing about a higher rate: a
+/// page that watched a sparse corner for a minute rose to its whole
+/// budget unchecked, and when the camera turned to the dense flock the
+/// server sent that much at once into a slower link (a queue of seconds,
+/// and the page dropped its backlog). TCP keeps to the same rule (RFC
+/// 7661: the window grows only while the sender uses at least half of it).
+pub(crate) const USED_TO_RISE: f64 = 0.5;
 /// Least time between two reviews, ms.
 const REVIEW_MS: f64 = 1_000.0;
 /// The base round trip is the least probe of the last this many reviews
@@ -199,7 +212,10 @@ impl Link {
             self.declared = (lowered as u32).clamp(MIN_VIEW_BUDGET, self.declared);
             self.starting = false;
             self.cut_ms = now_ms;
-        } else if queue < QUEUE_LOW_MS && (self.starting || since >= RISE_MS) {
+        } else if queue < QUEUE_LOW_MS
+            && (self.starting || since >= RISE_MS)
+            && received >= USED_TO_RISE * current
+        {
             let ceiling = Self::ceiling(self.given);
             let rise = if self.starting { START_RISE } else { RISE };
             let step = ((f64::from(self.declared) * rise) as u32).max(1);
@@ -229,13 +245,27 @@ mod tests {
     /// A page given `given` on a link that carries `link` bytes a second
     /// with `rtt_ms` of round trip, against a server that sends at the
     /// declared budget; reviewed once a second for `seconds`. Returns the
-    /// link and the largest queue (ms) in the last ten seconds.
+    /// link, the largest queue (ms) in the last ten seconds, and the
+    /// largest of all.
     fn simulate(given: Option<u32>, link: f64, rtt_ms: f64, seconds: u32) -> (Link, f64, f64) {
+        simulate_wanting(given, link, rtt_ms, seconds, |_| f64::INFINITY)
+    }
+
+    /// [`simulate`] with a stream that has `wanted(s)` bytes to send in
+    /// second `s` (what its view holds), sent within the declared budget.
+    fn simulate_wanting(
+        given: Option<u32>,
+        link: f64,
+        rtt_ms: f64,
+        seconds: u32,
+        wanted: impl Fn(u32) -> f64,
+    ) -> (Link, f64, f64) {
         let mut l = Link::new(given);
         let mut queue_bytes = 0.0f64;
         let (mut worst_late, mut worst) = (0.0f64, 0.0f64);
         for s in 0..seconds {
-            let sent = f64::from(l.declared().unwrap_or(MAX_VIEW_BUDGET)).min(1e7);
+            let budget = f64::from(l.declared().unwrap_or(MAX_VIEW_BUDGET)).min(1e7);
+            let sent = budget.min(wanted(s));
             let carried = (queue_bytes + sent).min(link);
             queue_bytes = queue_bytes + sent - carried;
             let queue_ms = 1000.0 * queue_bytes / link;
@@ -264,7 +294,9 @@ mod tests {
         assert!(l.starting() && !l.lowered());
         let mut declared = Vec::new();
         for s in 0..10 {
-            if let Some(d) = at(&mut l, f64::from(s) * 1000.0, 80.0, 1_000.0) {
+            // The stream uses what it is given.
+            let used = f64::from(l.declared().unwrap());
+            if let Some(d) = at(&mut l, f64::from(s) * 1000.0, 80.0, used) {
                 declared.push(d.unwrap());
             }
         }
@@ -323,12 +355,13 @@ mod tests {
         assert_eq!(at(&mut l, 1000.0, 400.0, 150_000.0), Some(Some(126_000)));
         // Still late within the hold: no second back-off yet.
         assert_eq!(at(&mut l, 2000.0, 300.0, 126_000.0), None);
-        // The queue gone: an eighth more every RISE_MS, whatever the
-        // stream used, up to the given budget (126k · 1.125^5 = 227k).
+        // The queue gone: an eighth more every RISE_MS while the stream
+        // uses the rate, up to the given budget (126k · 1.125^5 = 227k).
         let mut now = 3000.0;
         let mut rises = 0;
         while l.lowered() && rises < 20 {
-            if at(&mut l, now, 80.0, 10_000.0).is_some() {
+            let used = 0.9 * f64::from(l.declared().unwrap());
+            if at(&mut l, now, 80.0, used).is_some() {
                 rises += 1;
             }
             now += 1000.0;
@@ -358,7 +391,8 @@ mod tests {
         let mut l = Link::new(None);
         assert_eq!(l.declared(), Some(START_BYTES_PER_S));
         for s in 0..40 {
-            at(&mut l, f64::from(s) * 1000.0, 20.0, 5_000.0);
+            let used = f64::from(l.declared().unwrap_or(MAX_VIEW_BUDGET));
+            at(&mut l, f64::from(s) * 1000.0, 20.0, used);
         }
         assert_eq!(l.declared(), None);
         assert!(!l.lowered());
@@ -390,6 +424,37 @@ mod tests {
         );
         assert_eq!(at(&mut l, 7000.0, 700.0, 3_000.0), None);
         assert_eq!(l.declared(), Some(MIN_VIEW_BUDGET));
+    }
+
+    #[test]
+    fn a_stream_that_uses_little_of_its_budget_does_not_raise_it() {
+        // A page given 1 MB/s on a link that carries 250 kB/s watches a
+        // sparse corner (20 kB/s) for a minute, then turns to the dense
+        // flock (as much as it may send). Rising while the stream used
+        // little, it had declared the whole 1 MB/s: four times the link at
+        // once, a queue of seconds, and the backlog dropped.
+        let sparse_then_dense = |s: u32| if s < 60 { 20_000.0 } else { f64::INFINITY };
+        let (l, late, worst) =
+            simulate_wanting(Some(1_000_000), 250_000.0, 80.0, 100, sparse_then_dense);
+        assert!(worst < crate::pace::LATE_MS, "queue {worst} ms");
+        // It still finds the link's rate after the turn.
+        let declared = l.declared().unwrap();
+        assert!(
+            (150_000..=300_000).contains(&declared),
+            "declared {declared}"
+        );
+        assert!(late < 2.0 * QUEUE_HIGH_MS, "queue {late} ms");
+        // While the stream used little the page kept what it had.
+        let (l, _, _) = simulate_wanting(Some(1_000_000), 250_000.0, 80.0, 60, |_| 20_000.0);
+        assert_eq!(l.declared(), Some(START_BYTES_PER_S));
+        assert!(l.starting());
+        // A stream that uses half its rate or more still rises.
+        let mut l = started(Some(250_000));
+        l.declared = 100_000;
+        l.probed(80.0);
+        assert_eq!(l.review(0.0, None, 49_000.0, None), None);
+        l.probed(80.0);
+        assert_eq!(l.review(2000.0, None, 50_000.0, None), Some(Some(112_500)));
     }
 
     #[test]
