@@ -15,6 +15,9 @@ use crate::quant::QuantBox;
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
 pub const PROTOCOL_MINOR: u16 = 5;
+/// The minor that brought the interest stream (`Subscribe`'s region, cell
+/// updates with fixed-width fields).
+pub const INTEREST_MINOR: u16 = 2;
 /// The minor that brought [`Command::SetPopulation`]: clients send it only
 /// to servers at least this new.
 pub const SET_POPULATION_MINOR: u16 = 3;

@@ -32,7 +32,7 @@ use std::ops::RangeInclusive;
 use super::range::{self, RangeReader};
 use crate::error::DecodeError;
 use crate::frame::{EXCEPTION_BYTES, invalid};
-use crate::messages::{RANGE_MINOR, RICE_MINOR};
+use crate::messages::{INTEREST_MINOR, RANGE_MINOR, RICE_MINOR};
 
 /// Fields per stayed boid: three coordinates, two heading bytes.
 pub(super) const FIELDS: usize = 5;
@@ -65,6 +65,15 @@ impl Codings {
             m if m >= RANGE_MINOR => Self::Range,
             m if m >= RICE_MINOR => Self::Rice,
             _ => Self::Fixed,
+        }
+    }
+
+    /// The least protocol minor that reads these codings.
+    pub fn minor(self) -> u16 {
+        match self {
+            Self::Fixed => INTEREST_MINOR,
+            Self::Rice => RICE_MINOR,
+            Self::Range => RANGE_MINOR,
         }
     }
 }

@@ -21,7 +21,7 @@ use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
 use starling_protocol::interest::{CellGrid, CellMirror};
-use starling_protocol::{AgentList, QuantBox};
+use starling_protocol::{AgentList, PROTOCOL_MAJOR, PROTOCOL_MINOR, QuantBox};
 use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 use tokio::sync::{Semaphore, watch};
 
@@ -267,6 +267,9 @@ struct Feed {
     encoder: Encoder,
     /// (id, cell, index in cell), sorted by id to merge the cells.
     order: Vec<(u32, u32, u32)>,
+    /// The origin's updates need a newer protocol than this edge reads
+    /// (said once, until a state this edge reads comes).
+    refused_protocol: bool,
 }
 
 impl Feed {
@@ -292,6 +295,7 @@ impl Feed {
             stream: None,
             encoder: Encoder::default(),
             order: Vec::new(),
+            refused_protocol: false,
         }
     }
 
@@ -345,6 +349,18 @@ impl Feed {
     fn on_state(&mut self, payload: &[u8]) -> Result<(), String> {
         let (env, rest) = Envelope::split(payload).map_err(|e| self.malformed(e))?;
         let state = parse_state(rest).map_err(|e| self.malformed(e))?;
+        if state.protocol_minor > PROTOCOL_MINOR {
+            self.telemetry.nats_drop("protocol");
+            let why = format!(
+                "the origin's cell updates need protocol {PROTOCOL_MAJOR}.{}; this edge reads up to {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run an edge of the origin's release or newer",
+                state.protocol_minor
+            );
+            if !std::mem::replace(&mut self.refused_protocol, true) {
+                tracing::error!(why, "edge cannot read the origin's stream");
+            }
+            return Err(why);
+        }
+        self.refused_protocol = false;
         if self.pending.is_some() {
             // The last broadcast never ended; this one may be a full set
             // that brings the edge back, so it is still read.
@@ -768,6 +784,45 @@ mod tests {
         let st = side.publish(&frame(12, 6, WORLD), WORLD);
         play(&mut f, &side.send(&st, true), &tx).unwrap();
         assert_eq!(served(&rx), keyframe(&frame(12, 6, WORLD)));
+    }
+
+    #[test]
+    fn an_edge_refuses_by_name_an_origin_whose_updates_need_a_newer_protocol() {
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let (mut side, mut f) = (Side::new(), feed());
+        let st = side.publish(&frame(2, 0, WORLD), WORLD);
+        let msgs = side.send(&st, false);
+        // The origin says what its updates need: range codes, 1.5.
+        let text = String::from_utf8_lossy(&msgs[0].1[16..]).into_owned();
+        assert!(text.contains("\"protocol_minor\":5"), "{text}");
+        // The same stream from an origin a minor newer than this edge.
+        let newer = PROTOCOL_MINOR + 1;
+        let mut refused = msgs.clone();
+        let mut state = msgs[0].1[..16].to_vec();
+        state.extend_from_slice(
+            text.replace(
+                "\"protocol_minor\":5",
+                &format!("\"protocol_minor\":{newer}"),
+            )
+            .as_bytes(),
+        );
+        refused[0].1 = state.into();
+        let why = play(&mut f, &refused, &tx).unwrap_err();
+        assert_eq!(
+            why,
+            format!(
+                "the origin's cell updates need protocol 1.{newer}; this edge reads up to 1.{PROTOCOL_MINOR}: run an edge of the origin's release or newer"
+            )
+        );
+        assert!(rx.borrow().broadcast.is_none(), "nothing served");
+        // An origin from before the field (no protocol_minor) is read.
+        let mut g = feed();
+        let mut old = msgs.clone();
+        let mut state = msgs[0].1[..16].to_vec();
+        state.extend_from_slice(text.replace(",\"protocol_minor\":5", "").as_bytes());
+        old[0].1 = state.into();
+        play(&mut g, &old, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(2, 0, WORLD)));
     }
 
     #[test]

@@ -114,6 +114,12 @@ pub struct Stream {
     world: Option<([f32; 3], u8)>,
 }
 
+/// The codings of the cell updates published: the smallest there are.
+/// Edges must read them (an edge of the origin's release or newer); each
+/// state message says which protocol minor that takes, and an older edge
+/// refuses the stream by name.
+const CODINGS: Codings = Codings::Range;
+
 /// One message to publish.
 pub type Message = (String, Bytes);
 
@@ -190,6 +196,7 @@ impl Stream {
                 world_m: now.world_m,
                 dims: now.dims,
                 sim: st.sim.clone(),
+                protocol_minor: CODINGS.minor(),
             },
         )?];
         let mut messages = 0u32;
@@ -199,8 +206,7 @@ impl Stream {
                 continue;
             }
             let u = cells
-                // Edges are this server's own build: the smallest codings.
-                .update_for(c as u32, self.held[c], Precision::EXACT, Codings::Range)
+                .update_for(c as u32, self.held[c], Precision::EXACT, CODINGS)
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;
@@ -232,6 +238,7 @@ impl Stream {
             world_m,
             dims,
             sim: st.sim.clone(),
+            protocol_minor: CODINGS.minor(),
         };
         Some(vec![self.state(env, &state).ok()?, self.end(env, 0)])
     }

@@ -287,6 +287,12 @@ pub struct StateMsg {
     pub dims: u8,
     /// The origin's state.
     pub sim: SimState,
+    /// The protocol minor of the origin's cell updates (its
+    /// `PROTOCOL_MINOR`; 0 from an origin older than this field): an edge
+    /// that reads less refuses the stream by name instead of failing on
+    /// every cell it cannot parse.
+    #[serde(default)]
+    pub protocol_minor: u16,
 }
 
 /// Parses a state message's JSON.
