@@ -41,6 +41,9 @@ pub struct Telemetry {
     pub interest_viewers: Gauge,
     /// Cell updates encoded (shared by every viewer that is sent them).
     pub cell_updates_encoded: Counter,
+    /// Snapshot broadcasts in memory: the latest, and any older one a
+    /// viewer is still sending (each holds its frames and cells).
+    pub broadcasts_alive: Gauge,
     /// Commands by kind and outcome.
     pub commands: Family<CommandLabels, Counter>,
     /// Swarm metrics, by name (`order`, `collisions`, `clusters`, ...).
@@ -92,6 +95,7 @@ impl Default for Telemetry {
             viewers_dropped: Counter::default(),
             interest_viewers: Gauge::default(),
             cell_updates_encoded: Counter::default(),
+            broadcasts_alive: Gauge::default(),
             commands: Family::default(),
             swarm: Family::default(),
             nats_broadcasts: Counter::default(),
@@ -124,6 +128,11 @@ impl Default for Telemetry {
             "viewers_dropped",
             "Viewers dropped for not keeping up",
             t.viewers_dropped.clone(),
+        );
+        registry.register(
+            "broadcasts_alive",
+            "Snapshot broadcasts in memory (the latest, and older ones viewers are still sending)",
+            t.broadcasts_alive.clone(),
         );
         registry.register(
             "interest_viewers",

@@ -12,7 +12,7 @@ use starling_protocol::{Frame, FrameBuilder, QuantBox, encode_delta, encode_keyf
 use starling_sim::Flock;
 
 use super::interest::CellBuilder;
-use super::published::Broadcast;
+use super::published::{Alive, Broadcast};
 use crate::telemetry::Telemetry;
 
 /// Frame slots one task of the quantising pass takes.
@@ -110,8 +110,9 @@ impl Encoder {
             },
         );
         if let Err(e) = built {
-            // The sim guarantees unique ids and its population limit is
-            // below the protocol's; this would be a bug, not bad input.
+            // The sim guarantees unique ids and a served flock is at most
+            // MAX_SERVED_POPULATION (the protocol's MAX_BOIDS); this would
+            // be a bug, not bad input.
             tracing::error!(error = %e, "snapshot not built");
             return None;
         }
@@ -189,6 +190,7 @@ impl Encoder {
             delta_from_prev,
             delta_linear,
             cells,
+            alive: Alive::new(&telemetry.broadcasts_alive),
         }))
     }
 }

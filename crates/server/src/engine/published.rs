@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use prometheus_client::metrics::gauge::Gauge;
 use starling_protocol::{AgentList, QuantBox};
 use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 
@@ -29,6 +30,26 @@ pub struct Broadcast {
     /// The broadcast cut into cells, for the interest stream (None while
     /// no viewer is on it).
     pub cells: Option<Arc<CellSet>>,
+    /// Counts this broadcast in `broadcasts_alive` while it lives.
+    pub alive: Alive,
+}
+
+/// Adds one to a gauge while it lives.
+#[derive(Debug)]
+pub struct Alive(Gauge);
+
+impl Alive {
+    /// One more in `gauge`, until dropped.
+    pub fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// The simulation's public state after a tick: what the tick loop knows

@@ -134,6 +134,50 @@ async fn an_unread_command_flood_is_closed_without_growing_the_server_or_slowing
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `starling_broadcasts_alive` of `/metrics`.
+async fn broadcasts_alive(server: &TestServer) -> u64 {
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("starling_broadcasts_alive "))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("starling_broadcasts_alive in /metrics")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_no_snapshot_after_sending_it() {
+    // Twelve viewers that read everything, connected broadcasts apart.
+    // Each kept the state it was greeted with, and that state's broadcast
+    // (its frames and cells), for as long as it stayed connected: twelve
+    // snapshots alive for twelve viewers, a thousand at the viewer cap.
+    let server = TestServer::start(test_config()).await;
+    let addr = server.addr.to_string();
+    let mut readers = Vec::new();
+    for _ in 0..12 {
+        let mut ws = raw_subscriber(&addr).await;
+        readers.push(tokio::spawn(async move {
+            while let Some(Ok(_)) = ws.next().await {}
+        }));
+        // Three broadcasts apart at 30 a second.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The latest broadcast, and for a moment one a viewer is still sending.
+    let mut least = u64::MAX;
+    for _ in 0..5 {
+        least = least.min(broadcasts_alive(&server).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(least <= 3, "{least} broadcasts alive with 12 viewers");
+    for r in readers {
+        r.abort();
+    }
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_gets_a_close_saying_why() {
     let server = TestServer::start(test_config()).await;

@@ -153,8 +153,13 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
         stall: s.0.limits.stall_timeout,
         s: s.clone(),
     };
-    let st = s.state();
-    let hello = ServerMsg::Hello(hello(&s, &st, actor));
+    // Only what the hello needs is kept: a state held for the whole
+    // connection kept its broadcast (frames and cells) alive with it, one
+    // per connection made at another broadcast.
+    let (hello, hello_params_version) = {
+        let st = s.state();
+        (ServerMsg::Hello(hello(&s, &st, actor)), st.params_version)
+    };
     if w.send(encode(&hello)).await.is_err() {
         return;
     }
@@ -256,7 +261,7 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
     let mut last_frame_tick: Option<u64> = None;
     // The last two broadcast seqs this viewer received (newest first).
     let mut held: [Option<u64>; 2] = [None, None];
-    let mut params_version = st.params_version;
+    let mut params_version = hello_params_version;
     let mut agents_version = None;
     let mut last_metrics = Instant::now() - METRICS_INTERVAL;
     let refused = |reason, detail: &str| Ending::Refused(reason, detail.to_owned());
