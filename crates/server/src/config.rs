@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use starling_protocol::Role;
-use starling_sim::{MAX_POPULATION, Params, SwarmConfig};
+use starling_sim::{Params, SwarmConfig};
 
 use crate::command::AgentCaps;
 use crate::http::auth::Tokens;
 use crate::http::guard::Allowed;
 use crate::http::listen::ConnLimits;
-use crate::http::shared::Limits;
+use crate::http::shared::{Limits, MAX_SERVED_POPULATION};
 
 /// Everything `starling serve` needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -252,19 +252,19 @@ impl Config {
         self.swarm
             .validate()
             .map_err(|e| err(&format!("swarm.{}", e.field), &e.value, &e.allowed))?;
-        if self.population > MAX_POPULATION {
+        if self.population > MAX_SERVED_POPULATION {
             return Err(err(
                 "population",
                 self.population,
-                &format!("0 ..= {MAX_POPULATION}"),
+                &format!("0 ..= {MAX_SERVED_POPULATION}"),
             ));
         }
-        if !(self.population.max(1)..=MAX_POPULATION).contains(&self.max_population) {
+        if !(self.population.max(1)..=MAX_SERVED_POPULATION).contains(&self.max_population) {
             return Err(err(
                 "max_population",
                 self.max_population,
                 &format!(
-                    "{} ..= {MAX_POPULATION} (at least population)",
+                    "{} ..= {MAX_SERVED_POPULATION} (at least population)",
                     self.population.max(1)
                 ),
             ));
@@ -518,6 +518,38 @@ mod tests {
         assert_eq!(e.unwrap_err().field, "allow_origin");
         let e = names("flock.example.org", "https://dash.example.org/app").validate();
         assert_eq!(e.unwrap_err().field, "allow_origin");
+    }
+
+    #[test]
+    fn a_served_flock_is_at_most_what_one_snapshot_carries() {
+        // A flock over the protocol's MAX_BOIDS (1,048,576) was accepted
+        // up to the engine's 2,000,000, and no snapshot of it could be
+        // built: every viewer stayed on the last frame.
+        use starling_protocol::limits::MAX_BOIDS;
+        assert!(Limits::default().max_population <= MAX_BOIDS);
+        Config {
+            population: MAX_BOIDS,
+            max_population: MAX_BOIDS,
+            ..Config::default()
+        }
+        .validate()
+        .unwrap();
+        let e = Config {
+            population: MAX_BOIDS + 1,
+            ..Config::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field, "population");
+        assert!(e.to_string().contains("0 ..= 1048576"), "{e}");
+        let e = Config {
+            max_population: 1_500_000,
+            ..Config::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field, "max_population");
+        assert!(e.to_string().contains("1500000"), "{e}");
     }
 
     #[test]

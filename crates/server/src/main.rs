@@ -91,7 +91,8 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
-    /// Most boids the flock may have (default 2000000, the engine's limit).
+    /// Most boids the flock may have (default 1048576, the most one
+    /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
     max_population: Option<usize>,
     /// Most open sockets from one remote address (default 256).

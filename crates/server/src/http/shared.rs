@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use starling_protocol::Role;
+use starling_protocol::limits::MAX_BOIDS;
 use tokio::sync::{oneshot, watch};
 
 use super::auth::Tokens;
@@ -50,10 +51,19 @@ impl Default for Limits {
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
             trajectories_role: Role::Operator,
-            max_population: starling_sim::MAX_POPULATION,
+            max_population: MAX_SERVED_POPULATION,
         }
     }
 }
+
+/// Most boids a served flock may have: the engine's limit, or the most
+/// one snapshot carries where that is less (a larger flock could not be
+/// broadcast: its viewers would stay on the last frame).
+pub const MAX_SERVED_POPULATION: usize = if MAX_BOIDS < starling_sim::MAX_POPULATION {
+    MAX_BOIDS
+} else {
+    starling_sim::MAX_POPULATION
+};
 
 /// Largest request body REST accepts, bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
