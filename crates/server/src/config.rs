@@ -78,8 +78,9 @@ pub struct Config {
     /// + 1024, range `max_viewers + 1` ..= 1000000.
     pub max_connections: Option<usize>,
     /// Most boids the flock may have (spawns and population changes beyond
-    /// it are refused; the API schema says so). Default 2000000 (the
-    /// engine's limit), range `population` ..= 2000000.
+    /// it are refused; the API schema says so). Default and most
+    /// [`MAX_SERVED_POPULATION`] (1048576, the most one snapshot carries),
+    /// range `population` ..= 1048576.
     pub max_population: usize,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
