@@ -24,8 +24,9 @@ pub const MAX_CONTROL_BYTES: usize = 1 << 20;
 pub const MAX_CELLS_PER_AXIS: u16 = 64;
 /// Most interest cells in a grid.
 pub const MAX_CELLS: usize = 4096;
-/// Smallest byte budget a viewer may declare, bytes per second (enough for
-/// the summaries of every cell).
+/// Smallest byte budget a viewer may declare, bytes per second (the
+/// summaries of up to 400 cells twice a second in half of it; more cells'
+/// summaries go less often).
 pub const MIN_VIEW_BUDGET: u32 = 32_000;
 /// Largest byte budget a viewer may declare, bytes per second.
 pub const MAX_VIEW_BUDGET: u32 = 64_000_000;

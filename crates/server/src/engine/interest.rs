@@ -167,9 +167,11 @@ impl CellSet {
 
     /// The cell's full update at `precision`, and the precision it is at:
     /// when the cell already has [`FULL_FORMS`] full encodings, the
-    /// coarsest of them no coarser than `precision` (else the finest). The
-    /// exact form is always made when asked for (edges hold cells exactly),
-    /// so a cell keeps at most `FULL_FORMS + 1`.
+    /// coarsest of them no coarser than `precision`, else the exact one,
+    /// made when needed (never a coarser one: a viewer is sent no cell less
+    /// precise than its distance asks, whatever other viewers asked for
+    /// first). The exact form is always made when asked for (edges hold
+    /// cells exactly), so a cell keeps at most `FULL_FORMS + 1`.
     pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
@@ -178,18 +180,21 @@ impl CellSet {
             p.pos_shift <= precision.pos_shift && p.heading_shift <= precision.heading_shift
         };
         let found = forms.iter().find(|f| f.0 == precision).or_else(|| {
-            (forms.len() >= FULL_FORMS && precision != Precision::EXACT).then(|| {
+            (forms.len() >= FULL_FORMS).then(|| {
                 let key = |f: &&FullForm| (f.0.pos_shift, f.0.heading_shift);
-                forms
-                    .iter()
-                    .filter(|f| fine_enough(&f.0))
-                    .max_by_key(key)
-                    .or_else(|| forms.iter().min_by_key(key))
+                forms.iter().filter(|f| fine_enough(&f.0)).max_by_key(key)
             })?
         });
         if let Some((p, bytes)) = found {
             return bytes.clone().map(|b| (b, *p));
         }
+        // No room for another precision, and none fine enough: the exact
+        // form (not among them, or it would have been found).
+        let precision = if forms.len() >= FULL_FORMS {
+            Precision::EXACT
+        } else {
+            precision
+        };
         let bytes = self.encode(None, None, next, precision, Codings::Fixed);
         forms.push((precision, bytes.clone()));
         bytes.map(|b| (b, precision))
@@ -476,11 +481,40 @@ mod tests {
             let p = Precision::new(shift, 0).unwrap();
             assert_eq!(set.full(c, p).unwrap().1, p);
         }
-        // A fifth coarse precision gets one already made ...
+        // A fifth coarse precision gets the coarsest one already made that
+        // is fine enough ...
         let fifth = Precision::new(7, 0).unwrap();
-        assert_ne!(set.full(c, fifth).unwrap().1, fifth);
+        assert_eq!(set.full(c, fifth).unwrap().1, Precision::new(4, 0).unwrap());
         // ... but exact is always exact (an edge must hold the cell as it is).
         assert_eq!(set.full(c, Precision::EXACT).unwrap().1, Precision::EXACT);
+    }
+
+    #[test]
+    fn a_viewer_never_gets_a_full_update_coarser_than_it_asked_for() {
+        // Four far viewers at coarse precisions use up the cell's full
+        // forms; a near viewer asking for (1, 0) got the finest of them,
+        // (3, 1): drawn off by more than its half pixel, and held as such.
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let set = b
+            .build(1, &whole(2, &[(1, 500)]), [100.0, 100.0, 50.0], 3, &tel)
+            .unwrap();
+        let c = set.now.grid.cell_of([500, 100, 100]);
+        for (pos, heading) in [(6, 3), (5, 3), (4, 2), (3, 1)] {
+            let p = Precision::new(pos, heading).unwrap();
+            assert_eq!(set.full(c, p).unwrap().1, p);
+        }
+        let near = Precision::new(1, 0).unwrap();
+        let (exact, got) = set.full(c, near).unwrap();
+        assert_eq!(got, Precision::EXACT, "finer than asked, never coarser");
+        // The exact form is made once, and serves the next such viewer.
+        let encoded = tel.cell_updates_encoded.get();
+        assert_eq!(set.full(c, near).unwrap(), (exact, Precision::EXACT));
+        // (3, 2) takes (3, 1), the coarsest fine enough; (2, 2) the exact.
+        let p = |pos, heading| Precision::new(pos, heading).unwrap();
+        assert_eq!(set.full(c, p(3, 2)).unwrap().1, p(3, 1));
+        assert_eq!(set.full(c, p(2, 2)).unwrap().1, Precision::EXACT);
+        assert_eq!(tel.cell_updates_encoded.get(), encoded);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! cadence of [`FULL_HZ`] or more (at the bytes per boid this viewer's
 //! updates measure), are held in full; the rest of the flock, in view or
 //! not, is drawn from summaries. Each send: the summaries of every cell
-//! when they are due ([`SUMMARY_HZ`]); the held cells that left the view
+//! when they are due ([`SUMMARY_HZ`], or less often where that would take
+//! more than [`SUMMARY_SHARE`] of the budget); the held cells that left the view
 //! or the full set, to forget; then the updates of the full set's cells
 //! whose turn it is ([`FULL_HZ`], [`turn`]) or that missed theirs, stalest
 //! and heaviest first (staleness in broadcasts times weight), while the
@@ -32,8 +33,14 @@ use starling_protocol::{InterestInfo, QuantBox, View};
 use super::budget::Budget;
 use crate::engine::interest::{CellSet, Held};
 
-/// How often the summaries of every cell are sent, per second.
+/// How often the summaries of every cell are sent, per second...
 pub const SUMMARY_HZ: f32 = 2.0;
+/// ...unless that would take more than this share of the budget: a wide,
+/// flat world has many cells (2000 × 2000 × 30 m: 1024, 41 kB/s of
+/// summaries twice a second), and at a small budget its summaries took
+/// the whole of it and more (the viewer held no cell, and was sent more
+/// than its budget); they then go less often.
+const SUMMARY_SHARE: f32 = 0.5;
 /// The share of the budget the summaries and the full set are sized to
 /// (the rest pays for the full updates of cells joining the set; the
 /// token bucket holds a fifth of a second, so the sends that carry the
@@ -237,6 +244,8 @@ pub struct ViewerInterest {
     in_view_mark: Vec<bool>,
     /// When the summaries were last sent.
     last_summary: Option<Duration>,
+    /// How often they are sent now, per second ([`Self::summary_rate`]).
+    summary_hz: f32,
     /// The next batch tells the client to forget every cell (the stream
     /// is new, or the client sent `Resync`).
     reset_next: bool,
@@ -294,6 +303,7 @@ impl ViewerInterest {
             cost: Cost::new(START_BYTES_PER_BOID[Codings::for_minor(minor) as usize]),
             in_view_mark: Vec::new(),
             last_summary: None,
+            summary_hz: SUMMARY_HZ,
             reset_next: true,
             budget: Budget::new(view.budget_bytes_per_s, now),
             announced: None,
@@ -330,7 +340,7 @@ impl ViewerInterest {
             grid,
             quant,
             budget_bytes_per_s: self.budget.rate(),
-            summary_hz: SUMMARY_HZ,
+            summary_hz: self.summary_hz,
         })
     }
 
@@ -408,6 +418,16 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
+    /// How often `count` summaries are sent: [`SUMMARY_HZ`], or less where
+    /// that would take more than [`SUMMARY_SHARE`] of the budget.
+    fn summary_rate(&self, count: usize) -> f32 {
+        let bytes = (SUMMARY_BYTES * count) as f32;
+        if bytes <= 0.0 {
+            return SUMMARY_HZ;
+        }
+        SUMMARY_HZ.min(SUMMARY_SHARE * self.budget.rate() as f32 / bytes)
+    }
+
     /// Chooses the full set's stride (in half broadcasts: 2 every
     /// broadcast, 3 two in three, 4 every other one) for the measured
     /// broadcast rate: the longest that keeps the set at [`FULL_HZ`] or
@@ -440,7 +460,7 @@ impl ViewerInterest {
     fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
         full.clear();
         full.resize(self.held.len(), false);
-        let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * SUMMARY_HZ;
+        let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * self.summary_hz;
         let allowance =
             (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / self.full_hz();
         let mut used = 0.0;
@@ -484,9 +504,10 @@ impl ViewerInterest {
         self.budget.refill(now);
         let seq = set.seq();
         // Summaries when due: the whole flock's shape, always.
+        self.summary_hz = self.summary_rate(frames.summaries.len());
         let summaries_due = self
             .last_summary
-            .is_none_or(|t| now.saturating_sub(t).as_secs_f32() >= 1.0 / SUMMARY_HZ);
+            .is_none_or(|t| now.saturating_sub(t).as_secs_f32() >= 1.0 / self.summary_hz);
         let summaries: &[_] = if summaries_due {
             self.last_summary = Some(now);
             &frames.summaries
@@ -683,6 +704,62 @@ mod tests {
             "a far cell held: {:?}",
             held.iter().map(|&c| grid.coords(c)).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_wide_flat_world_on_the_least_budget_still_gets_cells_within_it() {
+        // 2000 × 2000 × 30 m: 1024 cells of one boid each, whose summaries
+        // twice a second (41 kB/s) took more than the least budget: the
+        // viewer held no cell and was sent more than its budget.
+        use starling_protocol::limits::MIN_VIEW_BUDGET;
+        let world = [2000.0, 2000.0, 30.0];
+        let grid = CellGrid::for_world(world, 3);
+        let quant = QuantBox::around_world(world, 3);
+        assert!(SUMMARY_BYTES as f32 * grid.len() as f32 * SUMMARY_HZ > MIN_VIEW_BUDGET as f32);
+        let flock = |tick: u64| {
+            let mut f = Frame {
+                tick,
+                quant: Some(quant),
+                ..Frame::default()
+            };
+            for c in 0..grid.len() as u32 {
+                let (lo, hi) = grid.bounds_m(c, &quant);
+                let centre: [f32; 3] = std::array::from_fn(|a| 0.5 * (lo[a] + hi[a]));
+                f.ids.push(c);
+                f.pos.extend_from_slice(&quant.quantize(centre));
+                f.heading.extend_from_slice(&[200, 128]);
+            }
+            f
+        };
+        let view = View {
+            min: [0.0; 3],
+            max: world,
+            eye: Some([0.0; 3]),
+            budget_bytes_per_s: Some(MIN_VIEW_BUDGET),
+        };
+        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
+        let (tel, mut b) = (Arc::new(Telemetry::default()), CellBuilder::default());
+        let mut m = CellMirror::new(grid, quant);
+        let (mut late_bytes, mut summaries) = (0usize, 0);
+        for seq in 1..=240u64 {
+            // Eight seconds at 30 broadcasts a second.
+            let now = Duration::from_secs_f64(seq as f64 / 30.0);
+            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
+            if let Some(batch) = vi.send(&set, now, false).batch {
+                vi.budget.sent(batch.len(), Duration::ZERO, now);
+                m.apply(&batch).unwrap();
+                if seq > 60 {
+                    late_bytes += batch.len();
+                }
+            }
+            summaries = m.summaries().map(|s| s.count).sum::<u32>();
+        }
+        assert_eq!(summaries, 1024, "the whole flock as summaries");
+        assert!(held_boids(&m) > 0, "no cell held in full");
+        // The last six seconds within the budget (and a burst).
+        let allowed = 6.0 * MIN_VIEW_BUDGET as f32 * 1.1 + 0.2 * MIN_VIEW_BUDGET as f32;
+        assert!(late_bytes as f32 <= allowed, "{late_bytes} bytes in 6 s");
+        assert!(vi.info().unwrap().summary_hz < SUMMARY_HZ);
     }
 
     #[test]
