@@ -32,11 +32,12 @@ use starling_protocol::interest::{
     Precision, encode_cell_update,
 };
 
-/// Bytes a boid takes in a full cell update (id, position, heading).
-const FULL_BYTES_PER_BOID: usize = 12;
 use starling_protocol::{Frame, QuantBox};
 
 use crate::telemetry::Telemetry;
+
+/// Bytes a boid takes in a full cell update (id, position, heading).
+pub const FULL_BYTES_PER_BOID: usize = 12;
 
 /// Broadcasts back that linear updates reach: a viewer whose older held
 /// frame of a cell is further back is sent the cell in full. Longer gaps

@@ -5,7 +5,8 @@
 //! the view (weight: the share of the cell inside the view over 1 +
 //! distance in cell edges), as many as the budget can update at a regular
 //! cadence of [`FULL_HZ`] or more (at the bytes per boid this viewer's
-//! updates measure), are held in full; the rest of the flock, in view or
+//! updates measure, or a full update's for a viewer whose turns are
+//! further apart than the cells' history), are held in full; the rest of the flock, in view or
 //! not, is drawn from summaries. Each send: the summaries of every cell
 //! when they are due ([`SUMMARY_HZ`], or less often where that would take
 //! more than [`SUMMARY_SHARE`] of the budget); the held cells that left the view
@@ -31,7 +32,7 @@ use starling_protocol::interest::{
 use starling_protocol::{InterestInfo, QuantBox, View};
 
 use super::budget::Budget;
-use crate::engine::interest::{CellSet, Held};
+use crate::engine::interest::{CellSet, FULL_BYTES_PER_BOID, HISTORY, Held};
 
 /// How often the summaries of every cell are sent, per second...
 pub const SUMMARY_HZ: f32 = 2.0;
@@ -461,15 +462,24 @@ impl ViewerInterest {
         full.clear();
         full.resize(self.held.len(), false);
         let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * self.summary_hz;
-        let allowance =
-            (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / self.full_hz();
+        let full_hz = self.full_hz();
+        let allowance = (FULL_SHARE * self.budget.rate() as f32 - summaries).max(0.0) / full_hz;
+        // A viewer that takes its cells' turns further apart than the
+        // cells' history reaches (a page slowed to two frames a second) is
+        // sent every update in full: sized at a linear update's cost, its
+        // set was about seven times what each send could reach.
+        let (overhead, per_boid) = if self.broadcast_hz > HISTORY as f32 * full_hz {
+            (UPDATE_OVERHEAD, FULL_BYTES_PER_BOID as f32)
+        } else {
+            (self.cost.overhead(), self.cost.per_boid())
+        };
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
             let boids = set.now.cells[c as usize].len() as f32;
             if boids == 0.0 {
                 continue;
             }
-            let cost = self.cost.overhead() + boids * self.cost.per_boid();
+            let cost = overhead + boids * per_boid;
             let held = self.held[c as usize][0].is_some();
             let limit = if held {
                 allowance * HYSTERESIS
@@ -760,6 +770,32 @@ mod tests {
         let allowed = 6.0 * MIN_VIEW_BUDGET as f32 * 1.1 + 0.2 * MIN_VIEW_BUDGET as f32;
         assert!(late_bytes as f32 <= allowed, "{late_bytes} bytes in 6 s");
         assert!(vi.info().unwrap().summary_hz < SUMMARY_HZ);
+    }
+
+    #[test]
+    fn a_viewer_too_slow_for_deltas_sizes_its_full_set_by_what_its_updates_cost() {
+        // Two sends a second (a page slowed to 2 frames/s): its held frames
+        // are always older than the cells' history, so every update is a
+        // full one (12 bytes a boid). Its full set was sized at what a
+        // linear update costs (1.5 to 2 bytes a boid), about seven times
+        // too large: each send reached a part of it, and the cells it held
+        // were seconds stale.
+        let mut vi = [watching(40_000)];
+        let sends = (1..=900).filter(|s| s % 15 == 0).map(at_hz(30.0));
+        let (m, updates, _) = serve(&mut vi, sends, |_, _, _| {});
+        assert!(held_boids(&m[0]) > 0);
+        // The last twenty sends (ten seconds): each cell held throughout
+        // at 18 of them or more (a cell joining the set goes first, and
+        // may push one held cell's update to the next send); 14 before.
+        let mut checked = 0;
+        for (c, seqs) in &updates[0] {
+            if seqs.first().is_some_and(|&s| s <= 600) && seqs.last() == Some(&900) {
+                let late = seqs.iter().filter(|&&s| s > 600).count();
+                assert!(late >= 18, "cell {c}: {seqs:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 5, "{checked} cells held throughout");
     }
 
     #[test]
