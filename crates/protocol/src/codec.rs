@@ -129,6 +129,21 @@ pub fn decode_client(bytes: &[u8]) -> Result<ClientMsg, DecodeError> {
     Ok(msg)
 }
 
+/// The request id of a client message that is a `Command`, read without
+/// the limits [`decode_client`] checks: a command refused for breaking one
+/// is answered under its id (None for any other message, or bytes that do
+/// not decode at all).
+pub fn command_request_id(bytes: &[u8]) -> Option<u32> {
+    let (kind, body) = split(bytes).ok()?;
+    if kind != KIND_CLIENT_CONTROL {
+        return None;
+    }
+    match decode_control::<ClientMsg>(body).ok()? {
+        ClientMsg::Command { request_id, .. } => Some(request_id),
+        _ => None,
+    }
+}
+
 /// The protocol major version a message declares, read from the bytes that
 /// stay put across versions (kind, tag 0 = `Hello`/`Subscribe`, then the
 /// `u16` major): lets each side say "version mismatch" rather than
@@ -154,7 +169,7 @@ fn limit(field: &'static str, len: usize, max: usize) -> Result<(), DecodeError>
         return Err(DecodeError::Invalid {
             field,
             value: len.to_string(),
-            allowed: "at most the protocol limit (PROTOCOL.md, Limits)",
+            allowed: format!("at most {max} (PROTOCOL.md, Limits)").into(),
         });
     }
     Ok(())
@@ -192,7 +207,7 @@ fn check_server(msg: &ServerMsg) -> Result<(), DecodeError> {
             return Err(DecodeError::Invalid {
                 field: "grid",
                 value: format!("{:?}", i.grid.cells),
-                allowed: "1 ..= 64 cells per axis, at most 4096 in all",
+                allowed: "1 ..= 64 cells per axis, at most 4096 in all".into(),
             });
         }
         ServerMsg::Metrics(_)

@@ -1,5 +1,7 @@
 //! Typed errors for encoding and decoding.
 
+use std::borrow::Cow;
+
 use thiserror::Error;
 
 /// Why bytes could not be decoded. Untrusted input only ever yields one of
@@ -42,7 +44,7 @@ pub enum DecodeError {
         /// The offending value, printed.
         value: String,
         /// What is allowed.
-        allowed: &'static str,
+        allowed: Cow<'static, str>,
     },
     /// A delta does not apply to the frames the decoder holds.
     #[error("delta for base tick {want} but the held frame is tick {have:?}")]
@@ -88,4 +90,14 @@ pub enum EncodeError {
     /// The control-message serializer failed.
     #[error("serializing a control message: {0}")]
     Serialize(String),
+}
+
+impl DecodeError {
+    /// The field a value was refused for ([`DecodeError::Invalid`]).
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
 }

@@ -52,8 +52,8 @@ mod messages;
 mod quant;
 
 pub use codec::{
-    KIND_CLIENT_CONTROL, KIND_SERVER_CONTROL, ServerFrame, declared_major, decode_client,
-    decode_server, encode_client, encode_server,
+    KIND_CLIENT_CONTROL, KIND_SERVER_CONTROL, ServerFrame, command_request_id, declared_major,
+    decode_client, decode_server, encode_client, encode_server,
 };
 pub use error::{DecodeError, EncodeError};
 pub use frame::{

@@ -63,6 +63,7 @@ fn valid_messages() -> Vec<Vec<u8>> {
 /// Runs every decoder (and a delta's apply) on `bytes`.
 fn decode_everything(bytes: &[u8]) {
     let _ = decode_client(bytes);
+    let _ = command_request_id(bytes);
     let _ = declared_major(bytes);
     if let Ok(ServerFrame::Delta(d)) = decode_server(bytes) {
         let base = Frame {
@@ -157,4 +158,32 @@ fn another_major_version_is_recognised() {
     assert!(decode_client(&out).is_err());
     assert_eq!(declared_major(&out), Some(7));
     assert_eq!(declared_major(&[KIND_KEYFRAME, 0, 0, 0, 0, 1, 0]), None);
+}
+
+#[test]
+fn a_command_over_a_limit_is_refused_naming_the_field_and_the_limit_and_keeps_its_id() {
+    let mut out = Vec::new();
+    let changes = (0..=limits::MAX_PARAMS)
+        .map(|_| ("w_sep".to_owned(), ParamValue::Number(1.0)))
+        .collect();
+    encode_client(
+        &ClientMsg::Command {
+            request_id: 7,
+            command: Command::PatchParams { changes },
+        },
+        &mut out,
+    )
+    .unwrap();
+    let e = decode_client(&out).unwrap_err();
+    assert_eq!(e.field(), Some("changes"));
+    assert_eq!(
+        e.to_string(),
+        "field changes: 65 is not allowed (at most 64 (PROTOCOL.md, Limits))"
+    );
+    assert_eq!(command_request_id(&out), Some(7));
+    // Not a command, or not a message: no id.
+    let mut ping = Vec::new();
+    encode_client(&ClientMsg::Ping { nonce: 1 }, &mut ping).unwrap();
+    assert_eq!(command_request_id(&ping), None);
+    assert_eq!(command_request_id(&out[..5]), None);
 }

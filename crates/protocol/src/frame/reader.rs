@@ -111,12 +111,12 @@ impl<'a> Reader<'a> {
 pub(crate) fn invalid(
     field: &'static str,
     value: impl ToString,
-    allowed: &'static str,
+    allowed: impl Into<std::borrow::Cow<'static, str>>,
 ) -> DecodeError {
     DecodeError::Invalid {
         field,
         value: value.to_string(),
-        allowed,
+        allowed: allowed.into(),
     }
 }
 

@@ -146,7 +146,7 @@ impl CellMirror {
             return Err(DecodeError::Invalid {
                 field: "cell",
                 value: cell.to_string(),
-                allowed: "an index into the grid",
+                allowed: "an index into the grid".into(),
             });
         };
         let u = CellUpdateView::parse(body)?;
@@ -159,7 +159,7 @@ impl CellMirror {
             return Err(DecodeError::Invalid {
                 field: "held boids",
                 value: total.to_string(),
-                allowed: "at most MAX_BOIDS in all held cells",
+                allowed: format!("at most {MAX_BOIDS} in all held cells").into(),
             });
         }
         self.held_boids = total;

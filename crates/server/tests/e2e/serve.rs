@@ -540,6 +540,24 @@ async fn bad_websocket_input_gets_error_frames_and_the_connection_survives() {
         Reply::Error(e) => assert_eq!(e.code, ErrorCode::NotFound),
         Reply::Ack(_) => panic!("removed a missing agent"),
     }
+    // A command over a protocol limit is answered under its id, naming
+    // the field and the limit (it was answered with no id, no field and
+    // no number).
+    let changes = (0..=starling_protocol::limits::MAX_PARAMS)
+        .map(|_| ("w_ali".into(), starling_protocol::ParamValue::Number(1.0)))
+        .collect();
+    match v.command(6, Command::PatchParams { changes }).await {
+        Reply::Error(e) => {
+            assert_eq!(e.code, ErrorCode::BadRequest);
+            assert_eq!(e.field.as_deref(), Some("changes"), "{}", e.detail);
+            assert!(
+                e.detail.contains("65") && e.detail.contains("at most 64"),
+                "{}",
+                e.detail
+            );
+        }
+        Reply::Ack(_) => panic!("65 changes accepted"),
+    }
     // Still served.
     v.next_frame().await;
     // A client of another major version is told so and closed.

@@ -10,8 +10,8 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use starling_protocol::{
-    Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, View, decode_client,
-    limits::MAX_VIEW_UPDATES_PER_S,
+    Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, View, command_request_id,
+    decode_client, limits::MAX_VIEW_UPDATES_PER_S,
 };
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -72,7 +72,14 @@ pub(super) async fn read_loop(
             Some(Ok(_)) => continue,
         };
         let reply = match decode_client(&bytes) {
-            Err(e) => Some(error_msg(None, ErrorCode::BadRequest, None, &e.to_string())),
+            // A command that breaks a limit is answered under its id, the
+            // error naming the field.
+            Err(e) => Some(error_msg(
+                command_request_id(&bytes),
+                ErrorCode::BadRequest,
+                e.field(),
+                &e.to_string(),
+            )),
             Ok(ClientMsg::Subscribe { .. }) => Some(error_msg(
                 None,
                 ErrorCode::BadRequest,
