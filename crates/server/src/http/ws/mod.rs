@@ -24,6 +24,7 @@ pub use reader::MAX_COMMANDS_IN_FLIGHT;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
@@ -40,9 +41,9 @@ use tokio::sync::mpsc;
 
 use super::auth::bearer;
 use super::error::ApiError;
+use super::listen::PeerGroup;
 use super::shared::Shared;
 use crate::command::{Actor, allowed, metrics_msg, param_infos};
-use crate::engine::interest::CellSet;
 use crate::engine::published::{Broadcast, Published};
 use interest::ViewerInterest;
 use outbox::Ending;
@@ -71,6 +72,7 @@ pub struct WsQuery {
 pub async fn upgrade(
     State(s): State<Shared>,
     Query(q): Query<WsQuery>,
+    peer: Option<Extension<PeerGroup>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -84,6 +86,21 @@ pub async fn upgrade(
         // An edge before its first full set from the origin.
         return ApiError::busy("no snapshot to serve yet; retry shortly").into_response();
     }
+    // Sockets from the accept loop carry their address; requests served
+    // some other way (none in the server) count against no address.
+    let address = match peer {
+        Some(Extension(PeerGroup(ip))) => match s.viewer_of(ip) {
+            Some(a) => Some(a),
+            None => {
+                return ApiError::busy(format!(
+                    "this address holds its maximum of {} viewers (max_viewers_per_ip)",
+                    s.0.limits.max_viewers_per_ip
+                ))
+                .into_response();
+            }
+        },
+        None => None,
+    };
     let Ok(slot) = s.0.viewer_slots.clone().try_acquire_owned() else {
         return ApiError::busy(format!(
             "the server holds its maximum of {} viewers",
@@ -97,7 +114,7 @@ pub async fn upgrade(
             s.0.telemetry.viewers.inc();
             serve(s.clone(), socket, actor, unknown_token).await;
             s.0.telemetry.viewers.dec();
-            drop(slot);
+            drop((slot, address));
         })
 }
 
@@ -283,10 +300,12 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                 if changed.is_err() {
                     break refused(CloseReason::Shutdown, "the simulation stopped");
                 }
+                // Everything this broadcast sends is built first and the
+                // broadcast let go before the socket is waited on: a viewer
+                // that stops reading held it (frames and cells) for up to
+                // the stall timeout.
                 let st = published.borrow_and_update().clone();
-                if let Err(r) = send_updates(&mut w, &st, &mut params_version, &mut agents_version, &mut last_metrics).await {
-                    break refused(r, "send failed");
-                }
+                let mut control = updates_of(&st, &mut params_version, &mut agents_version, &mut last_metrics);
                 // Rate limit in simulation ticks, not wall time, so timing
                 // jitter never costs a frame: at the full rate every
                 // broadcast goes out.
@@ -297,31 +316,53 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                     st.paused
                         || last_frame_tick.is_none_or(|t: u64| b.tick < t || (b.tick - t) as f64 >= min_ticks * 0.999)
                 };
+                let now = started.elapsed();
+                // (seq, tick, bytes): the frame or batch for this broadcast.
+                let mut frame: Option<(u64, u64, Option<Bytes>)> = None;
                 if let (Some(vi), Some(b)) = (interest.as_mut(), st.broadcast.as_ref().filter(|b| due(b))) {
-                    let Some(set) = b.cells.as_ref() else { continue };
-                    if held[0] == Some(b.seq) {
-                        continue;
+                    if let Some(set) = b.cells.as_ref()
+                        && held[0] != Some(b.seq)
+                    {
+                        let batch = vi.send(set, now, st.paused).batch;
+                        // The stream's grid and budget first, when new or moved.
+                        if let Some(info) = vi.announcement(now) {
+                            control.push(encode(&ServerMsg::Interest(info)));
+                        }
+                        frame = Some((b.seq, b.tick, batch));
                     }
-                    if let Err(r) = send_interest(&mut w, vi, set, started.elapsed(), st.paused).await {
-                        break refused(r, "viewer not keeping up");
-                    }
-                    held = [Some(b.seq), held[0]];
-                    last_frame_tick = Some(b.tick);
-                } else if let Some(b) = st.broadcast.as_ref().filter(|b| due(b)) {
-                    if held[0] == Some(b.seq) {
-                        continue;
-                    }
+                } else if let Some(b) = st.broadcast.as_ref().filter(|b| due(b))
+                    && held[0] != Some(b.seq)
+                {
                     if held[0].is_some_and(|h| b.seq > h + 1) {
                         s.0.telemetry.frames_skipped.inc_by(b.seq - held[0].unwrap_or(0) - 1);
                     }
-                    let bytes = pick(b, held);
+                    frame = Some((b.seq, b.tick, Some(pick(b, held))));
+                }
+                drop(st);
+                let mut failed = None;
+                for m in control {
+                    if let Err(r) = w.send(m).await {
+                        failed = Some(r);
+                        break;
+                    }
+                }
+                if let Some(r) = failed {
+                    break refused(r, "send failed");
+                }
+                let Some((seq, tick, bytes)) = frame else { continue };
+                if let Some(bytes) = bytes {
+                    let (n, t0) = (bytes.len(), Instant::now());
                     if let Err(r) = w.send(bytes).await {
                         break refused(r, "viewer not keeping up");
                     }
+                    if let Some(vi) = interest.as_mut() {
+                        // Timed for the drain estimate.
+                        vi.budget.sent(n, t0.elapsed(), now + t0.elapsed());
+                    }
                     s.0.telemetry.frames_sent.inc();
-                    held = [Some(b.seq), held[0]];
-                    last_frame_tick = Some(b.tick);
                 }
+                held = [Some(seq), held[0]];
+                last_frame_tick = Some(tick);
             }
             Some(bytes) = inbox.recv() => {
                 if let Err(r) = w.send(bytes).await {
@@ -385,32 +426,6 @@ impl Drop for InterestGauge {
     }
 }
 
-/// Sends an interest viewer its batch for a broadcast (and the stream's
-/// grid and budget first, when they are new or the budget moved by more
-/// than a tenth), timing the send for the drain estimate; `paused`: the
-/// server is paused.
-async fn send_interest(
-    w: &mut Writer,
-    vi: &mut ViewerInterest,
-    set: &CellSet,
-    now: Duration,
-    paused: bool,
-) -> Result<(), CloseReason> {
-    let out = vi.send(set, now, paused);
-    let info = vi.announcement(now);
-    if let Some(info) = info {
-        w.send(encode(&ServerMsg::Interest(info))).await?;
-    }
-    if let Some(batch) = out.batch {
-        let n = batch.len();
-        let t0 = Instant::now();
-        w.send(batch).await?;
-        vi.budget.sent(n, t0.elapsed(), now + t0.elapsed());
-        w.s.0.telemetry.frames_sent.inc();
-    }
-    Ok(())
-}
-
 fn clamp_fps(asked: u16, max: u32) -> u32 {
     u32::from(asked).clamp(1, max.max(1))
 }
@@ -425,34 +440,33 @@ fn pick(b: &Broadcast, held: [Option<u64>; 2]) -> Bytes {
     }
 }
 
-async fn send_updates(
-    w: &mut Writer,
+/// The control messages a broadcast brings this viewer: parameters and
+/// agents when they changed, metrics every [`METRICS_INTERVAL`].
+fn updates_of(
     st: &Published,
     params_version: &mut u64,
     agents_version: &mut Option<u64>,
     last_metrics: &mut Instant,
-) -> Result<(), CloseReason> {
+) -> Vec<Bytes> {
+    let mut out = Vec::new();
     if st.params_version != *params_version {
         *params_version = st.params_version;
-        w.send(encode(&ServerMsg::Params(param_infos(&st.params))))
-            .await?;
+        out.push(encode(&ServerMsg::Params(param_infos(&st.params))));
     }
     if *agents_version != Some(st.agents_version) {
         *agents_version = Some(st.agents_version);
-        w.send(encode(&ServerMsg::Agents(st.agent_list.clone())))
-            .await?;
+        out.push(encode(&ServerMsg::Agents(st.agent_list.clone())));
     }
     if last_metrics.elapsed() >= METRICS_INTERVAL {
         *last_metrics = Instant::now();
         let now = (st.tick, st.population, st.paused);
-        w.send(encode(&ServerMsg::Metrics(metrics_msg(
+        out.push(encode(&ServerMsg::Metrics(metrics_msg(
             now,
             &st.metrics,
             &st.swarm,
-        ))))
-        .await?;
+        ))));
     }
-    Ok(())
+    out
 }
 
 fn error_msg(request_id: Option<u32>, code: ErrorCode, field: Option<&str>, detail: &str) -> Bytes {
