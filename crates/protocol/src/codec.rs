@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{DecodeError, EncodeError};
-use crate::frame::{DeltaView, KIND_DELTA, KIND_KEYFRAME, KeyframeView};
+use crate::frame::{DeltaView, KIND_DELTA, KIND_KEYFRAME, KeyframeView, at_most};
 use crate::interest::KIND_CELLS;
 use crate::limits::{
     MAX_AGENTS, MAX_CONTROL_BYTES, MAX_MESSAGE_BYTES, MAX_PARAMS, MAX_STRING_BYTES, MAX_WAYPOINTS,
@@ -169,7 +169,7 @@ fn limit(field: &'static str, len: usize, max: usize) -> Result<(), DecodeError>
         return Err(DecodeError::Invalid {
             field,
             value: len.to_string(),
-            allowed: format!("at most {max} (PROTOCOL.md, Limits)").into(),
+            allowed: at_most(max).into(),
         });
     }
     Ok(())

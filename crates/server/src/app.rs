@@ -18,7 +18,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::checkpoint::write_atomically;
 use crate::engine::history::History;
 use crate::engine::{LoopConfig, SimLoop};
-use crate::http::shared::{Policy, Shared};
+use crate::http::shared::{MAX_SERVED_POPULATION, Policy, Shared};
 use crate::nats::edge::EdgeConfig;
 use crate::nats::wire::Subjects;
 use crate::telemetry::Telemetry;
@@ -78,8 +78,15 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
         let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         let flock = Flock::restore(cp).map_err(|e| fail(e.to_string()))?;
         if flock.len() > config.max_population {
+            let advice = if flock.len() > MAX_SERVED_POPULATION {
+                format!(
+                    "more than a served flock may have ({MAX_SERVED_POPULATION}, the most one snapshot carries): run it headless (starling run)"
+                )
+            } else {
+                "raise max_population to resume it".to_owned()
+            };
             return Err(fail(format!(
-                "boids: {} in the checkpoint, more than max_population ({}); raise max_population to resume it",
+                "boids: {} in the checkpoint, more than max_population ({}); {advice}",
                 flock.len(),
                 config.max_population
             )));

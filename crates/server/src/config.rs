@@ -84,6 +84,11 @@ pub struct Config {
     pub max_population: usize,
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
+    /// Most open viewer connections from one remote address (IPv6: one
+    /// /64; a reverse proxy counts as one). Default 64, range 1 ..=
+    /// 100000 (above `max_viewers` it changes nothing): a few addresses
+    /// cannot take every viewer slot.
+    pub max_viewers_per_ip: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
     /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
@@ -135,6 +140,7 @@ impl Default for Config {
             public_host: Vec::new(),
             allow_origin: Vec::new(),
             max_viewers: l.max_viewers,
+            max_viewers_per_ip: l.max_viewers_per_ip,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
@@ -300,6 +306,13 @@ impl Config {
         }
         if !(1..=100_000).contains(&self.max_viewers) {
             return Err(err("max_viewers", self.max_viewers, "1 ..= 100000"));
+        }
+        if !(1..=100_000).contains(&self.max_viewers_per_ip) {
+            return Err(err(
+                "max_viewers_per_ip",
+                self.max_viewers_per_ip,
+                "1 ..= 100000",
+            ));
         }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
             return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
@@ -471,6 +484,7 @@ impl Config {
         Limits {
             snapshot_hz: self.snapshot_hz,
             max_viewers: self.max_viewers,
+            max_viewers_per_ip: self.max_viewers_per_ip,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,

@@ -91,6 +91,9 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
+    /// Most open viewer connections from one address, an IPv6 /64 (default 64).
+    #[arg(long, env = "STARLING_MAX_VIEWERS_PER_IP")]
+    max_viewers_per_ip: Option<usize>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
@@ -312,6 +315,7 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.snapshot_hz = args.snapshot_hz.unwrap_or(config.snapshot_hz);
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
+    config.max_viewers_per_ip = args.max_viewers_per_ip.unwrap_or(config.max_viewers_per_ip);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip

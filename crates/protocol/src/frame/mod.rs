@@ -25,7 +25,7 @@ mod reader;
 pub use delta::encode_delta;
 pub use keyframe::encode_keyframe;
 pub use reader::{DeltaView, KeyframeView};
-pub(crate) use reader::{Reader, count, invalid, reserved, varcount};
+pub(crate) use reader::{Reader, at_most, count, invalid, reserved, varcount};
 
 /// First byte of a keyframe message.
 pub const KIND_KEYFRAME: u8 = 0x10;

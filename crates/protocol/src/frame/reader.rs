@@ -108,6 +108,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What a count bounded by a protocol limit allows: the number, and where
+/// the limits are listed.
+pub(crate) fn at_most(max: usize) -> String {
+    format!("at most {max} (PROTOCOL.md, Limits)")
+}
+
 pub(crate) fn invalid(
     field: &'static str,
     value: impl ToString,
@@ -142,11 +148,7 @@ pub(crate) fn varcount(
 
 fn bounded(field: &'static str, n: u64, max: usize) -> Result<usize, DecodeError> {
     if n > max as u64 {
-        return Err(invalid(
-            field,
-            n,
-            "at most the protocol limit (PROTOCOL.md, Limits)",
-        ));
+        return Err(invalid(field, n, at_most(max)));
     }
     Ok(n as usize)
 }

@@ -16,7 +16,8 @@
 //! headers, 1.5 viewers range codes, so three versions share the slots;
 //! viewers at the same cadence, distance and version share them); a viewer
 //! asking for another gets a full update, at a precision already encoded
-//! when the cell has all its full forms. So a cell has at most
+//! when the cell has all its full forms (one no coarser than asked, else
+//! the exact one). So a cell has at most
 //! `FULL_FORMS + 1 + LINEAR_FORMS` encodings per broadcast, however many
 //! viewers there are: the encode cost is flat in the viewer count.
 

@@ -18,13 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tower_layer::Layer;
 
 /// How long HTTP connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -44,6 +45,11 @@ pub struct ConnLimits {
     /// Open sockets in all, at most.
     pub total: usize,
 }
+
+/// The address group ([`address_group`]) a request came from, in each
+/// request's extensions (the viewer cap per address reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerGroup(pub IpAddr);
 
 /// Open sockets per remote address (see [`address_group`]).
 type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
@@ -198,12 +204,15 @@ pub async fn serve(
             tracing::debug!(%peer, "connection refused: too many open sockets");
             continue;
         };
-        let activity = io.activity.clone();
+        let (activity, group) = (io.activity.clone(), io.ip);
         let stall = limits.header_timeout;
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
-            .serve_connection(TokioIo::new(io), TowerToHyperService::new(router.clone()))
+            .serve_connection(
+                TokioIo::new(io),
+                TowerToHyperService::new(Extension(PeerGroup(group)).layer(router.clone())),
+            )
             .with_upgrades();
         let (mut closing, open) = (closing.clone(), open_tx.clone());
         tokio::spawn(async move {

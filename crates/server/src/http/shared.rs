@@ -4,7 +4,9 @@
 //! then the token's one rate bucket, then the queue (ownership and caps are
 //! checked where the op applies, by the tick loop's ledger).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use starling_protocol::Role;
@@ -28,6 +30,8 @@ pub struct Limits {
     pub snapshot_hz: u32,
     /// Most open WebSocket connections.
     pub max_viewers: usize,
+    /// Most open WebSocket connections from one address (IPv6: one /64).
+    pub max_viewers_per_ip: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
@@ -47,6 +51,7 @@ impl Default for Limits {
         Self {
             snapshot_hz: 30,
             max_viewers: 1_000,
+            max_viewers_per_ip: 64,
             stall_timeout: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
@@ -118,6 +123,8 @@ pub struct Inner {
     /// One permit per viewer connection, taken before the upgrade is
     /// answered, so the cap holds exactly under a burst of connections.
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
+    /// Viewer connections per address (see `listen::address_group`).
+    viewers_per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -151,8 +158,29 @@ impl Shared {
             exports: RateBuckets::new(EXPORTS_PER_MINUTE / 60.0, EXPORTS_PER_MINUTE / 2.0),
             export_slots: Arc::new(tokio::sync::Semaphore::new(EXPORTS_AT_ONCE)),
             viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
+            viewers_per_ip: Arc::default(),
             history,
         }))
+    }
+
+    /// Counts one more viewer from `peer` (an address group) until the
+    /// slot is dropped, or None when it holds `max_viewers_per_ip`
+    /// already: a few addresses cannot take every viewer slot.
+    pub fn viewer_of(&self, peer: IpAddr) -> Option<AddressSlot> {
+        let mut m = self
+            .0
+            .viewers_per_ip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(peer).or_insert(0);
+        if *n >= self.0.limits.max_viewers_per_ip {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            peer,
+            counts: self.0.viewers_per_ip.clone(),
+        })
     }
 
     /// Viewer connections open or being opened.
@@ -224,5 +252,24 @@ impl Shared {
             "a pilot token may send {} commands per second, over REST and WebSocket together",
             self.0.commands.rate_per_s()
         )))
+    }
+}
+
+/// One viewer counted against its address ([`Shared::viewer_of`]).
+#[derive(Debug)]
+pub struct AddressSlot {
+    peer: IpAddr,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.peer);
+            }
+        }
     }
 }

@@ -77,6 +77,7 @@ pub(crate) async fn spawn_starling(
         .args(args)
         .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
         .env("STARLING_MAX_VIEWERS", viewers.max(1).to_string())
+        .env("STARLING_MAX_VIEWERS_PER_IP", viewers.max(1).to_string())
         // Every viewer comes from this one address.
         .env(
             "STARLING_MAX_CONNECTIONS_PER_IP",

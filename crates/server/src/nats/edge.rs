@@ -337,7 +337,10 @@ impl Feed {
         self.in_step = false;
         self.pending = None;
         self.part = None;
-        self.want_keyframes.store(true, Ordering::Relaxed);
+        // Keyframes this edge cannot read would not bring it back: the
+        // origin would send full sets twice a second for nothing.
+        self.want_keyframes
+            .store(!self.refused_protocol, Ordering::Relaxed);
     }
 
     fn malformed(&self, e: impl std::fmt::Display) -> String {
@@ -792,19 +795,22 @@ mod tests {
         let (mut side, mut f) = (Side::new(), feed());
         let st = side.publish(&frame(2, 0, WORLD), WORLD);
         let msgs = side.send(&st, false);
-        // The origin says what its updates need: range codes, 1.5.
+        // Range codes (1.5) are what edges from before the field read: the
+        // state leaves it out, so they still read it.
         let text = String::from_utf8_lossy(&msgs[0].1[16..]).into_owned();
-        assert!(text.contains("\"protocol_minor\":5"), "{text}");
-        // The same stream from an origin a minor newer than this edge.
+        assert!(!text.contains("protocol_minor"), "{text}");
+        play(&mut f, &msgs, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(2, 0, WORLD)));
+        // The next broadcast from an origin whose updates need a minor
+        // newer than this edge reads.
         let newer = PROTOCOL_MINOR + 1;
-        let mut refused = msgs.clone();
-        let mut state = msgs[0].1[..16].to_vec();
+        let st = side.publish(&frame(4, 1, WORLD), WORLD);
+        let mut refused = side.send(&st, false);
+        let text = String::from_utf8_lossy(&refused[0].1[16..]).into_owned();
+        let mut state = refused[0].1[..16].to_vec();
         state.extend_from_slice(
-            text.replace(
-                "\"protocol_minor\":5",
-                &format!("\"protocol_minor\":{newer}"),
-            )
-            .as_bytes(),
+            text.replacen('{', &format!("{{\"protocol_minor\":{newer},"), 1)
+                .as_bytes(),
         );
         refused[0].1 = state.into();
         let why = play(&mut f, &refused, &tx).unwrap_err();
@@ -814,15 +820,26 @@ mod tests {
                 "the origin's cell updates need protocol 1.{newer}; this edge reads up to 1.{PROTOCOL_MINOR}: run an edge of the origin's release or newer"
             )
         );
-        assert!(rx.borrow().broadcast.is_none(), "nothing served");
-        // An origin from before the field (no protocol_minor) is read.
-        let mut g = feed();
-        let mut old = msgs.clone();
-        let mut state = msgs[0].1[..16].to_vec();
-        state.extend_from_slice(text.replace(",\"protocol_minor\":5", "").as_bytes());
-        old[0].1 = state.into();
-        play(&mut g, &old, &tx).unwrap();
-        assert_eq!(served(&rx), keyframe(&frame(2, 0, WORLD)));
+        // As the feed does with a refusal: out of step, but asking for no
+        // keyframes (the origin would send full sets it cannot read).
+        f.out_of_step(&why);
+        assert!(!f.want_keyframes.load(Ordering::Relaxed));
+        assert_eq!(
+            served(&rx),
+            keyframe(&frame(2, 0, WORLD)),
+            "nothing of the newer stream served"
+        );
+        // A state the edge reads again: it asks for keyframes to come back.
+        let st = side.publish(&frame(6, 2, WORLD), WORLD);
+        assert!(
+            play(&mut f, &side.send(&st, false), &tx).is_err(),
+            "out of step"
+        );
+        f.out_of_step("test");
+        assert!(f.want_keyframes.load(Ordering::Relaxed));
+        let st = side.publish(&frame(8, 3, WORLD), WORLD);
+        play(&mut f, &side.send(&st, true), &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(8, 3, WORLD)));
     }
 
     #[test]

@@ -287,12 +287,29 @@ pub struct StateMsg {
     pub dims: u8,
     /// The origin's state.
     pub sim: SimState,
-    /// The protocol minor of the origin's cell updates (its
-    /// `PROTOCOL_MINOR`; 0 from an origin older than this field): an edge
-    /// that reads less refuses the stream by name instead of failing on
-    /// every cell it cannot parse.
-    #[serde(default)]
+    /// The least protocol minor that reads the origin's cell updates
+    /// (`Codings::minor`): an edge that reads less refuses the stream by
+    /// name instead of failing on every cell it cannot parse. Sent only
+    /// above [`EDGES_WITHOUT_THE_FIELD_READ`], which edges from before the
+    /// field read (and, their states denying unknown fields, would refuse
+    /// a state carrying it); absent, it is that.
+    #[serde(
+        default = "edges_without_the_field_read",
+        skip_serializing_if = "read_by_edges_without_the_field"
+    )]
     pub protocol_minor: u16,
+}
+
+/// The protocol minor edges from before [`StateMsg::protocol_minor`] read
+/// (range codes, 1.5).
+pub const EDGES_WITHOUT_THE_FIELD_READ: u16 = starling_protocol::RANGE_MINOR;
+
+fn edges_without_the_field_read() -> u16 {
+    EDGES_WITHOUT_THE_FIELD_READ
+}
+
+fn read_by_edges_without_the_field(minor: &u16) -> bool {
+    *minor <= EDGES_WITHOUT_THE_FIELD_READ
 }
 
 /// Parses a state message's JSON.

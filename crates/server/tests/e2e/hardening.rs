@@ -9,6 +9,7 @@ use starling_protocol::{
     ClientMsg, CloseReason, Command, ServerFrame, ServerMsg, decode_server, encode_client,
 };
 use starling_server::config::Config;
+use tokio_tungstenite::MaybeTlsStream;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::common::*;
@@ -220,6 +221,63 @@ async fn the_viewer_cap_holds_under_a_burst_and_silent_sockets_are_closed() {
     }
     let mut v = Viewer::connect(server.addr, None, 30).await;
     v.next_frame().await;
+    server.stop().await.unwrap();
+}
+
+/// A WebSocket to `server` from the local address `from` (127.0.0.x).
+async fn connect_from(
+    server: &TestServer,
+    from: &str,
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let tcp = socket.connect(server.addr).await.unwrap();
+    let url = format!("ws://{}/ws", server.addr);
+    let (ws, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp)).await?;
+    Ok(ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_the_viewer_slots() {
+    // Four addresses of 256 sockets each took all 1000 viewer slots, and
+    // everyone else was turned away.
+    let server = TestServer::start(Config {
+        max_viewers: 10,
+        max_viewers_per_ip: 3,
+        ..test_config()
+    })
+    .await;
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        first.push(connect_from(&server, "127.0.0.1").await.unwrap());
+    }
+    match connect_from(&server, "127.0.0.1").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            assert_eq!(r.status(), 503);
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert!(body.contains("max_viewers_per_ip"), "{body}");
+        }
+        other => panic!("a fourth viewer from one address: {:?}", other.map(|_| ())),
+    }
+    // Another address still gets in.
+    let mut other = connect_from(&server, "127.0.0.2").await.unwrap();
+    other
+        .send(Message::Binary(subscribe_bytes(30).into()))
+        .await
+        .unwrap();
+    // One of the first leaves: its address may have another.
+    let mut gone = first.pop().unwrap();
+    gone.close(None).await.unwrap();
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(WAIT, gone.next()).await {}
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match connect_from(&server, "127.0.0.1").await {
+            Ok(_) => break,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.stop().await.unwrap();
 }
 

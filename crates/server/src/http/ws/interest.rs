@@ -241,6 +241,9 @@ pub struct ViewerInterest {
     last_send: Option<Duration>,
     /// What this viewer's linear updates cost, measured.
     cost: Cost,
+    /// Its turns are further apart than the cells' history, so every
+    /// update is a full one, and the full set is sized at that cost.
+    full_cost: bool,
     /// Whether each cell is in view.
     in_view_mark: Vec<bool>,
     /// When the summaries were last sent.
@@ -267,8 +270,9 @@ pub struct ViewerInterest {
     codings: Codings,
 }
 
-/// The stream's grid and budget are announced again when the budget moves
-/// by more than this fraction (at most once per [`ANNOUNCE_EVERY`]).
+/// The stream's grid and budget are announced again when the budget (or
+/// the summaries' rate) moves by more than this fraction (at most once per
+/// [`ANNOUNCE_EVERY`]).
 const ANNOUNCE_MOVE: f64 = 0.1;
 /// Least time between two budget announcements.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
@@ -302,6 +306,7 @@ impl ViewerInterest {
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
             cost: Cost::new(START_BYTES_PER_BOID[Codings::for_minor(minor) as usize]),
+            full_cost: false,
             in_view_mark: Vec::new(),
             last_summary: None,
             summary_hz: SUMMARY_HZ,
@@ -353,7 +358,9 @@ impl ViewerInterest {
             None => true,
             Some((last, at)) => {
                 let was = f64::from(last.budget_bytes_per_s);
-                let moved = (f64::from(info.budget_bytes_per_s) - was).abs() > ANNOUNCE_MOVE * was;
+                let moved = (f64::from(info.budget_bytes_per_s) - was).abs() > ANNOUNCE_MOVE * was
+                    || f64::from((info.summary_hz - last.summary_hz).abs())
+                        > ANNOUNCE_MOVE * f64::from(last.summary_hz);
                 last.grid != info.grid
                     || last.quant != info.quant
                     || (moved && now.saturating_sub(at) >= ANNOUNCE_EVERY)
@@ -468,7 +475,7 @@ impl ViewerInterest {
         // cells' history reaches (a page slowed to two frames a second) is
         // sent every update in full: sized at a linear update's cost, its
         // set was about seven times what each send could reach.
-        let (overhead, per_boid) = if self.broadcast_hz > HISTORY as f32 * full_hz {
+        let (overhead, per_boid) = if self.full_cost {
             (UPDATE_OVERHEAD, FULL_BYTES_PER_BOID as f32)
         } else {
             (self.cost.overhead(), self.cost.per_boid())
@@ -559,6 +566,16 @@ impl ViewerInterest {
             }
             _ => self.rate_mark = Some((now, seq)),
         }
+        // Turns further apart than the cells' history: every update full
+        // (with a margin back, so a rate near it does not flip the set).
+        let per_turn = self.broadcast_hz / self.full_hz();
+        let history = HISTORY as f32;
+        self.full_cost = per_turn
+            > if self.full_cost {
+                0.8 * history
+            } else {
+                history
+            };
         let mut full = std::mem::take(&mut self.full);
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
