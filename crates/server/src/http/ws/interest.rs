@@ -223,6 +223,10 @@ pub struct ViewerInterest {
     precision: Vec<Precision>,
     /// Sends per second, measured (a moving average).
     send_hz: f32,
+    /// The most sends per second the viewer asked for (`Subscribe`'s or
+    /// `SetRate`'s `max_fps`): a page that slows down is sized for its
+    /// new rate at once, not once the average has followed it down.
+    max_fps: f32,
     /// Broadcasts per second, measured over [`BROADCAST_RATE_WINDOW`]
     /// (seqs are counted, so a late or skipped send does not move it).
     broadcast_hz: f32,
@@ -298,6 +302,7 @@ impl ViewerInterest {
             in_view: Vec::new(),
             precision: Vec::new(),
             send_hz: START_BROADCAST_HZ,
+            max_fps: f32::INFINITY,
             broadcast_hz: START_BROADCAST_HZ,
             rate_mark: None,
             rate_measured: false,
@@ -452,14 +457,20 @@ impl ViewerInterest {
     }
 
     /// The rate the full set is updated at: its turns per second, or this
-    /// viewer's sends per second when it asks for fewer; at least
+    /// viewer's sends per second (measured, and no more than it asked
+    /// for) when fewer; at least
     /// [`MIN_FULL_HZ`]. A send may spend the time since the last one
     /// (`budget.rs`), so a stream that sends twice a second carries a set
     /// sized for two updates a second (sized for five, as it was, it held
     /// 1489 of the 3511 boids its budget paid for).
     fn full_hz(&self) -> f32 {
         let turns = 2.0 * self.broadcast_hz / self.halves as f32;
-        turns.min(self.send_hz).max(MIN_FULL_HZ)
+        turns.min(self.send_hz).min(self.max_fps).max(MIN_FULL_HZ)
+    }
+
+    /// The most sends per second the viewer asked for.
+    pub fn set_max_fps(&mut self, fps: u32) {
+        self.max_fps = fps.max(1) as f32;
     }
 
     /// Marks the full set in `full`: the heaviest cells in view whose
@@ -809,6 +820,22 @@ mod tests {
             if seqs.first().is_some_and(|&s| s <= 600) && seqs.last() == Some(&900) {
                 let late = seqs.iter().filter(|&&s| s > 600).count();
                 assert!(late >= 18, "cell {c}: {seqs:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 5, "{checked} cells held throughout");
+        // A viewer that asked for 2 frames a second is sized for them from
+        // its first sends, not once the measured rate has come down (about
+        // ten seconds from the assumed 30).
+        let mut vi = [watching(40_000)];
+        vi[0].set_max_fps(2);
+        let sends = (1..=300).filter(|s| s % 15 == 0).map(at_hz(30.0));
+        let (_, updates, _) = serve(&mut vi, sends, |_, _, _| {});
+        let mut checked = 0;
+        for (c, seqs) in &updates[0] {
+            if seqs.first().is_some_and(|&s| s <= 60) && seqs.last() == Some(&300) {
+                let late = seqs.iter().filter(|&&s| s > 60).count();
+                assert!(late >= 14, "cell {c}: {seqs:?}");
                 checked += 1;
             }
         }

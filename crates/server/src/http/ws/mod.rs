@@ -260,6 +260,9 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
     };
     let started = Instant::now();
     let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO, minor));
+    if let Some(vi) = interest.as_mut() {
+        vi.set_max_fps(max_fps);
+    }
     let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
     // the reader stops running commands before the Close goes out.
@@ -369,7 +372,12 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
                     break refused(r, "send failed");
                 }
             }
-            Some(r) = rate_rx.recv() => fps = clamp_fps(r, s.0.limits.snapshot_hz),
+            Some(r) = rate_rx.recv() => {
+                fps = clamp_fps(r, s.0.limits.snapshot_hz);
+                if let Some(vi) = interest.as_mut() {
+                    vi.set_max_fps(fps);
+                }
+            }
             Some(()) = resync_rx.recv() => {
                 held = [None, None];
                 if let Some(vi) = interest.as_mut() {
