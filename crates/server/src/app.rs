@@ -121,6 +121,18 @@ pub async fn run(
         Some(path) => Some(crate::engine::recording::Script::load(path)?),
         None => None,
     };
+    if let Some(script) = &replay
+        && script.stated_population() > MAX_SERVED_POPULATION
+    {
+        // No snapshot of it could be built: its viewers would get nothing.
+        return Err(RunError::Config(ConfigError {
+            field: "population".into(),
+            value: format!("{} (in the recording)", script.stated_population()),
+            allowed: format!(
+                "0 ..= {MAX_SERVED_POPULATION} to serve it (the most one snapshot carries); `starling replay` without --serve checks a larger one"
+            ),
+        }));
+    }
     let flock = match &replay {
         Some(script) => script.start().clone(),
         None => initial_flock(&config)?,

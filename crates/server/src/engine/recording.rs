@@ -370,6 +370,18 @@ impl Script {
     pub fn start(&self) -> &Flock {
         &self.start
     }
+
+    /// The most boids the recording states outright: its start, and the
+    /// populations it sets (spawns add to those).
+    pub fn stated_population(&self) -> usize {
+        self.ops
+            .iter()
+            .filter_map(|(_, op)| match op {
+                Op::SetPopulation { population } => Some(*population),
+                _ => None,
+            })
+            .fold(self.start.len(), usize::max)
+    }
 }
 
 /// Snapshots a player keeps for seeking back, at most.
@@ -421,11 +433,15 @@ impl Player {
     }
 
     /// Applies the ops recorded at the flock's tick, then steps once (with
-    /// `step`), checks a digest due, and keeps a seek point now and then.
-    /// Returns whether the params or agents may have changed (an op ran).
+    /// `step`) unless those ops brought it to the recording's end (a run
+    /// recorded as it ended paused, after steps), checks a digest due, and
+    /// keeps a seek point now and then. Returns whether the params or
+    /// agents may have changed (an op ran).
     pub fn step(&mut self, f: &mut Flock, mut step: impl FnMut(&mut Flock)) -> bool {
         let ran = self.apply_due(f, &mut step);
-        step(f);
+        if f.tick() < self.script.end_tick {
+            step(f);
+        }
         self.check_digests(f);
         if f.tick().is_multiple_of(self.point_every)
             && self.points.last().is_none_or(|p| p.0 < f.tick())
@@ -549,6 +565,48 @@ mod tests {
         }
         rec.finish(&f);
         format!("{:#018x}", f.digest())
+    }
+
+    #[test]
+    fn a_recording_that_ends_paused_after_steps_plays_to_its_end_exactly() {
+        // Paused, stepped 10, stopped: playback applied the ops (to the
+        // end) and then stepped once more, one tick past the recording;
+        // its last digest went unchecked and a step then underflowed.
+        let dir = std::env::temp_dir().join(format!("starling-paused-end-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rec.jsonl");
+        let mut f = Flock::new(FlockConfig {
+            population: 200,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        let mut rec = Recorder::create(&path, &f).unwrap();
+        let mut paused = false;
+        for _ in 0..20 {
+            f.step();
+            rec.after_tick(&f);
+        }
+        for op in [Op::Pause, Op::Step { n: 10 }] {
+            let tick = f.tick();
+            apply(&mut f, &mut paused, op.clone(), |f| f.step()).unwrap();
+            rec.op(tick, &op);
+            rec.after_tick(&f);
+        }
+        rec.finish(&f);
+        drop(rec);
+        let (mut player, mut g) = Player::new(Script::load(&path).unwrap());
+        let end = player.range().1;
+        assert_eq!(end, 30);
+        play_all(&mut player, &mut g);
+        assert_eq!(g.tick(), end, "played past the end");
+        assert_eq!(g.digest(), f.digest());
+        assert_eq!(player.diverged, 0);
+        player.seek(&mut g, end, |f| f.step()).unwrap();
+        assert_eq!(g.tick(), end);
+        player.seek(&mut g, 5, |f| f.step()).unwrap();
+        player.seek(&mut g, end, |f| f.step()).unwrap();
+        assert_eq!((g.tick(), g.digest()), (end, f.digest()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Plays a script to its end, returning the digest at every tick.

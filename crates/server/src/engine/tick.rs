@@ -450,7 +450,7 @@ impl State {
                         "step advances a paused replay: pause it first".into(),
                     ));
                 }
-                let left = player.range().1 - self.flock.tick();
+                let left = player.range().1.saturating_sub(self.flock.tick());
                 if n == 0 || u64::from(n) > left.min(u64::from(crate::command::MAX_STEP_TICKS)) {
                     return Err(OpError::Sim(
                         starling_sim::ParamError::new(

@@ -706,6 +706,15 @@ async fn every_api_refusal_is_json_naming_what_is_wrong() {
             "invalid",
             Some("id"),
         ),
+        // Not UTF-8: was axum's plain-text 400.
+        (
+            Method::POST,
+            "/api/v1/params/presets/%FF",
+            None,
+            400,
+            "invalid",
+            Some("name"),
+        ),
         (Method::PATCH, "/api/v1/params", None, 422, "invalid", None),
         (
             Method::POST,

@@ -311,3 +311,45 @@ async fn stalled_viewers_cost_no_memory_for_their_backlog() {
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_too_large_to_serve_is_refused_naming_the_population() {
+    // A recording that sets more boids than one snapshot carries started,
+    // and its viewers got nothing: every broadcast failed to build.
+    use starling_server::command::Op;
+    use starling_server::engine::recording::Recorder;
+    let dir = std::env::temp_dir().join(format!("starling-big-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.jsonl");
+    let flock = starling_sim::Flock::new(starling_sim::FlockConfig {
+        population: 100,
+        ..starling_sim::FlockConfig::default()
+    })
+    .unwrap();
+    let mut rec = Recorder::create(&path, &flock).unwrap();
+    rec.op(
+        0,
+        &Op::SetPopulation {
+            population: 1_500_000,
+        },
+    );
+    rec.finish(&flock);
+    drop(rec);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = starling_server::config::Config {
+        replay: Some(path),
+        ..test_config()
+    };
+    let run = starling_server::app::run(listener, config, std::future::pending());
+    let err = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("refused at once, not served")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("population") && err.contains("1500000"),
+        "{err}"
+    );
+    assert!(err.contains("1048576"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -170,6 +170,25 @@ impl FromRequestParts<Shared> for PathId {
     }
 }
 
+/// A `{name}` path segment, with axum's rejection (an escaped byte that
+/// is not UTF-8, say `%FF`) as `{error, field, detail}` like every other.
+pub(super) struct PathName(pub String);
+
+impl FromRequestParts<Shared> for PathName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &Shared) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, s).await {
+            Ok(Path(name)) => Ok(PathName(name)),
+            Err(e) => Err(ApiError::invalid(
+                StatusCode::BAD_REQUEST,
+                Some("name".into()),
+                format!("{}: a name is UTF-8 text", e.body_text()),
+            )),
+        }
+    }
+}
+
 /// Turns axum's JSON rejection into `{error, field, detail}`; the field is
 /// the path serde reports (`w_sep`, `position[1]`) or the name of an
 /// unknown or missing field.

@@ -1,7 +1,7 @@
 //! `/params`: read and patch the parameters, list and apply presets.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Serialize;
 use starling_sim::params::{Bounds, SPECS, Value};
 use starling_sim::{Group, Model, Params, ParamsPatch, Preset};
@@ -10,7 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::ErrorBody;
-use super::extract::{Body, Caller};
+use super::extract::{Body, Caller, PathName};
 use crate::command::{Op, OpError};
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
@@ -215,7 +215,7 @@ async fn list_presets(State(s): State<Shared>) -> Json<Vec<PresetInfo>> {
 async fn apply_preset(
     State(s): State<Shared>,
     Caller(actor): Caller,
-    Path(name): Path<String>,
+    PathName(name): PathName,
 ) -> Result<Json<ParamsChanged>, ApiError> {
     let preset: Preset = name.parse().map_err(|_| {
         OpError::NotFound(format!("no preset {name:?}: allowed {}", Preset::ALLOWED))
