@@ -270,6 +270,39 @@ struct Feed {
     /// The origin's updates need a newer protocol than this edge reads
     /// (said once, until a state this edge reads comes).
     refused_protocol: bool,
+    /// The parameter and agent versions this edge serves.
+    versions: Versions,
+}
+
+/// The parameter and agent versions an edge serves its viewers: its own,
+/// bumped whenever the origin's change, a new origin run included (each
+/// run counts from 0 again, so a viewer that compared the origin's kept
+/// the last run's parameters and agents).
+#[derive(Debug, Default)]
+struct Versions {
+    /// The origin's run, parameters and agents versions last seen.
+    seen: Option<(u64, u64, u64)>,
+    own: (u64, u64),
+}
+
+impl Versions {
+    /// This edge's (parameters, agents) versions for the origin's
+    /// `params` and `agents` versions in run `epoch`.
+    fn of(&mut self, epoch: u64, params: u64, agents: u64) -> (u64, u64) {
+        match self.seen {
+            None => self.own = (params, agents),
+            Some((e, p, a)) => {
+                if e != epoch || p != params {
+                    self.own.0 += 1;
+                }
+                if e != epoch || a != agents {
+                    self.own.1 += 1;
+                }
+            }
+        }
+        self.seen = Some((epoch, params, agents));
+        self.own
+    }
 }
 
 impl Feed {
@@ -296,6 +329,7 @@ impl Feed {
             encoder: Encoder::default(),
             order: Vec::new(),
             refused_protocol: false,
+            versions: Versions::default(),
         }
     }
 
@@ -557,7 +591,7 @@ impl Feed {
     /// Publishes the origin's state with a broadcast for this edge's
     /// viewers and REST (a heartbeat's repeats the one already served).
     fn send(
-        &self,
+        &mut self,
         state: StateMsg,
         broadcast: Arc<Broadcast>,
         out: &watch::Sender<Arc<Published>>,
@@ -565,8 +599,14 @@ impl Feed {
         let Some(stream) = self.stream.as_ref() else {
             return;
         };
+        let mut sim = state.sim;
+        (sim.params_version, sim.agents_version) = self.versions.of(
+            self.epoch.unwrap_or(0),
+            sim.params_version,
+            sim.agents_version,
+        );
         let _ = out.send(Arc::new(Published {
-            sim: state.sim,
+            sim,
             quant: stream.quant,
             broadcast: Some(broadcast),
             at: Instant::now(),
@@ -787,6 +827,22 @@ mod tests {
         let st = side.publish(&frame(12, 6, WORLD), WORLD);
         play(&mut f, &side.send(&st, true), &tx).unwrap();
         assert_eq!(served(&rx), keyframe(&frame(12, 6, WORLD)));
+    }
+
+    #[test]
+    fn an_edges_versions_move_whenever_the_origins_do_a_new_run_included() {
+        // An origin restarted with other parameters counts its versions
+        // from 0 again: served as they were, viewers of the edge saw no
+        // change and kept the last run's parameters and agents.
+        let mut v = Versions::default();
+        assert_eq!(v.of(1, 3, 7), (3, 7));
+        assert_eq!(v.of(1, 3, 7), (3, 7), "nothing changed");
+        assert_eq!(v.of(1, 4, 7), (4, 7));
+        assert_eq!(v.of(1, 4, 8), (4, 8));
+        let restarted = v.of(2, 0, 0);
+        assert!(restarted.0 > 4 && restarted.1 > 8, "{restarted:?}");
+        assert_eq!(v.of(2, 0, 0), restarted);
+        assert_eq!(v.of(2, 1, 0), (restarted.0 + 1, restarted.1));
     }
 
     #[test]
