@@ -223,7 +223,8 @@ impl State {
             if self.take_requests(&rx, &mut replies).is_err() {
                 return;
             }
-            let changed = !replies.is_empty();
+            // Refused ops change nothing: no snapshot, no swarm metrics.
+            let changed = replies.iter().any(|(_, r)| r.is_ok());
             if !self.paused {
                 self.step();
             }
@@ -262,10 +263,14 @@ impl State {
                         if self.take_requests(&rx, &mut replies).is_err() {
                             return;
                         }
-                        if self.paused {
+                        // A paused flock's edit is a snapshot viewers must
+                        // see; a refused op is none (each cost a whole
+                        // encode, and a pilot may send twenty a second).
+                        let changed = replies.iter().any(|(_, r)| r.is_ok());
+                        if self.paused && changed {
                             self.encode_broadcast();
                         }
-                        self.answer(replies, true, out);
+                        self.answer(replies, changed, out);
                     }
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => return,

@@ -220,6 +220,19 @@ async fn pause_stops_the_tick_and_step_advances_it_exactly() {
             .iter()
             .all(|m| m.tick == paused_at && m.paused)
     );
+    // Refused commands change nothing and broadcast nothing (each was a
+    // whole snapshot encode, sent to every viewer).
+    for _ in 0..5 {
+        let (status, body) = rest(
+            Method::POST,
+            &server.url("/api/v1/control/step"),
+            None,
+            Some(json!({ "n": 0 })),
+        )
+        .await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["field"], "n", "{body}");
+    }
     let (status, body) = rest(
         Method::POST,
         &server.url("/api/v1/control/step"),
@@ -233,12 +246,13 @@ async fn pause_stops_the_tick_and_step_advances_it_exactly() {
         get(&server.url("/api/v1/state")).await["tick"],
         paused_at + 5
     );
-    // The viewer is shown the stepped state.
-    let mut f = v.next_frame().await;
-    while f.tick < paused_at + 5 {
-        f = v.next_frame().await;
-    }
-    assert_eq!(f.tick, paused_at + 5);
+    // The viewer is shown the stepped state, and nothing before it.
+    let f = v.next_frame().await;
+    assert_eq!(
+        f.tick,
+        paused_at + 5,
+        "a frame between the pause and the step"
+    );
     // Stepping a running simulation is refused, and says why.
     rest(
         Method::POST,
