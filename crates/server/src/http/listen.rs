@@ -51,8 +51,53 @@ pub struct ConnLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerGroup(pub IpAddr);
 
-/// Open sockets per remote address (see [`address_group`]).
-type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
+/// Counts per address group (see [`address_group`]), each held below a
+/// cap: open sockets here, viewers in `http/shared.rs`.
+#[derive(Debug, Clone, Default)]
+pub struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl PerAddress {
+    /// One more for `group`, counted until the returned guard is dropped,
+    /// or None when `group` holds `cap` already.
+    pub fn take(&self, group: IpAddr, cap: usize) -> Option<AddressCount> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.get(&group).copied().unwrap_or(0);
+        if n >= cap {
+            return None;
+        }
+        m.insert(group, n + 1);
+        Some(AddressCount {
+            group,
+            counts: self.clone(),
+        })
+    }
+}
+
+/// One count of [`PerAddress`], given back when dropped.
+#[derive(Debug)]
+pub struct AddressCount {
+    group: IpAddr,
+    counts: PerAddress,
+}
+
+impl AddressCount {
+    /// The address group counted.
+    pub fn group(&self) -> IpAddr {
+        self.group
+    }
+}
+
+impl Drop for AddressCount {
+    fn drop(&mut self) {
+        let mut m = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.group) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.group);
+            }
+        }
+    }
+}
 
 /// The address a socket counts against: IPv4 addresses (IPv4-mapped IPv6
 /// included) as they are, other IPv6 addresses by their /64 block, so that
@@ -96,22 +141,9 @@ impl Activity {
 /// upgrade, the WebSocket owns it).
 struct Counted {
     io: TcpStream,
-    ip: IpAddr,
-    per_ip: PerIp,
+    address: AddressCount,
     activity: Arc<Activity>,
     _total: OwnedSemaphorePermit,
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        let mut m = self.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
-    }
 }
 
 impl AsyncRead for Counted {
@@ -153,22 +185,15 @@ impl AsyncWrite for Counted {
 fn admit(
     io: TcpStream,
     ip: IpAddr,
-    per_ip: &PerIp,
+    per_ip: &PerAddress,
     total: &Arc<Semaphore>,
     limits: ConnLimits,
 ) -> Option<Counted> {
     let permit = total.clone().try_acquire_owned().ok()?;
-    let ip = address_group(ip);
-    let mut m = per_ip.lock().unwrap_or_else(|p| p.into_inner());
-    let n = m.entry(ip).or_insert(0);
-    if *n >= limits.per_ip {
-        return None;
-    }
-    *n += 1;
+    let address = per_ip.take(address_group(ip), limits.per_ip)?;
     Some(Counted {
         io,
-        ip,
-        per_ip: per_ip.clone(),
+        address,
         activity: Activity::new(),
         _total: permit,
     })
@@ -185,7 +210,7 @@ pub async fn serve(
     let (closing_tx, closing) = watch::channel(false);
     // Every connection task holds a sender; all gone means all finished.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
-    let per_ip = PerIp::default();
+    let per_ip = PerAddress::default();
     let total = Arc::new(Semaphore::new(limits.total));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -204,7 +229,7 @@ pub async fn serve(
             tracing::debug!(%peer, "connection refused: too many open sockets");
             continue;
         };
-        let (activity, group) = (io.activity.clone(), io.ip);
+        let (activity, group) = (io.activity.clone(), io.address.group());
         let stall = limits.header_timeout;
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())

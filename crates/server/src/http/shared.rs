@@ -4,9 +4,8 @@
 //! then the token's one rate bucket, then the queue (ownership and caps are
 //! checked where the op applies, by the tick loop's ledger).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use starling_protocol::Role;
@@ -16,6 +15,7 @@ use tokio::sync::{oneshot, watch};
 use super::auth::Tokens;
 use super::error::ApiError;
 use super::guard::Allowed;
+use super::listen::{AddressCount, PerAddress};
 use super::rate::RateBuckets;
 use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
 use crate::engine::Request;
@@ -123,8 +123,8 @@ pub struct Inner {
     /// One permit per viewer connection, taken before the upgrade is
     /// answered, so the cap holds exactly under a burst of connections.
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
-    /// Viewer connections per address (see `listen::address_group`).
-    viewers_per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// Viewer connections per address group.
+    viewers_per_ip: PerAddress,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -158,7 +158,7 @@ impl Shared {
             exports: RateBuckets::new(EXPORTS_PER_MINUTE / 60.0, EXPORTS_PER_MINUTE / 2.0),
             export_slots: Arc::new(tokio::sync::Semaphore::new(EXPORTS_AT_ONCE)),
             viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
-            viewers_per_ip: Arc::default(),
+            viewers_per_ip: PerAddress::default(),
             history,
         }))
     }
@@ -166,21 +166,10 @@ impl Shared {
     /// Counts one more viewer from `peer` (an address group) until the
     /// slot is dropped, or None when it holds `max_viewers_per_ip`
     /// already: a few addresses cannot take every viewer slot.
-    pub fn viewer_of(&self, peer: IpAddr) -> Option<AddressSlot> {
-        let mut m = self
-            .0
+    pub fn viewer_of(&self, peer: IpAddr) -> Option<AddressCount> {
+        self.0
             .viewers_per_ip
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(peer).or_insert(0);
-        if *n >= self.0.limits.max_viewers_per_ip {
-            return None;
-        }
-        *n += 1;
-        Some(AddressSlot {
-            peer,
-            counts: self.0.viewers_per_ip.clone(),
-        })
+            .take(peer, self.0.limits.max_viewers_per_ip)
     }
 
     /// Viewer connections open or being opened.
@@ -252,24 +241,5 @@ impl Shared {
             "a pilot token may send {} commands per second, over REST and WebSocket together",
             self.0.commands.rate_per_s()
         )))
-    }
-}
-
-/// One viewer counted against its address ([`Shared::viewer_of`]).
-#[derive(Debug)]
-pub struct AddressSlot {
-    peer: IpAddr,
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut m = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.peer);
-            }
-        }
     }
 }

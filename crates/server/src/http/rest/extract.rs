@@ -155,18 +155,8 @@ impl FromRequestParts<Shared> for PathId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, s: &Shared) -> Result<Self, ApiError> {
-        match Path::<u32>::from_request_parts(parts, s).await {
-            Ok(Path(id)) => Ok(PathId(id)),
-            Err(e) => Err(ApiError::invalid(
-                StatusCode::BAD_REQUEST,
-                Some("id".into()),
-                format!(
-                    "{}: an agent id is a whole number 0 ..= {}",
-                    e.body_text(),
-                    u32::MAX
-                ),
-            )),
-        }
+        let what = format!("an agent id is a whole number 0 ..= {}", u32::MAX);
+        path_param(parts, s, "id", &what).await.map(PathId)
     }
 }
 
@@ -178,14 +168,27 @@ impl FromRequestParts<Shared> for PathName {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, s: &Shared) -> Result<Self, ApiError> {
-        match Path::<String>::from_request_parts(parts, s).await {
-            Ok(Path(name)) => Ok(PathName(name)),
-            Err(e) => Err(ApiError::invalid(
-                StatusCode::BAD_REQUEST,
-                Some("name".into()),
-                format!("{}: a name is UTF-8 text", e.body_text()),
-            )),
-        }
+        path_param(parts, s, "name", "a name is UTF-8 text")
+            .await
+            .map(PathName)
+    }
+}
+
+/// The one path parameter, or a 400 naming `field` with axum's rejection
+/// and what the parameter is (`what`).
+async fn path_param<T: serde::de::DeserializeOwned + Send>(
+    parts: &mut Parts,
+    s: &Shared,
+    field: &str,
+    what: &str,
+) -> Result<T, ApiError> {
+    match Path::<T>::from_request_parts(parts, s).await {
+        Ok(Path(v)) => Ok(v),
+        Err(e) => Err(ApiError::invalid(
+            StatusCode::BAD_REQUEST,
+            Some(field.into()),
+            format!("{}: {what}", e.body_text()),
+        )),
     }
 }
 
