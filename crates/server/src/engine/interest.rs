@@ -471,14 +471,20 @@ mod tests {
         assert!(tel.cell_updates_encoded.get() > 0);
     }
 
-    #[test]
-    fn the_exact_form_is_made_even_when_the_coarse_ones_are_used_up() {
+    /// One broadcast's cells of a single boid, the telemetry counting
+    /// their encodings, and that boid's cell.
+    fn one_boid_set() -> (Arc<Telemetry>, Arc<CellSet>, u32) {
         let tel = Arc::new(Telemetry::default());
-        let mut b = CellBuilder::default();
-        let set = b
+        let set = CellBuilder::default()
             .build(1, &whole(2, &[(1, 500)]), [100.0, 100.0, 50.0], 3, &tel)
             .unwrap();
         let c = set.now.grid.cell_of([500, 100, 100]);
+        (tel, set, c)
+    }
+
+    #[test]
+    fn the_exact_form_is_made_even_when_the_coarse_ones_are_used_up() {
+        let (_, set, c) = one_boid_set();
         for shift in 1..=FULL_FORMS as u8 {
             let p = Precision::new(shift, 0).unwrap();
             assert_eq!(set.full(c, p).unwrap().1, p);
@@ -496,12 +502,7 @@ mod tests {
         // Four far viewers at coarse precisions use up the cell's full
         // forms; a near viewer asking for (1, 0) got the finest of them,
         // (3, 1): drawn off by more than its half pixel, and held as such.
-        let tel = Arc::new(Telemetry::default());
-        let mut b = CellBuilder::default();
-        let set = b
-            .build(1, &whole(2, &[(1, 500)]), [100.0, 100.0, 50.0], 3, &tel)
-            .unwrap();
-        let c = set.now.grid.cell_of([500, 100, 100]);
+        let (tel, set, c) = one_boid_set();
         for (pos, heading) in [(6, 3), (5, 3), (4, 2), (3, 1)] {
             let p = Precision::new(pos, heading).unwrap();
             assert_eq!(set.full(c, p).unwrap().1, p);

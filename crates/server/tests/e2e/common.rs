@@ -469,3 +469,19 @@ pub(crate) fn rss_bytes(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status");
     kb * 1024
 }
+
+/// A value of `/metrics` at `addr`: the sample named `name` (with its
+/// labels, say `starling_nats_dropped_total{reason="malformed"}`), if the
+/// server exports it.
+pub(crate) async fn metric(addr: SocketAddr, name: &str) -> Option<u64> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let key = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map(|v| v.trim().parse().unwrap())
+}

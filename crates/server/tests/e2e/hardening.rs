@@ -137,15 +137,8 @@ async fn an_unread_command_flood_is_closed_without_growing_the_server_or_slowing
 
 /// `starling_broadcasts_alive` of `/metrics`.
 async fn broadcasts_alive(server: &TestServer) -> u64 {
-    let text = reqwest::get(server.url("/metrics"))
+    metric(server.addr, "starling_broadcasts_alive")
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("starling_broadcasts_alive "))
-        .map(|v| v.trim().parse().unwrap())
         .expect("starling_broadcasts_alive in /metrics")
 }
 

@@ -30,23 +30,11 @@ async fn a_viewer_that_never_reads_is_dropped_without_slowing_the_others() {
     // A healthy viewer keeps its rate while the other one backs up and is dropped.
     let mut v = Viewer::connect(server.addr, None, 30).await;
     let mut ticks = vec![v.next_frame().await.tick];
-    let dropped = |text: &str| {
-        text.lines()
-            .find(|l| l.starts_with("starling_viewers_dropped_total"))
-            .and_then(|l| l.split_whitespace().last())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         ticks.push(v.next_frame().await.tick);
-        let metrics = reqwest::get(server.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if dropped(&metrics) >= 1 {
+        let dropped = metric(server.addr, "starling_viewers_dropped_total").await;
+        if dropped.unwrap_or(0) >= 1 {
             break;
         }
         assert!(

@@ -12,7 +12,7 @@ use starling_protocol::{Command, ErrorCode, Frame, PredatorMode};
 use starling_server::config::Config;
 use starling_server::lab::edges::Nats;
 
-use crate::common::{Reply, TestServer, Viewer, WAIT, get, rest, test_config};
+use crate::common::{Reply, TestServer, Viewer, WAIT, get, metric, rest, test_config};
 
 const SECRET: &str = "edge-secret-0123456789";
 const OPERATOR: &str = "operator-token";
@@ -62,16 +62,8 @@ async fn frames(v: &mut Viewer, n: usize) -> Vec<Frame> {
 
 /// A NATS message counter of `/metrics`.
 async fn dropped(addr: SocketAddr, reason: &str) -> u64 {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let key = format!("starling_nats_dropped_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    let name = format!("starling_nats_dropped_total{{reason=\"{reason}\"}}");
+    metric(addr, &name).await.unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

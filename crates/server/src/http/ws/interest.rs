@@ -815,15 +815,7 @@ mod tests {
         // The last twenty sends (ten seconds): each cell held throughout
         // at 18 of them or more (a cell joining the set goes first, and
         // may push one held cell's update to the next send); 14 before.
-        let mut checked = 0;
-        for (c, seqs) in &updates[0] {
-            if seqs.first().is_some_and(|&s| s <= 600) && seqs.last() == Some(&900) {
-                let late = seqs.iter().filter(|&&s| s > 600).count();
-                assert!(late >= 18, "cell {c}: {seqs:?}");
-                checked += 1;
-            }
-        }
-        assert!(checked > 5, "{checked} cells held throughout");
+        assert_updated_at_least(&updates[0], 600, 900, 18);
         // A viewer that asked for 2 frames a second is sized for them from
         // its first sends, not once the measured rate has come down (about
         // ten seconds from the assumed 30).
@@ -831,11 +823,23 @@ mod tests {
         vi[0].set_max_fps(2);
         let sends = (1..=300).filter(|s| s % 15 == 0).map(at_hz(30.0));
         let (_, updates, _) = serve(&mut vi, sends, |_, _, _| {});
+        assert_updated_at_least(&updates[0], 60, 300, 14);
+    }
+
+    /// Each cell held from `from` or before until the last send (`last`)
+    /// was updated at `least` of the sends after `from` or more; more than
+    /// five cells were.
+    fn assert_updated_at_least(
+        updates: &std::collections::HashMap<u32, Vec<u64>>,
+        from: u64,
+        last: u64,
+        least: usize,
+    ) {
         let mut checked = 0;
-        for (c, seqs) in &updates[0] {
-            if seqs.first().is_some_and(|&s| s <= 60) && seqs.last() == Some(&300) {
-                let late = seqs.iter().filter(|&&s| s > 60).count();
-                assert!(late >= 14, "cell {c}: {seqs:?}");
+        for (c, seqs) in updates {
+            if seqs.first().is_some_and(|&s| s <= from) && seqs.last() == Some(&last) {
+                let late = seqs.iter().filter(|&&s| s > from).count();
+                assert!(late >= least, "cell {c}: {seqs:?}");
                 checked += 1;
             }
         }
