@@ -30,7 +30,7 @@
 use glam::Vec3;
 
 use crate::boids::{Boid, SortedBoids, Sums};
-use crate::grid::{Block, Grid};
+use crate::grid::Grid;
 use crate::kernel::TopK;
 use crate::params::Params;
 use crate::perception::{Perception, heading};
@@ -191,59 +191,49 @@ pub(crate) fn perceive(
     let slack = 4.0 * f.params.noise_m;
     let reach = per.max2.sqrt() + slack;
     let reach2 = reach * reach;
-    // The ring is needed when the grid's cells are smaller than the largest
-    // radius (the topological path subdivides them), unless the near block
-    // already holds k neighbours closer than any ring boid can be.
-    let covered = (f.grid.covered_radius_m() - slack).max(0.0);
     let mut candidates = 0u32;
-    for block in [Block::Near, Block::Ring] {
-        if block == Block::Ring {
-            let proven = near.kth_d2().is_some_and(|kth| kth <= covered * covered);
-            if proven || f.grid.covered_radius_m().powi(2) >= per.max2 {
-                break;
+    // The grid's cells are as large as the largest radius: the block
+    // around the boid's cell holds every boid within range.
+    f.grid.for_each_run(cell, |run| {
+        let base = me_p - run.shift;
+        for j in run.range.clone() {
+            if j == i {
+                continue;
+            }
+            candidates += 1;
+            // The metric stays true: real distances, every neighbour.
+            let true_d2 = (f.truth.pos(j) - base).length_squared();
+            if true_d2 > 0.0 && true_d2 <= per.max2 && true_d2 < nn_d2 {
+                nn_d2 = true_d2;
+            }
+            let seen = f.seen.pos(j) - base;
+            let seen2 = seen.length_squared();
+            if seen2 > reach2 {
+                continue;
+            }
+            // Nor can it beat the k-th nearest so far.
+            if let Some(kth) = near.kth_d2() {
+                let gap = (seen2.sqrt() - slack).max(0.0);
+                if gap * gap > kth {
+                    continue;
+                }
+            }
+            let them = f.seen.id[j];
+            let Some(err) = observe(f.params, f.seed, f.tick, me_id, them) else {
+                continue;
+            };
+            let d = seen + err;
+            let d2 = d.length_squared();
+            if !(d2 > 0.0 && d2 <= per.max2 && per.in_view(d.dot(h), d2, has_heading)) {
+                continue;
+            }
+            if per.k_nearest > 0 {
+                near.insert(d2, them, j as u32, d);
+            } else {
+                visit(d2, d, f.seen.vel(j));
             }
         }
-        f.grid.for_each_run(cell, block, |run| {
-            let base = me_p - run.shift;
-            for j in run.range.clone() {
-                if j == i {
-                    continue;
-                }
-                candidates += 1;
-                // The metric stays true: real distances, every neighbour.
-                let true_d2 = (f.truth.pos(j) - base).length_squared();
-                if true_d2 > 0.0 && true_d2 <= per.max2 && true_d2 < nn_d2 {
-                    nn_d2 = true_d2;
-                }
-                let seen = f.seen.pos(j) - base;
-                let seen2 = seen.length_squared();
-                if seen2 > reach2 {
-                    continue;
-                }
-                // Nor can it beat the k-th nearest so far.
-                if let Some(kth) = near.kth_d2() {
-                    let gap = (seen2.sqrt() - slack).max(0.0);
-                    if gap * gap > kth {
-                        continue;
-                    }
-                }
-                let them = f.seen.id[j];
-                let Some(err) = observe(f.params, f.seed, f.tick, me_id, them) else {
-                    continue;
-                };
-                let d = seen + err;
-                let d2 = d.length_squared();
-                if !(d2 > 0.0 && d2 <= per.max2 && per.in_view(d.dot(h), d2, has_heading)) {
-                    continue;
-                }
-                if per.k_nearest > 0 {
-                    near.insert(d2, them, j as u32, d);
-                } else {
-                    visit(d2, d, f.seen.vel(j));
-                }
-            }
-        });
-    }
+    });
     // Nearest first, velocities as seen.
     near.for_each(|d2, d, j| visit(d2, d, f.seen.vel(j)));
     (nn_d2, candidates)

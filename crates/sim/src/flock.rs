@@ -822,7 +822,7 @@ impl Flock {
             crate::kernel::cell_radius_m(p),
             p.dims,
             p.boundary == crate::Boundary::Wrap,
-            crate::kernel::trims_runs(p),
+            true,
         );
     }
 
@@ -1056,7 +1056,7 @@ fn nearest_boid(grid: &Grid, boids: &SortedBoids, p: Vec3) -> Option<usize> {
             best = Some((d2, j));
         }
     };
-    grid.for_each_run(grid.cell_coords(p), crate::grid::Block::Near, |run| {
+    grid.for_each_run(grid.cell_coords(p), |run| {
         for j in run.range.clone() {
             consider((boids.pos(j) - (p - run.shift)).length_squared(), j);
         }

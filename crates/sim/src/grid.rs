@@ -5,14 +5,13 @@
 //! 2-D) block of cells around its own. Boids are sorted into cell order,
 //! so a row of three cells along x is one contiguous range of the sorted
 //! arrays: a query is at most 9 ranges (18 at a wrapped edge), not 27
-//! lookups. With a topological cap the flock halves the cell size and
-//! visits the [`Block::Ring`] of cells two away only when the near block did
-//! not already hold the k nearest.
+//! lookups.
 //!
 //! Each cell is cut along x into [`SLABS`] slabs and the counting sort keys on
 //! the slab, so a row of cells is also ordered by x at slab granularity:
-//! [`Grid::window`] trims a run to the slabs a query can reach along x
-//! (about 40 % fewer candidates than whole cells in scenario A).
+//! [`Grid::windows`] trims a run to the slabs a query can reach along x
+//! (about 40 % fewer candidates than whole cells in scenario A), and
+//! [`Grid::window`] to those a reach found while querying can.
 //!
 //! Architecture invariant: no hash maps and no per-cell vectors; the grid is
 //! three flat `u32` arrays reused across ticks.
@@ -64,10 +63,9 @@ impl CellRun {
     }
 }
 
-/// Most runs one block can produce: every row of cells yields at most two
-/// runs (split at a wrapped face), and the ring has up to 9 rows cut in two
-/// around the near block plus 16 whole rows.
-pub const MAX_RUNS: usize = 9 * 2 * 2 + 16 * 2;
+/// Most runs one block can produce: each of its 9 rows of cells yields at
+/// most two runs (split at a wrapped face).
+pub const MAX_RUNS: usize = 9 * 2;
 
 /// The runs of one block, collected into a fixed array so the kernel can
 /// loop over them in one place (a closure called from several sites is not
@@ -82,19 +80,19 @@ pub struct RunList {
     /// reads them; PERF: the topological path skips the copy).
     with_cols: bool,
     len: usize,
-    /// The cell and block the runs were collected for. PERF: boids come in
+    /// The cell and span the runs were collected for. PERF: boids come in
     /// cell order, so consecutive boids usually share a cell and reuse the
     /// list. Only valid for one grid rebuild: make a new list per tick.
-    key: Option<([i32; 3], i32, Block)>,
+    key: Option<([i32; 3], i32)>,
     /// The block's rows around the last query's row (`rows_key`: its y
     /// and z), shared by every cell along it.
     rows: [Row; MAX_ROWS],
     n_rows: usize,
-    rows_key: Option<([i32; 2], Block)>,
+    rows_key: Option<[i32; 2]>,
 }
 
-/// Most rows one block has (5×5).
-const MAX_ROWS: usize = 25;
+/// Most rows one block has (3×3).
+const MAX_ROWS: usize = 9;
 
 impl Default for RunList {
     fn default() -> Self {
@@ -248,7 +246,7 @@ impl RunList {
 
 /// Visit order of offsets along an axis: the boid's own cell first, so the
 /// nearest candidates come first and distance pruning bites early.
-const OFFSET_ORDER: [i32; 5] = [0, -1, 1, -2, 2];
+const OFFSET_ORDER: [i32; 3] = [0, -1, 1];
 
 /// Cell layout and the counting-sort result for the current tick.
 #[derive(Debug, Clone, Default)]
@@ -261,7 +259,8 @@ pub struct Grid {
     cell_m: Vec3,
     /// World extents; the image offset across a wrapped face.
     world_m: Vec3,
-    /// Every boid within this distance of a point is in its [`Block::Near`] block.
+    /// Every boid within this distance of a point is in the 3×3×3 block
+    /// around its cell.
     covered_m: f32,
     /// Whether faces wrap (torus) or cells at the faces simply have no outer neighbours.
     wrap: bool,
@@ -335,8 +334,8 @@ impl Grid {
         self.n.iter().map(|&c| c as usize).product()
     }
 
-    /// Every boid within this distance of a point lies in the point's
-    /// [`Block::Near`] block (and within twice it, in `Near` + `Ring`).
+    /// Every boid within this distance of a point lies in the 3×3×3 block
+    /// around its cell ([`Grid::for_each_run`]).
     pub fn covered_radius_m(&self) -> f32 {
         self.covered_m
     }
@@ -516,6 +515,35 @@ impl Grid {
         self.windows_from_keys(runs, &keys, out)
     }
 
+    /// [`Grid::windows`] for one run and a reach known only when the run is
+    /// visited (the topological path's largest k-th distance so far): the
+    /// sorted indices of `run` that can hold a boid within `sqrt(reach2)`
+    /// of the box `lo ..= hi`, a run out of reach included (the caller
+    /// skips those with [`CellRun::box_dist2`]). Conservative in the same
+    /// way; the whole run in a grid without x-slabs.
+    #[inline(always)]
+    pub fn window(&self, run: &CellRun, (lo, hi): (Vec3, Vec3), reach2: f32) -> Range<usize> {
+        if self.slabs == 1 {
+            return run.range.clone();
+        }
+        let e = |a: usize| max(max(run.lo[a] - hi[a], lo[a] - run.hi[a]), 0.0);
+        let (ey, ez) = (e(1), e(2));
+        let slack = self.window_slack(reach2);
+        let half = (max(reach2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
+        let k0 = self
+            .x_key((lo.x - run.shift.x) - half)
+            .max(run.slabs[1] as i32);
+        let k1 = self
+            .x_key((hi.x - run.shift.x) + half)
+            .min(run.slabs[2] as i32);
+        if k0 > k1 {
+            return run.range.start..run.range.start;
+        }
+        let row = run.slabs[0] as i32;
+        let at = |key: i32| self.slab_start[(row + key) as usize] as usize;
+        at(k0)..at(k1 + 1)
+    }
+
     /// The last step of [`Grid::windows`]: slab key ranges (`k0 > k1` for
     /// none) to sorted-index ranges.
     #[inline(always)]
@@ -549,40 +577,30 @@ impl Grid {
         &self.perm
     }
 
-    /// Calls `f` for each contiguous run of sorted boids in `block` around
-    /// cell `c` (the querying boid itself included; callers skip d = 0).
+    /// Calls `f` for each contiguous run of sorted boids in the 3×3×3
+    /// block (3×3 in 2-D) around cell `c` (the querying boid itself
+    /// included; callers skip d = 0).
     #[inline(always)]
-    pub fn for_each_run(&self, c: [i32; 3], block: Block, f: impl FnMut(CellRun)) {
-        self.for_each_run_from(c, c[0], block, f);
+    pub fn for_each_run(&self, c: [i32; 3], mut f: impl FnMut(CellRun)) {
+        self.for_each_row(c, |row| self.x_runs(&row, c[0] - 1, c[0] + 1, &mut f));
     }
 
-    /// [`Grid::for_each_run`] for the cells `c ..= [x_hi, c[1], c[2]]` of
-    /// one row taken together (`x_hi - c[0] <= max_span(block)`, and `x_hi
-    /// = c[0]` for the ring, whose hole is one cell's).
+    /// The rows (fixed y and z) of the block around cell `c`, nearest
+    /// first ([`OFFSET_ORDER`]): what the runs of every cell of `c`'s row share.
     #[inline(always)]
-    fn for_each_run_from(&self, c: [i32; 3], x_hi: i32, block: Block, mut f: impl FnMut(CellRun)) {
-        debug_assert!((0..=self.max_span(block)).contains(&(x_hi - c[0])));
-        debug_assert!(x_hi == c[0] || block != Block::Ring);
-        self.for_each_row(c, block, |row| {
-            self.row_runs(&row, c[0], x_hi, block, &mut f)
-        });
-    }
-
-    /// The rows (fixed y and z) of `block` around cell `c`, nearest first
-    /// ([`OFFSET_ORDER`]): what the runs of every cell of `c`'s row share.
-    #[inline(always)]
-    fn for_each_row(&self, c: [i32; 3], block: Block, mut f: impl FnMut(Row)) {
-        let reach = block.reach();
-        let inner = if block == Block::Ring { 1 } else { -1 };
+    fn for_each_row(&self, c: [i32; 3], mut f: impl FnMut(Row)) {
         let (ny, nz) = (self.n[1], self.n[2]);
-        let offsets = &OFFSET_ORDER[..(2 * reach + 1) as usize];
-        let z_offsets = if nz == 1 { &OFFSET_ORDER[..1] } else { offsets };
+        let z_offsets = if nz == 1 {
+            &OFFSET_ORDER[..1]
+        } else {
+            &OFFSET_ORDER[..]
+        };
         for &dz in z_offsets {
             let Some((z, sz)) = self.axis_neighbour(c[2] + dz, nz, self.world_m.z) else {
                 continue;
             };
             let (zlo, zhi) = self.bounds(2, z, z, sz);
-            for &dy in offsets {
+            for &dy in &OFFSET_ORDER {
                 let Some((y, sy)) = self.axis_neighbour(c[1] + dy, ny, self.world_m.y) else {
                     continue;
                 };
@@ -592,70 +610,53 @@ impl Grid {
                     lo: [ylo, zlo],
                     hi: [yhi, zhi],
                     shift: [sy, sz],
-                    hole: dy.abs() <= inner && dz.abs() <= inner,
                 });
             }
         }
     }
 
-    /// One row's runs for the cells `c0 ..= x_hi` of the query row: the
-    /// whole reach along x, or the two sides of the ring's hole.
+    /// Replaces `out` with the runs of the block around cell `c`, in the
+    /// order [`Grid::for_each_run`] visits them (kept as they are when
+    /// `out` already holds that cell: `out` must not outlive a rebuild).
     #[inline(always)]
-    fn row_runs(&self, row: &Row, c0: i32, x_hi: i32, block: Block, f: &mut impl FnMut(CellRun)) {
-        let reach = block.reach();
-        if row.hole {
-            let inner = Block::Near.reach();
-            self.x_runs(row, c0 - reach, c0 - inner - 1, f);
-            self.x_runs(row, c0 + inner + 1, c0 + reach, f);
-        } else {
-            self.x_runs(row, c0 - reach, x_hi + reach, f);
-        }
+    pub fn collect_runs(&self, c: [i32; 3], out: &mut RunList) {
+        self.collect_runs_from(c, c[0], out);
     }
 
-    /// Replaces `out` with the runs of `block` around cell `c`, in the same
-    /// order [`Grid::for_each_run`] visits them (kept as they are when `out`
-    /// already holds that cell and block: `out` must not outlive a rebuild).
-    #[inline(always)]
-    pub fn collect_runs(&self, c: [i32; 3], block: Block, out: &mut RunList) {
-        self.collect_runs_from(c, c[0], block, out);
-    }
-
-    /// [`Grid::collect_runs`] of `block` (`Near` or `Both`) around the
-    /// cells `c ..= [x_hi, c[1], c[2]]` of a row, `x_hi - c[0]` at most
+    /// [`Grid::collect_runs`] of the blocks around the cells `c ..=
+    /// [x_hi, c[1], c[2]]` of a row taken together, `x_hi - c[0]` at most
     /// [`Grid::max_span`] (it is clamped to that). A cell may come twice,
     /// as two different images of a small wrapped world.
     #[inline(always)]
-    pub fn collect_span_runs(&self, c: [i32; 3], x_hi: i32, block: Block, out: &mut RunList) {
-        debug_assert!(block != Block::Ring);
-        let x_hi = x_hi.clamp(c[0], c[0] + self.max_span(block));
-        self.collect_runs_from(c, x_hi, block, out);
+    pub fn collect_span_runs(&self, c: [i32; 3], x_hi: i32, out: &mut RunList) {
+        let x_hi = x_hi.clamp(c[0], c[0] + self.max_span());
+        self.collect_runs_from(c, x_hi, out);
     }
 
-    /// The widest span of cells along x (`x_hi - x_lo`) whose `block` the
+    /// The widest span of cells along x (`x_hi - x_lo`) whose blocks the
     /// runs can cover: in a wrapped world a row's runs cannot reach past
-    /// both faces at once, so `span + 2 * reach` stays within the row.
-    pub fn max_span(&self, block: Block) -> i32 {
+    /// both faces at once, so `span + 2` stays within the row.
+    pub fn max_span(&self) -> i32 {
         if self.wrap {
-            (self.n[0] - 2 * block.reach()).max(0)
+            (self.n[0] - 2).max(0)
         } else {
             i32::MAX / 4
         }
     }
 
     #[inline(always)]
-    fn collect_runs_from(&self, c: [i32; 3], x_hi: i32, block: Block, out: &mut RunList) {
-        if out.key == Some((c, x_hi, block)) {
+    fn collect_runs_from(&self, c: [i32; 3], x_hi: i32, out: &mut RunList) {
+        if out.key == Some((c, x_hi)) {
             return;
         }
-        out.key = Some((c, x_hi, block));
+        out.key = Some((c, x_hi));
         out.len = 0;
-        debug_assert!((0..=self.max_span(block)).contains(&(x_hi - c[0])));
-        debug_assert!(x_hi == c[0] || block != Block::Ring);
+        debug_assert!((0..=self.max_span()).contains(&(x_hi - c[0])));
         // PERF: consecutive queries walk along a row; its y-z rows are kept.
-        if out.rows_key != Some(([c[1], c[2]], block)) {
-            out.rows_key = Some(([c[1], c[2]], block));
+        if out.rows_key != Some([c[1], c[2]]) {
+            out.rows_key = Some([c[1], c[2]]);
             out.n_rows = 0;
-            self.for_each_row(c, block, |row| {
+            self.for_each_row(c, |row| {
                 out.rows[out.n_rows] = row;
                 out.n_rows += 1;
             });
@@ -684,16 +685,16 @@ impl Grid {
             *len += 1;
         };
         let rows = &rows[..*n_rows];
-        let (lo, hi) = (c[0] - block.reach(), x_hi + block.reach());
+        let (lo, hi) = (c[0] - 1, x_hi + 1);
         let n = self.n[0];
-        if block == Block::Ring || (self.wrap && (lo < 0 || hi >= n)) {
+        if self.wrap && (lo < 0 || hi >= n) {
             for row in rows {
-                self.row_runs(row, c[0], x_hi, block, &mut push);
+                self.x_runs(row, lo, hi, &mut push);
             }
             return;
         }
-        // PERF: no hole and no wrapped x face crossed: every row's run
-        // covers the same cells along x, so their extent is computed once.
+        // PERF: no wrapped x face crossed: every row's run covers the same
+        // cells along x, so their extent is computed once.
         let (a, b) = (lo.max(0), hi.min(n - 1));
         let x = self.bounds(0, a, b, 0.0);
         for row in rows {
@@ -799,30 +800,6 @@ struct Row {
     hi: [f32; 2],
     /// Image shifts in y and z.
     shift: [f32; 2],
-    /// Whether the ring's hole (the near block) cuts the row in two.
-    hole: bool,
-}
-
-/// Which cells around a boid's own to visit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Block {
-    /// The 3×3×3 (3×3 in 2-D) block: every boid within one cell size.
-    Near,
-    /// The shell of cells two away (5×5×5 minus the near block): together
-    /// with `Near`, every boid within two cell sizes.
-    Ring,
-    /// `Near` and `Ring` together, as one run per row: the 5×5×5 block.
-    Both,
-}
-
-impl Block {
-    /// How many cells it reaches from the centre along an axis.
-    pub fn reach(self) -> i32 {
-        match self {
-            Self::Near => 1,
-            Self::Ring | Self::Both => 2,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -902,9 +879,7 @@ mod tests {
         // holds 0 and 2, which share slab 2 and keep their order.
         assert_eq!(g.perm(), &[3, 1, 0, 2]);
         let mut seen = Vec::new();
-        g.for_each_run(g.cell_coords(pts[1]), Block::Near, |run| {
-            seen.extend(run.range.clone())
-        });
+        g.for_each_run(g.cell_coords(pts[1]), |run| seen.extend(run.range.clone()));
         seen.sort_unstable();
         assert_eq!(seen, vec![0, 1, 2, 3]);
     }
@@ -955,9 +930,9 @@ mod tests {
         }
     }
 
-    /// Near + Ring visit every cell within two exactly once, also across wrapped faces.
+    /// The block visits every cell within one exactly once, also across wrapped faces.
     #[test]
-    fn near_and_ring_cover_the_5x5x5_block_once() {
+    fn the_block_covers_the_3x3x3_cells_once() {
         for wrap in [false, true] {
             let mut g = grid(Vec3::splat(70.0), 10.0, wrap);
             assert_eq!(g.cells_per_axis(), [6, 6, 6]);
@@ -969,11 +944,9 @@ mod tests {
             g.rebuild(pts.len(), |i| pts[i]);
             for probe in [0usize, 7, 100, 215] {
                 let mut seen = Vec::new();
-                for block in [Block::Near, Block::Ring] {
-                    g.for_each_run(g.cell_coords(pts[probe]), block, |run| {
-                        seen.extend(run.range.clone())
-                    });
-                }
+                g.for_each_run(g.cell_coords(pts[probe]), |run| {
+                    seen.extend(run.range.clone())
+                });
                 seen.sort_unstable();
                 let before = seen.len();
                 seen.dedup();
@@ -986,24 +959,29 @@ mod tests {
                         (0..3).all(|a| {
                             let diff = (d[a] - c[a]).abs();
                             if wrap {
-                                diff.min(6 - diff) <= 2
+                                diff.min(6 - diff) <= 1
                             } else {
-                                diff <= 2
+                                diff <= 1
                             }
                         })
                     })
                     .count();
                 assert_eq!(seen.len(), expect, "probe {probe} wrap {wrap}");
-                // `Both` visits the same boids as `Near` and `Ring` together.
-                let mut both = Vec::new();
-                g.for_each_run_from(c, c[0], Block::Both, |run| both.extend(run.range.clone()));
-                both.sort_unstable();
-                assert_eq!(both, seen, "probe {probe} wrap {wrap}");
+                // Collected for a span of one cell, the same boids.
+                let mut runs = RunList::without_columns();
+                g.collect_span_runs(c, c[0], &mut runs);
+                let mut collected: Vec<usize> = runs
+                    .as_slice()
+                    .iter()
+                    .flat_map(|r| r.range.clone())
+                    .collect();
+                collected.sort_unstable();
+                assert_eq!(collected, seen, "probe {probe} wrap {wrap}");
             }
         }
     }
 
-    /// A span of cells along x: every boid within two cells of any of them,
+    /// A span of cells along x: every boid within one cell of any of them,
     /// each image once, up to the widest span the grid allows.
     #[test]
     fn a_span_of_cells_covers_its_blocks_once() {
@@ -1015,13 +993,13 @@ mod tests {
                 })
                 .collect();
             g.rebuild(pts.len(), |i| pts[i]);
-            let max = g.max_span(Block::Both);
-            assert_eq!(max, if wrap { 2 } else { i32::MAX / 4 });
+            let max = g.max_span();
+            assert_eq!(max, if wrap { 4 } else { i32::MAX / 4 });
             for (x0, span) in [(0, 0), (0, 1), (2, 2), (4, 1), (3, 2)] {
                 let c = [x0, 2, 3];
                 let x_hi = (x0 + span).min(5);
                 let mut runs = RunList::without_columns();
-                g.collect_span_runs(c, x_hi, Block::Both, &mut runs);
+                g.collect_span_runs(c, x_hi, &mut runs);
                 // A cell may come twice in a small wrapped world, as two
                 // different images; never twice as the same one.
                 let mut images: Vec<(usize, u32)> = runs
@@ -1039,9 +1017,9 @@ mod tests {
                     (lo..=hi).any(|x| {
                         let diff = (a - x).abs();
                         if wrap {
-                            diff.min(6 - diff) <= 2
+                            diff.min(6 - diff) <= 1
                         } else {
-                            diff <= 2
+                            diff <= 1
                         }
                     })
                 };
@@ -1071,7 +1049,7 @@ mod tests {
         let pts = [Vec3::new(1.0, 15.0, 15.0), Vec3::new(29.0, 15.0, 15.0)];
         g.rebuild(2, |i| pts[i]);
         let mut shifts = Vec::new();
-        g.for_each_run(g.cell_coords(pts[0]), Block::Near, |run| {
+        g.for_each_run(g.cell_coords(pts[0]), |run| {
             for k in run.range.clone() {
                 if g.perm()[k] == 1 {
                     shifts.push(run.shift);

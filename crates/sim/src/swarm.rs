@@ -17,7 +17,7 @@ use crate::boids::Boid;
 use crate::connectivity::Lanczos;
 use crate::error::ParamError;
 use crate::flock::Flock;
-use crate::grid::{Block, Grid};
+use crate::grid::Grid;
 use crate::params::{Boundary, MAX_RADIUS_M, Params};
 
 /// What counts as a collision and as "together".
@@ -214,7 +214,7 @@ impl SwarmMeter {
                 links,
                 ..
             } = self;
-            grid.for_each_run(cell, Block::Near, |run| {
+            grid.for_each_run(cell, |run| {
                 for j in run.range.clone() {
                     if j <= i {
                         continue;

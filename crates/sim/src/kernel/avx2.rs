@@ -48,7 +48,7 @@ use super::lanes::LaneAcc;
 use super::topk::TopLanes;
 use super::{LANES, Neighbourhood};
 use crate::boids::{SortedBoids, Sums};
-use crate::grid::{Block, CellRun, MAX_RUNS, RUN_SLOTS, RunList};
+use crate::grid::{CellRun, MAX_RUNS, RUN_SLOTS, RunList};
 
 /// Eight-lane accumulators, one register each.
 struct Acc {
@@ -210,16 +210,18 @@ isa_fns! {
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let (k, lo, hi) = group_consts(nb, &g);
-            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+            nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
             topv_reset(&mut topv, &k);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
             for (r, run) in runs.as_slice().iter().enumerate() {
-                if run.box_dist2(lo, hi) > topv_reach2(&topv) {
+                let reach2 = topv_reach2(&topv);
+                if run.box_dist2(lo, hi) > reach2 {
                     continue;
                 }
-                candidates += run.range.len() as u32;
-                top_group_run_v(nb, &k, run, r, &mut topv, &mut nn);
+                let range = nb.grid.window(run, (lo, hi), reach2);
+                candidates += range.len() as u32;
+                top_group_run_v(nb, &k, run, range, r, &mut topv, &mut nn);
             }
             let at = g.start + first - offset;
             let out = &mut out[at..at + count];
@@ -238,16 +240,18 @@ isa_fns! {
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+            nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
             tops.reset(per, g.len);
             let mut nn = _mm256_set1_ps(f32::INFINITY);
             let mut candidates = 0u32;
             for run in runs.as_slice() {
-                if run.box_dist2(lanes.lo, lanes.hi) > tops.reach2() {
+                let reach2 = tops.reach2();
+                if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
                     continue;
                 }
-                candidates += run.range.len() as u32;
-                top_group_run(nb, &lanes, run, &mut tops, &mut nn);
+                let range = nb.grid.window(run, (lanes.lo, lanes.hi), reach2);
+                candidates += range.len() as u32;
+                top_group_run(nb, &lanes, run, range, &mut tops, &mut nn);
             }
             let mut nns = [0.0f32; LANES];
             store(&mut nns, nn);
@@ -262,11 +266,10 @@ isa_fns! {
 
     /// `top_group_run` with the buffers in registers: distances, range,
     /// view and `(d², id)` order for eight lanes at once.
-    fn top_group_run_v<const K: usize>(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r: usize, top: &mut TopV<K>, nn: &mut __m256) {
+    fn top_group_run_v<const K: usize>(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r0: std::ops::Range<usize>, r: usize, top: &mut TopV<K>, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
-        let r0 = run.range.clone();
         let (px, py, pz) = (&b.px[r0.clone()], &b.py[r0.clone()], &b.pz[r0.clone()]);
         for (((j, &x), &y), &z) in r0.zip(px).zip(py).zip(pz) {
             let d = [
@@ -551,12 +554,12 @@ isa_fns! {
 
     /// The AVX2 twin of `topk::top_group_run`; `nn` holds each lane's
     /// nearest distance so far.
-    fn top_group_run(nb: &Neighbourhood<'_>, g: &GroupLanes, run: &CellRun, tops: &mut TopLanes, nn: &mut __m256) {
+    fn top_group_run(nb: &Neighbourhood<'_>, g: &GroupLanes, run: &CellRun, range: std::ops::Range<usize>, tops: &mut TopLanes, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base([load(&g.p[0]), load(&g.p[1]), load(&g.p[2])], run.shift);
         let max2 = _mm256_set1_ps(per.max2);
         let mut worst = load(&tops.worst);
-        for j in run.range.clone() {
+        for j in range {
             let d = offset_to(b, j, base);
             let d2 = dot3(d, d);
             let near = in_range(d2, max2);
@@ -593,7 +596,7 @@ isa_fns! {
         let mut groups = Groups::new(nb, offset, out.len());
         while let Some((g, first, count)) = groups.next(nb) {
             let (k, lo, hi) = group_consts(nb, &g);
-            nb.grid.collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
+            nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
             let mut acc = acc_new();
             let mut candidates = 0u32;
             for (run, &(start, end)) in runs.as_slice().iter().zip(windows(nb, (lo, hi), &runs, &mut reach)) {

@@ -8,7 +8,6 @@ use glam::Vec3;
 
 use super::{LANES, Neighbourhood, mask};
 use crate::boids::SortedBoids;
-use crate::grid::Block;
 use crate::perception::heading;
 
 /// Up to [`LANES`] consecutive boids of one row of cells, within a span of
@@ -33,17 +32,13 @@ pub(super) struct Group {
 }
 
 impl Group {
-    /// The cells a group may span beyond its first on `nb`'s path: within
-    /// two adjacent cells for the lane path (its windows), up to [`LANES`]
-    /// cells for the topological one (its cells are smaller), as far as the
-    /// grid allows ([`Grid::max_span`](crate::grid::Grid::max_span)).
+    /// The cells a group may span beyond its first, on both paths: within
+    /// two adjacent cells (their windows cover the group's box), as far as
+    /// the grid allows ([`Grid::max_span`](crate::grid::Grid::max_span)).
+    /// PERF: on the topological path spans of 0, 2 and 3 were no faster.
     #[inline(always)]
     pub(super) fn span(nb: &Neighbourhood<'_>) -> i32 {
-        if nb.perception.k_nearest > 0 {
-            (LANES as i32 - 1).min(nb.grid.max_span(Block::Both))
-        } else {
-            1.min(nb.grid.max_span(Block::Near))
-        }
+        1.min(nb.grid.max_span())
     }
 
     /// The group that starts at sorted boid `start`, which begins a row or
@@ -189,21 +184,19 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
         /// Groups cover every boid once, hold at most eight boids of one
-        /// row within their path's span of cells, and are the same whichever
+        /// row within the span of cells, and are the same whichever
         /// offset the walk starts from (chunk edges cut groups, never move them).
         #[test]
         fn groups_tile_each_row_the_same_from_any_offset(
             pts in points(300),
             wrap in any::<bool>(),
             cut in 0usize..300,
-            k_nearest in prop_oneof![Just(0u32), Just(7)],
         ) {
             let params = Params {
                 world_m: [18.0, 12.0, 12.0],
                 sep_radius_m: 2.0,
                 ali_radius_m: 2.0,
                 coh_radius_m: 2.0,
-                k_nearest,
                 boundary: if wrap { crate::Boundary::Wrap } else { crate::Boundary::Soft },
                 ..Params::default()
             };
@@ -220,9 +213,7 @@ mod tests {
             };
             let all = walk(0);
             let span = Group::span(&nb);
-            let block = if k_nearest > 0 { Block::Both } else { Block::Near };
-            let widest = if k_nearest > 0 { 7 } else { 1 };
-            prop_assert!(span <= grid.max_span(block) && span <= widest, "span {}", span);
+            prop_assert!(span <= grid.max_span() && span <= 1, "span {}", span);
             let mut next = 0;
             for &(start, len, cell, x_hi) in &all {
                 prop_assert_eq!(start, next, "groups tile the sorted boids");

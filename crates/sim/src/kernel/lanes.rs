@@ -11,7 +11,7 @@ use glam::Vec3;
 use super::groups::{GroupLanes, Groups};
 use super::{LANES, Neighbourhood, mask};
 use crate::boids::{SortedBoids, Sums};
-use crate::grid::{Block, MAX_RUNS, RunList};
+use crate::grid::{MAX_RUNS, RunList};
 use crate::perception::{Perception, cone_test};
 
 /// The lane path, portable: every group's runs, cut to the group's windows,
@@ -24,8 +24,7 @@ pub(super) fn lane_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums
     let mut groups = Groups::new(nb, offset, out.len());
     while let Some((g, first, count)) = groups.next(nb) {
         let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-        nb.grid
-            .collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
+        nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
         let windows = nb
             .grid
             .windows(&runs, (lanes.lo, lanes.hi), per.max2, &mut reach);

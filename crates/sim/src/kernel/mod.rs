@@ -13,16 +13,17 @@
 //!   the windows are wider (they cover the group's box), which costs less
 //!   than the per-boid overheads saved (scenario A at 100k: 35 -> 23 ms per
 //!   tick on one thread).
-//! - `k_nearest > 0` (`topk.rs`): the same groups (spanning up to eight of
-//!   the smaller cells); each candidate's distances to the group's boids
+//! - `k_nearest > 0` (`topk.rs`): the same groups and runs, each run cut
+//!   to the x-window of the lanes' largest k-th distance so far rather than
+//!   of the range; each candidate's distances to the group's boids
 //!   are computed side by side and offered to the lanes near enough, each
 //!   lane keeping a fixed-size top-k buffer ordered by `(d², id)`; sums are
 //!   then taken nearest first. That order does not depend on the visiting
 //!   order, so the group finds exactly what one boid at a time finds
 //!   (tested against the per-boid search that `neighbour_lists` keeps).
-//!   PERF: the per-boid search collected a near and a ring block of runs
-//!   for every boid (about one boid per small cell); a group collects one
-//!   5×5×5 block for eight. The AVX builds keep the eight buffers
+//!   PERF: the own row's run comes first, so the buffers fill from the
+//!   nearest candidates and the later runs' windows narrow (see
+//!   [`cell_radius_m`]). The AVX builds keep the eight buffers
 //!   transposed in registers (up to k = 16) and insert a candidate into all
 //!   of them with one pass of compares and blends instead of eight scalar
 //!   insertions.
@@ -49,7 +50,7 @@ use glam::Vec3;
 
 use crate::boids::{SortedBoids, Sums};
 use crate::error::ParamError;
-use crate::grid::{Block, Grid, MAX_RUNS, RunList};
+use crate::grid::{Grid, MAX_RUNS, RunList};
 use crate::params::Params;
 use crate::perception::{Perception, heading};
 
@@ -116,28 +117,17 @@ fn mask(b: bool) -> u32 {
     u32::from(b).wrapping_neg()
 }
 
-/// With a topological cap the grid's cells are this many times smaller than
-/// the largest radius. PERF: in a formed flock the k nearest sit far inside
-/// the cohesion radius; smaller cells cut the candidates examined about
-/// 4-fold, and the outer ring is visited only where the near block did not
-/// already hold k boids closer than one cell.
-pub const TOPOLOGICAL_SUBDIVISION: f32 = 2.0;
-
-/// The radius the grid's cells are sized for under these parameters.
+/// The radius the grid's cells are sized for: the largest radius, on both
+/// paths, with the rows cut into x-slabs ([`Grid::configure`]'s `x_slabs`).
+/// PERF: the topological path once halved the cells and visited their
+/// 5×5×5 block; its groups then held about 3.8 boids in eight lanes, and
+/// about four of a group's 17 runs went to each boid. Whole-radius cells
+/// hold twice the boids a group and a third of the runs, and each run is
+/// cut to the x-window of the group's largest k-th distance so far
+/// ([`Grid::window`]), so the candidates stay as few (B at 100k on AVX2:
+/// 74 -> 74 a boid, step 14.6 -> 12.1 ms).
 pub fn cell_radius_m(p: &Params) -> f32 {
-    if p.k_nearest > 0 {
-        p.max_radius_m() / TOPOLOGICAL_SUBDIVISION
-    } else {
-        p.max_radius_m()
-    }
-}
-
-/// Whether the kernel trims cell runs to x-windows ([`Grid::windows`])
-/// under these parameters: the lane path does (`k_nearest = 0`); the
-/// topological path prunes by its k-th distance instead, and its grid is
-/// built without x-slabs.
-pub fn trims_runs(p: &Params) -> bool {
-    p.k_nearest == 0
+    p.max_radius_m()
 }
 
 /// Everything the kernel reads.
@@ -195,8 +185,7 @@ impl Neighbourhood<'_> {
             let g = Group::containing(self, i, Group::span(self));
             let lanes = GroupLanes::new(self.boids, &g, false);
             let mut runs = RunList::default();
-            self.grid
-                .collect_span_runs(g.cell, g.x_hi, Block::Near, &mut runs);
+            self.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
             let mut reach = [(0, 0); MAX_RUNS];
             let max2 = self.perception.max2;
             let reach = self
@@ -394,7 +383,7 @@ mod tests {
             cell_radius_m(params),
             params.dims,
             params.boundary == crate::Boundary::Wrap,
-            trims_runs(params),
+            true,
         );
         // Soft worlds also hold boids outside the box (clamped into the
         // border cells and slabs); wrapped ones fold them back in.

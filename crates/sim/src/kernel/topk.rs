@@ -1,17 +1,19 @@
 //! The topological path (`k_nearest > 0`), portable: the reference the AVX
 //! builds match bit for bit. [`TopK`] keeps one boid's k nearest visible
 //! candidates by `(d², id)`; a group's lanes each keep one ([`TopLanes`])
-//! while the group's 5×5×5 block of small cells is offered to them. The
-//! per-boid search ([`top_k`]: the near block, then the ring only where
-//! needed) serves `neighbour_lists` and the tests; the failure path in
-//! `faults.rs` keeps its k nearest in a [`TopK`] too.
+//! while the group's runs are offered to them, each cut to the x-window
+//! of the lanes' largest k-th distance so far
+//! ([`Grid::window`](crate::grid::Grid::window)). The per-boid search
+//! ([`top_k`]: the block around the boid's cell) serves `neighbour_lists`
+//! and the tests; the failure path in `faults.rs` keeps its k nearest in a
+//! [`TopK`] too.
 
 use glam::Vec3;
 
 use super::groups::{GroupLanes, Groups};
 use super::{LANES, Me, Neighbourhood};
 use crate::boids::{SortedBoids, Sums};
-use crate::grid::{Block, CellRun, RunList};
+use crate::grid::{CellRun, RunList};
 use crate::params::MAX_K_NEAREST;
 use crate::perception::Perception;
 
@@ -189,8 +191,9 @@ impl TopLanes {
     }
 }
 
-/// The topological path, portable: every group's 5×5×5 block of small
-/// cells (runs out of every lane's reach skipped), each candidate offered
+/// The topological path, portable: every group's block of cells (runs out
+/// of every lane's reach skipped, the others cut to the x-window of that
+/// reach when the run comes), each candidate offered
 /// to the lanes it is near enough for. The k nearest by `(d², id)` do not
 /// depend on the order candidates come in, so this finds what the per-boid
 /// [`top_k`] finds, and the sums (taken nearest first) are the same bits.
@@ -202,18 +205,19 @@ pub(super) fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]
     let mut groups = Groups::new(nb, offset, out.len());
     while let Some((g, first, count)) = groups.next(nb) {
         let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
-        nb.grid
-            .collect_span_runs(g.cell, g.x_hi, Block::Both, &mut runs);
+        nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
         tops.reset(per, g.len);
         let mut candidates = 0u32;
         for run in runs.as_slice() {
             // Runs farther from the group's box than every lane's `worst`
             // hold nothing any lane takes.
-            if run.box_dist2(lanes.lo, lanes.hi) > tops.reach2() {
+            let reach2 = tops.reach2();
+            if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
                 continue;
             }
-            candidates += run.range.len() as u32;
-            top_group_run(nb.boids, per, &lanes, run, &mut tops);
+            let r = nb.grid.window(run, (lanes.lo, lanes.hi), reach2);
+            candidates += r.len() as u32;
+            top_group_run(nb.boids, per, &lanes, run, r, &mut tops);
         }
         let at = g.start + first - offset;
         for (l, slot) in (first..first + count).zip(&mut out[at..at + count]) {
@@ -230,11 +234,12 @@ fn top_group_run(
     per: &Perception,
     g: &GroupLanes,
     run: &CellRun,
+    range: std::ops::Range<usize>,
     tops: &mut TopLanes,
 ) {
     let shift = run.shift;
     let base: [[f32; LANES]; 3] = std::array::from_fn(|a| g.p[a].map(|p| p - shift[a]));
-    for j in run.range.clone() {
+    for j in range {
         let pj = b.pos(j);
         #[expect(
             clippy::needless_range_loop,
@@ -263,39 +268,27 @@ fn column(c: &[[f32; LANES]; 3], l: usize) -> [f32; 3] {
     [c[0][l], c[1][l], c[2][l]]
 }
 
-/// The k nearest visible boids: the near block first, then the outer ring
-/// only if the near block did not prove the answer (k found, all closer
-/// than the distance the near block covers). Counts candidates examined.
+/// The k nearest visible boids: the block of cells around the boid's own
+/// (which holds every boid within the largest radius), runs farther than
+/// the k-th nearest so far skipped. Counts candidates examined.
 #[inline(always)]
 pub(super) fn top_k(
     nb: &Neighbourhood<'_>,
     me: &Me,
-    runs: &mut [RunList; 2],
+    runs: &mut RunList,
     candidates: &mut u32,
     top: &mut TopK,
     mut visit: impl FnMut(&CellRun, &mut TopK),
 ) {
     let per = &nb.perception;
     top.reset();
-    let covered = nb.grid.covered_radius_m();
-    let covered2 = covered * covered;
-    // PERF: one loop over both blocks rather than a closure called twice,
-    // which LLVM would not inline into the AVX2 build.
-    for (block, runs) in [Block::Near, Block::Ring].into_iter().zip(runs) {
-        if block == Block::Ring {
-            let proven = top.kth_d2().is_some_and(|kth| kth <= covered2);
-            if proven || covered2 >= per.max2 {
-                break;
-            }
+    nb.grid.collect_runs(me.cell, runs);
+    for run in runs.as_slice() {
+        if run.min_dist2(me.p) > top.worst(per) {
+            continue;
         }
-        nb.grid.collect_runs(me.cell, block, runs);
-        for run in runs.as_slice() {
-            if run.min_dist2(me.p) > top.worst(per) {
-                continue;
-            }
-            *candidates += run.range.len() as u32;
-            visit(run, top);
-        }
+        *candidates += run.range.len() as u32;
+        visit(run, top);
     }
 }
 
@@ -349,12 +342,12 @@ pub(super) fn top_k_run(b: &SortedBoids, per: &Perception, me: &Me, run: &CellRu
 
 impl Neighbourhood<'_> {
     /// The topological path's sums for sorted boid `i`, found for it alone
-    /// (the near block, then the ring only where needed): the reference
-    /// the group path is tested against (all but the candidate count).
+    /// (the block around its cell): the reference the group path is
+    /// tested against (all but the candidate count).
     #[cfg(test)]
     pub(super) fn top_k_one(&self, i: usize) -> Sums {
         let me = Me::new(self, i);
-        let mut runs = [RunList::without_columns(), RunList::without_columns()];
+        let mut runs = RunList::without_columns();
         let mut top = TopK::new(self.perception.k_nearest);
         top_k(self, &me, &mut runs, &mut 0, &mut top, |run, top| {
             top_k_run(self.boids, &self.perception, &me, run, top);
