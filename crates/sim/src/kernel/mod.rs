@@ -124,8 +124,13 @@ fn mask(b: bool) -> u32 {
 /// about four of a group's 17 runs went to each boid. Whole-radius cells
 /// hold twice the boids a group and a third of the runs, and each run is
 /// cut to the x-window of the group's largest k-th distance so far
-/// ([`Grid::window`]), so the candidates stay as few (B at 100k on AVX2:
-/// 74 -> 74 a boid, step 14.6 -> 12.1 ms).
+/// ([`Grid::window`]). B at 100k on AVX2, one thread: after 120 ticks a
+/// step went from 29.4 to 23.7 ms (74 -> 72 candidates a boid); after 600,
+/// once the flock has clumped, from 29.2 to 28.0 ms (105 -> 126: the rows
+/// are coarser in y and z). Half-radius cells with these windows examine
+/// half the candidates and are slower still (21 against 11 ms on two
+/// threads after 120 ticks): their groups and runs, not the candidates,
+/// cost the time.
 pub fn cell_radius_m(p: &Params) -> f32 {
     p.max_radius_m()
 }
