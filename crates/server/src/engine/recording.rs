@@ -117,6 +117,18 @@ pub struct ReplayReport {
     pub final_tick: u64,
     /// The digest at the end.
     pub final_digest: String,
+    /// The line the recording was cut short at, mid-write (its recorder was
+    /// killed): the replay stopped at the line before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut_at_line: Option<usize>,
+}
+
+/// Why a recording with no start line has none.
+fn no_start(cut: Option<usize>) -> String {
+    match cut {
+        Some(_) => "the start line is cut short (the recorder stopped mid-write)".into(),
+        None => "empty recording".into(),
+    }
 }
 
 /// Why a replay failed.
@@ -157,14 +169,76 @@ pub enum ReplayError {
     },
 }
 
+/// A recording's lines, parsed one at a time and numbered from 1 (blank
+/// lines skipped). A last line that has no newline and does not parse is
+/// where a recorder stopped mid-write (the process was killed): it ends
+/// the lines, [`Lines::cut`] names it, and what came before still plays.
+/// Any other line that does not parse is an error naming it.
+struct Lines<R> {
+    reader: R,
+    path: String,
+    n: usize,
+    text: String,
+    cut: Option<usize>,
+}
+
+impl Lines<std::io::BufReader<std::fs::File>> {
+    fn open(path: &Path) -> Result<Self, ReplayError> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| ReplayError::Io {
+            path: name.clone(),
+            source,
+        })?;
+        Ok(Self {
+            reader: std::io::BufReader::new(file),
+            path: name,
+            n: 0,
+            text: String::new(),
+            cut: None,
+        })
+    }
+}
+
+impl<R: BufRead> Iterator for Lines<R> {
+    type Item = Result<(usize, Line), ReplayError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.text.clear();
+            match self.reader.read_line(&mut self.text) {
+                Ok(0) => return None,
+                Ok(_) => self.n += 1,
+                Err(source) => {
+                    return Some(Err(ReplayError::Io {
+                        path: self.path.clone(),
+                        source,
+                    }));
+                }
+            }
+            if self.text.trim().is_empty() {
+                continue;
+            }
+            return match serde_json::from_str(&self.text) {
+                Ok(line) => Some(Ok((self.n, line))),
+                Err(_) if !self.text.ends_with('\n') => {
+                    tracing::warn!(path = %self.path, line = self.n, "recording cut short mid-line; played to the line before");
+                    self.cut = Some(self.n);
+                    None
+                }
+                Err(e) => Some(Err(ReplayError::Malformed {
+                    path: self.path.clone(),
+                    line: self.n,
+                    detail: e.to_string(),
+                })),
+            };
+        }
+    }
+}
+
 /// Replays a recording, calling `on_tick` after every tick, and checks
 /// every recorded digest.
 pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayReport, ReplayError> {
     let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| ReplayError::Io {
-        path: name.clone(),
-        source,
-    })?;
     let malformed = |line: usize, detail: String| ReplayError::Malformed {
         path: name.clone(),
         line,
@@ -178,17 +252,11 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
         digests_checked: 0,
         final_tick: 0,
         final_digest: String::new(),
+        cut_at_line: None,
     };
-    for (k, text) in std::io::BufReader::new(file).lines().enumerate() {
-        let n = k + 1;
-        let text = text.map_err(|source| ReplayError::Io {
-            path: name.clone(),
-            source,
-        })?;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let line: Line = serde_json::from_str(&text).map_err(|e| malformed(n, e.to_string()))?;
+    let mut lines = Lines::open(path)?;
+    for read in &mut lines {
+        let (n, line) = read?;
         let advance = |f: &mut Flock,
                        tick: u64,
                        report: &mut ReplayReport,
@@ -255,7 +323,8 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
             }
         }
     }
-    let f = flock.ok_or_else(|| malformed(0, "empty recording".into()))?;
+    let f = flock.ok_or_else(|| malformed(lines.cut.unwrap_or(0), no_start(lines.cut)))?;
+    report.cut_at_line = lines.cut;
     report.final_tick = f.tick();
     report.final_digest = format!("{:#018x}", f.digest());
     Ok(report)
@@ -272,6 +341,8 @@ pub struct Script {
     ops: Vec<(u64, Op)>,
     digests: Vec<(u64, String)>,
     end_tick: u64,
+    /// As [`ReplayReport::cut_at_line`].
+    cut_at_line: Option<usize>,
 }
 
 impl Script {
@@ -297,18 +368,12 @@ impl Script {
                 ),
             ));
         }
-        let file = std::fs::File::open(path).map_err(io)?;
         let mut start = None;
         let (mut ops, mut digests) = (Vec::new(), Vec::new());
         let mut last = 0u64;
-        for (k, text) in std::io::BufReader::new(file).lines().enumerate() {
-            let n = k + 1;
-            let text = text.map_err(io)?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let line: Line =
-                serde_json::from_str(&text).map_err(|e| malformed(n, e.to_string()))?;
+        let mut lines = Lines::open(path)?;
+        for read in &mut lines {
+            let (n, line) = read?;
             let tick = match line {
                 Line::Start {
                     version,
@@ -347,12 +412,13 @@ impl Script {
             }
             last = tick;
         }
-        let start = start.ok_or_else(|| malformed(0, "empty recording".into()))?;
+        let start = start.ok_or_else(|| malformed(lines.cut.unwrap_or(0), no_start(lines.cut)))?;
         Ok(Self {
             start,
             ops,
             digests,
             end_tick: last,
+            cut_at_line: lines.cut,
         })
     }
 
@@ -364,6 +430,12 @@ impl Script {
     /// The last tick the recording covers.
     pub fn end_tick(&self) -> u64 {
         self.end_tick
+    }
+
+    /// The line the recording was cut short at, if its recorder stopped
+    /// mid-write: the script holds the lines before it.
+    pub fn cut_at_line(&self) -> Option<usize> {
+        self.cut_at_line
     }
 
     /// The flock at the start.
@@ -650,6 +722,57 @@ mod tests {
         player.seek(&mut f, 0, |f| f.step()).unwrap();
         assert_eq!(play_all(&mut player, &mut f), linear);
         assert_eq!(player.diverged, 0);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_recording_cut_mid_line_plays_to_the_line_before() {
+        // A recorder killed mid-write leaves its last line without a
+        // newline: the lines before it still replay and serve, and both
+        // say where it was cut; a broken line anywhere else is an error.
+        let dir = std::env::temp_dir().join(format!("starling-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rec.jsonl");
+        record(&path);
+        let whole = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = whole.lines().collect();
+        let last_tick = |l: &str| match serde_json::from_str::<Line>(l).unwrap() {
+            Line::Op { tick, .. } | Line::Digest { tick, .. } => tick,
+            Line::Start { checkpoint, .. } => checkpoint.tick,
+        };
+        let before = last_tick(lines[lines.len() - 2]);
+        let cut = &whole[..whole.len() - 12];
+        std::fs::write(&path, cut).unwrap();
+        let report = replay(&path, |_| {}).unwrap();
+        assert_eq!(report.cut_at_line, Some(lines.len()));
+        assert_eq!(report.final_tick, before);
+        let script = Script::load(&path).unwrap();
+        assert_eq!(
+            (script.end_tick(), script.cut_at_line()),
+            (before, Some(lines.len()))
+        );
+        let (mut player, mut g) = Player::new(script);
+        play_all(&mut player, &mut g);
+        assert_eq!((g.tick(), player.diverged), (before, 0));
+        assert_eq!(format!("{:#018x}", g.digest()), report.final_digest);
+        // The same broken line followed by another is not a cut.
+        std::fs::write(&path, format!("{cut}\n{}\n", lines[lines.len() - 1])).unwrap();
+        for err in [
+            replay(&path, |_| {}).unwrap_err(),
+            Script::load(&path).unwrap_err(),
+        ] {
+            match err {
+                ReplayError::Malformed { line, .. } => assert_eq!(line, lines.len()),
+                other => panic!("expected a malformed line, got {other:?}"),
+            }
+        }
+        // Cut inside the start line: nothing to play, and it says why.
+        std::fs::write(&path, &whole[..40]).unwrap();
+        let err = Script::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(":1:") && err.contains("start line is cut short"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 
