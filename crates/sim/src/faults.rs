@@ -20,8 +20,9 @@
 //! state stays true, and so does the per-tick nearest-neighbour metric,
 //! taken over the boids in the blocks visited (under latency, those seen
 //! nearby; `swarm.rs` measures distances over the true state alone).
-//! Candidates seen further than the largest radius plus 4σ are not drawn
-//! (an error that large is rarer than 1 in 10 000).
+//! Candidates seen further than the largest radius plus 4σ (an error that
+//! large is rarer than 1 in 10 000), or outside the block of cells around
+//! the boid's own (cells at least the largest radius wide), are not drawn.
 //!
 //! Frozen boids (a dead motor: they drift on their last velocity and ignore
 //! every rule) are per-boid state in the flock, not a perception failure;
@@ -193,7 +194,8 @@ pub(crate) fn perceive(
     let reach2 = reach * reach;
     let mut candidates = 0u32;
     // The grid's cells are as large as the largest radius: the block
-    // around the boid's cell holds every boid within range.
+    // around the boid's cell holds every boid within it (those seen from
+    // beyond it, inside `reach`, only where the block holds them).
     f.grid.for_each_run(cell, |run| {
         let base = me_p - run.shift;
         for j in run.range.clone() {

@@ -1044,34 +1044,36 @@ fn check_population(n: usize) -> Result<(), ParamError> {
     }
 }
 
-/// The sorted index of the boid nearest to `p`: the surrounding cells first
-/// (exact when the best is within one cell), else every boid.
+/// The sorted index of the boid nearest to `p` (its nearest image in a
+/// wrapped world; equal distances go to the smaller id, so the choice does
+/// not depend on the grid's layout): the surrounding cells first (exact
+/// when the best is within the distance they cover), else every boid.
 fn nearest_boid(grid: &Grid, boids: &SortedBoids, p: Vec3) -> Option<usize> {
-    if boids.is_empty() {
-        return None;
-    }
-    let mut best: Option<(f32, usize)> = None;
-    let mut consider = |d2: f32, j: usize| {
-        if best.is_none_or(|(b, bj)| (d2, j) < (b, bj)) {
-            best = Some((d2, j));
+    let consider = |best: &mut Option<(f32, u32, usize)>, d2: f32, j: usize| {
+        let id = boids.id[j];
+        if best.is_none_or(|(b, bid, _)| (d2, id) < (b, bid)) {
+            *best = Some((d2, id, j));
         }
     };
+    let mut best = None;
     grid.for_each_run(grid.cell_coords(p), |run| {
         for j in run.range.clone() {
-            consider((boids.pos(j) - (p - run.shift)).length_squared(), j);
+            consider(
+                &mut best,
+                (boids.pos(j) - (p - run.shift)).length_squared(),
+                j,
+            );
         }
     });
     let covered = grid.covered_radius_m();
-    if best.is_none_or(|(d2, _)| d2 > covered * covered) {
+    if best.is_none_or(|(d2, _, _)| d2 > covered * covered) {
         best = None;
         for j in 0..boids.len() {
-            let d2 = (boids.pos(j) - p).length_squared();
-            if best.is_none_or(|(b, _)| d2 < b) {
-                best = Some((d2, j));
-            }
+            let d2 = grid.nearest_image(boids.pos(j) - p).length_squared();
+            consider(&mut best, d2, j);
         }
     }
-    best.map(|(_, j)| j)
+    best.map(|(_, _, j)| j)
 }
 
 /// FNV-1a, 64-bit: tiny, stable across platforms, good enough for equality checks.
@@ -1097,6 +1099,41 @@ impl Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hunter's prey is the nearest boid through a wrapped face too, when
+    /// it is further than the grid's block covers (the fallback over every
+    /// boid once measured plain offsets and chose the far side's boid), and
+    /// equal distances go to the smaller id whatever the sorted order.
+    #[test]
+    fn the_nearest_boid_is_found_through_a_wrapped_face_and_ties_go_to_the_smaller_id() {
+        let mut grid = Grid::default();
+        grid.configure(Vec3::new(300.0, 30.0, 30.0), 10.0, 3, true, true);
+        let at = |x: f32| Vec3::new(x, 15.0, 15.0);
+        // 15 m away through the face at x = 0, 29 m away straight.
+        let pos = [at(286.0), at(30.0), at(150.0)];
+        let sorted_of = |pos: &[Vec3], ids: &[u32], grid: &mut Grid| {
+            grid.rebuild(pos.len(), |i| pos[i]);
+            let mut b = SortedBoids::default();
+            b.resize(pos.len());
+            for (k, &src) in grid.perm().iter().enumerate() {
+                let p = pos[src as usize];
+                (b.px[k], b.py[k], b.pz[k]) = (p.x, p.y, p.z);
+                b.id[k] = ids[src as usize];
+            }
+            b
+        };
+        let b = sorted_of(&pos, &[7, 8, 9], &mut grid);
+        let j = nearest_boid(&grid, &b, at(1.0)).unwrap();
+        assert_eq!(b.id[j], 7, "the boid through the face");
+        // Two boids at one distance, either side: the smaller id, whichever
+        // comes first in cell order.
+        for ids in [[4, 3, 9], [3, 4, 9]] {
+            let pos = [at(140.0), at(160.0), at(290.0)];
+            let b = sorted_of(&pos, &ids, &mut grid);
+            let j = nearest_boid(&grid, &b, at(150.0)).unwrap();
+            assert_eq!(b.id[j], 3);
+        }
+    }
 
     /// Boids spawned before the first tick are in the initial metrics
     /// (scenarios that place their flock in a ball start that way).

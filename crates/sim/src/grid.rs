@@ -284,24 +284,42 @@ impl Grid {
     /// Sets the layout for a world and radius (validated parameters only).
     ///
     /// `x_slabs`: cut cells into [`SLABS`] slabs along x, for queries that
-    /// trim runs with [`Grid::windows`]; without it a cell is one slab
-    /// (a smaller key table, and cells keep the boids' previous order).
+    /// trim runs with [`Grid::windows`] or [`Grid::window`] (both kernel
+    /// paths); without it a cell is one slab (a smaller key table, and
+    /// cells keep the boids' previous order).
     pub fn configure(&mut self, world_m: Vec3, radius_m: f32, dims: u8, wrap: bool, x_slabs: bool) {
         let axes = usize::from(dims);
         // Never zero (a subnormal radius times the slack), so the loop
         // below always grows it.
         let mut cell_target = (radius_m * GRID_SLACK).max(f32::MIN_POSITIVE);
+        // In a wrapped world a query's block must not meet itself across
+        // the faces: an axis keeps three cells (or as many as the radius
+        // allows) when the cells grow for `MAX_CELLS`.
+        let base = cell_target;
+        let least = |a: usize| {
+            if wrap {
+                ((world_m[a] / base).floor() as i32).clamp(1, 3)
+            } else {
+                1
+            }
+        };
         loop {
             let mut n = [1i32; 3];
             for a in 0..axes {
-                n[a] = ((world_m[a] / cell_target).floor() as i32).max(1);
+                n[a] = ((world_m[a] / cell_target).floor() as i32).max(least(a));
             }
             let cells = n
                 .iter()
                 .fold(1usize, |all, &c| all.saturating_mul(c as usize));
             if cells <= MAX_CELLS {
                 self.n = n;
-                self.covered_m = cell_target / GRID_SLACK;
+                // An axis kept at three cells may have smaller ones (an
+                // axis of one cell holds every boid on it, whatever its size).
+                let smallest = (0..axes)
+                    .filter(|&a| n[a] > 1)
+                    .map(|a| world_m[a] / n[a] as f32)
+                    .fold(cell_target, f32::min);
+                self.covered_m = smallest / GRID_SLACK;
                 break;
             }
             cell_target *= (cells as f32 / MAX_CELLS as f32).powf(1.0 / axes as f32) * 1.01;
@@ -343,6 +361,22 @@ impl Grid {
     /// Cells per axis.
     pub fn cells_per_axis(&self) -> [i32; 3] {
         self.n
+    }
+
+    /// `d`, an offset between two positions, as the offset to the nearest
+    /// image in a wrapped world (each axis folded into half the world
+    /// either way; a 2-D flock's offsets have no z to fold); unchanged in
+    /// other worlds.
+    pub fn nearest_image(&self, d: Vec3) -> Vec3 {
+        if !self.wrap {
+            return d;
+        }
+        let fold = |x: f32, w: f32| x - w * (x / w).round();
+        Vec3::new(
+            fold(d.x, self.world_m.x),
+            fold(d.y, self.world_m.y),
+            fold(d.z, self.world_m.z),
+        )
     }
 
     /// Integer cell coordinates of a position; positions outside the box
@@ -1041,6 +1075,84 @@ mod tests {
         assert!(g.cell_count() <= MAX_CELLS);
         assert!(1.0 / g.inv_cell.x >= 0.5);
         assert!(g.covered_radius_m() >= 0.5);
+    }
+
+    /// A wrapped world thin along one axis keeps three cells on it when the
+    /// cells grow for `MAX_CELLS`: with one, two boids 0.1 m apart across
+    /// that face were 3 m apart to every query.
+    #[test]
+    fn a_thin_wrapped_world_keeps_three_cells_an_axis() {
+        let mut g = grid(Vec3::new(1e5, 1e5, 3.1), 1.0, true);
+        assert!(g.cell_count() <= MAX_CELLS);
+        assert_eq!(g.cells_per_axis()[2], 3);
+        assert!(g.covered_radius_m() >= 1.0);
+        let pts = [Vec3::new(500.0, 500.0, 0.05), Vec3::new(500.0, 500.0, 3.05)];
+        g.rebuild(2, |i| pts[i]);
+        let mut nearest = f32::INFINITY;
+        g.for_each_run(g.cell_coords(pts[0]), |run| {
+            for k in run.range.clone() {
+                if g.perm()[k] == 1 {
+                    nearest = nearest.min((pts[1] + run.shift - pts[0]).length());
+                }
+            }
+        });
+        assert!((nearest - 0.1).abs() < 1e-3, "{nearest}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// `Grid::window` keeps every boid of a run within the reach of a
+        /// box (image shifts, border slabs that hold boids beyond a closed
+        /// face, any reach up to the covered radius).
+        #[test]
+        fn a_window_keeps_every_boid_within_its_reach(
+            pts in proptest::collection::vec(
+                (-0.1f32..1.1, -0.1f32..1.1, -0.1f32..1.1), 1..1500),
+            wrap in proptest::prelude::any::<bool>(),
+            width in 30.0f32..60.0,
+            reach in 0.01f32..1.0,
+            probe in 0usize..300,
+            other in 0usize..300,
+        ) {
+            let world = Vec3::new(width, 30.0, 30.0);
+            let mut g = grid(world, 10.0, wrap);
+            let pos: Vec<Vec3> = pts
+                .iter()
+                .map(|&(x, y, z)| {
+                    let u = Vec3::new(x, y, z);
+                    (if wrap { u - u.floor() } else { u }) * world
+                })
+                .collect();
+            g.rebuild(pos.len(), |i| pos[i]);
+            // A box from one boid to another of its row, as a group's.
+            let a = pos[probe % pos.len()];
+            let c = g.cell_coords(a);
+            let b = pos
+                .iter()
+                .copied()
+                .find(|&q| {
+                    let d = g.cell_coords(q);
+                    d[1..] == c[1..] && d[0] >= c[0] && d[0] <= c[0] + 1
+                })
+                .filter(|_| other % 2 == 0)
+                .unwrap_or(a);
+            let (lo, hi) = (a.min(b), a.max(b));
+            let reach2 = (reach * g.covered_radius_m()).powi(2);
+            let mut runs = RunList::without_columns();
+            g.collect_span_runs(c, g.cell_coords(b)[0].max(c[0]), &mut runs);
+            for run in runs.as_slice() {
+                let w = g.window(run, (lo, hi), reach2);
+                proptest::prop_assert!(run.range.start <= w.start && w.end <= run.range.end);
+                for j in run.range.clone() {
+                    let p = pos[g.perm()[j] as usize] + run.shift;
+                    let e = (lo - p).max(p - hi).max(Vec3::ZERO);
+                    if e.length_squared() <= reach2 {
+                        proptest::prop_assert!(w.contains(&j), "boid {} at {} from the box, reach {}", j, e.length(), reach2.sqrt());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -66,7 +66,7 @@ const TOPV_K: usize = 16;
 const ID_FLIP: u32 = 0x8000_0000;
 
 /// Bits of [`pack_at`] that hold the run's place in the group's list.
-const RUN_BITS: u32 = 7;
+const RUN_BITS: u32 = 5;
 /// [`RUN_BITS`] as the shift count intrinsics take.
 const RUN_BITS_I32: i32 = RUN_BITS as i32;
 const _: () =

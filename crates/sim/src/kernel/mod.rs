@@ -435,7 +435,13 @@ mod tests {
             fov_deg in prop_oneof![Just(360.0f32), 30.0f32..359.0],
             // Up to 16 the AVX paths keep the buffers in registers; above, lane by lane.
             k_nearest in prop_oneof![Just(0u32), 1u32..12, 15u32..=32],
-            wrap in any::<bool>(),
+            boundary in prop_oneof![
+                Just(crate::Boundary::Soft),
+                Just(crate::Boundary::Wrap),
+                Just(crate::Boundary::Bounce),
+            ],
+            // A 2-D flock: one layer of cells, z = 0.
+            flat in any::<bool>(),
             // One radius for all three rules takes the SIMD paths' `ONE` branch.
             one_radius in any::<bool>(),
             // 18.1 m: three cells along x, where a wrapped group's runs meet.
@@ -457,6 +463,11 @@ mod tests {
                     p.1 = [0.0; 3];
                 }
             }
+            if flat {
+                for p in pts.iter_mut() {
+                    (p.0[2], p.1[2]) = (0.0, 0.0);
+                }
+            }
             let radius = |r: f32| if one_radius { 4.0 } else { r };
             let params = Params {
                 world_m: [width, 30.0, 20.0],
@@ -466,7 +477,8 @@ mod tests {
                 coh_radius_m: radius(6.0),
                 fov_deg,
                 k_nearest,
-                boundary: if wrap { crate::Boundary::Wrap } else { crate::Boundary::Soft },
+                boundary,
+                dims: if flat { 2 } else { 3 },
                 ..Params::default()
             };
             prop_assert!(params.validate().is_ok(), "{:?}", params.validate());
