@@ -122,7 +122,7 @@ fn mask(b: bool) -> u32 {
 /// PERF: the topological path once halved the cells and visited their
 /// 5×5×5 block; its groups then held about 3.8 boids in eight lanes, and
 /// about four of a group's 17 runs went to each boid. Whole-radius cells
-/// hold twice the boids a group and a third of the runs, and each run is
+/// hold 5 to 6 boids a group, which visits about 8 runs, and each run is
 /// cut to the x-window of the group's largest k-th distance so far
 /// ([`Grid::window`]). B at 100k on AVX2, one thread: after 120 ticks a
 /// step went from 29.4 to 23.7 ms (74 -> 72 candidates a boid); after 600,
