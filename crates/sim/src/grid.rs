@@ -554,15 +554,22 @@ impl Grid {
     /// sorted indices of `run` that can hold a boid within `sqrt(reach2)`
     /// of the box `lo ..= hi`, a run out of reach included (the caller
     /// skips those with [`CellRun::box_dist2`]). Conservative in the same
-    /// way; the whole run in a grid without x-slabs.
+    /// way, with `slack` from [`Grid::window_slack`] of any reach at least
+    /// `reach2` (it grows with the reach; the kernel takes it once, for the
+    /// largest radius); the whole run in a grid without x-slabs.
     #[inline(always)]
-    pub fn window(&self, run: &CellRun, (lo, hi): (Vec3, Vec3), reach2: f32) -> Range<usize> {
+    pub fn window(
+        &self,
+        run: &CellRun,
+        (lo, hi): (Vec3, Vec3),
+        reach2: f32,
+        slack: f32,
+    ) -> Range<usize> {
         if self.slabs == 1 {
             return run.range.clone();
         }
         let e = |a: usize| max(max(run.lo[a] - hi[a], lo[a] - run.hi[a]), 0.0);
         let (ey, ez) = (e(1), e(2));
-        let slack = self.window_slack(reach2);
         let half = (max(reach2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
         let k0 = self
             .x_key((lo.x - run.shift.x) - half)
@@ -1142,7 +1149,7 @@ mod tests {
             let mut runs = RunList::without_columns();
             g.collect_span_runs(c, g.cell_coords(b)[0].max(c[0]), &mut runs);
             for run in runs.as_slice() {
-                let w = g.window(run, (lo, hi), reach2);
+                let w = g.window(run, (lo, hi), reach2, g.window_slack(reach2));
                 proptest::prop_assert!(run.range.start <= w.start && w.end <= run.range.end);
                 for j in run.range.clone() {
                     let p = pos[g.perm()[j] as usize] + run.shift;

@@ -208,6 +208,7 @@ isa_fns! {
         let mut shifts = [[0.0f32; 1 << RUN_BITS]; 3];
         let mut topv = topv_new::<K>();
         let mut groups = Groups::new(nb, offset, out.len());
+        let slack = nb.grid.window_slack(nb.perception.max2);
         while let Some((g, first, count)) = groups.next(nb) {
             let (k, lo, hi) = group_consts(nb, &g);
             nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
@@ -219,7 +220,7 @@ isa_fns! {
                 if run.box_dist2(lo, hi) > reach2 {
                     continue;
                 }
-                let range = nb.grid.window(run, (lo, hi), reach2);
+                let range = nb.grid.window(run, (lo, hi), reach2, slack);
                 candidates += range.len() as u32;
                 top_group_run_v(nb, &k, run, range, r, &mut topv, &mut nn);
             }
@@ -238,6 +239,7 @@ isa_fns! {
         let mut runs = RunList::without_columns();
         let mut tops = TopLanes::new(per.k_nearest);
         let mut groups = Groups::new(nb, offset, out.len());
+        let slack = nb.grid.window_slack(nb.perception.max2);
         while let Some((g, first, count)) = groups.next(nb) {
             let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
             nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
@@ -249,7 +251,7 @@ isa_fns! {
                 if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
                     continue;
                 }
-                let range = nb.grid.window(run, (lanes.lo, lanes.hi), reach2);
+                let range = nb.grid.window(run, (lanes.lo, lanes.hi), reach2, slack);
                 candidates += range.len() as u32;
                 top_group_run(nb, &lanes, run, range, &mut tops, &mut nn);
             }

@@ -203,6 +203,7 @@ pub(super) fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]
     let mut runs = RunList::without_columns();
     let mut tops = TopLanes::new(per.k_nearest);
     let mut groups = Groups::new(nb, offset, out.len());
+    let slack = nb.grid.window_slack(nb.perception.max2);
     while let Some((g, first, count)) = groups.next(nb) {
         let lanes = GroupLanes::new(nb.boids, &g, per.cone.is_some());
         nb.grid.collect_span_runs(g.cell, g.x_hi, &mut runs);
@@ -215,7 +216,7 @@ pub(super) fn top_groups(nb: &Neighbourhood<'_>, offset: usize, out: &mut [Sums]
             if run.box_dist2(lanes.lo, lanes.hi) > reach2 {
                 continue;
             }
-            let r = nb.grid.window(run, (lanes.lo, lanes.hi), reach2);
+            let r = nb.grid.window(run, (lanes.lo, lanes.hi), reach2, slack);
             candidates += r.len() as u32;
             top_group_run(nb.boids, per, &lanes, run, r, &mut tops);
         }
