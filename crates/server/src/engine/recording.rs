@@ -180,22 +180,45 @@ struct Lines<R> {
     n: usize,
     text: String,
     cut: Option<usize>,
+    /// Bytes read so far.
+    read: u64,
 }
 
-impl Lines<std::io::BufReader<std::fs::File>> {
-    fn open(path: &Path) -> Result<Self, ReplayError> {
+impl Lines<std::io::BufReader<std::io::Take<std::fs::File>>> {
+    /// The lines of the regular file at `path`, reading at most `limit`
+    /// bytes of it (the caller checks `read` against its limit).
+    fn open(path: &Path, limit: u64) -> Result<Self, ReplayError> {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| ReplayError::Io {
+        let io = |source| ReplayError::Io {
             path: name.clone(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(ReplayError::Malformed {
+                path: name,
+                line: 0,
+                detail: "not a regular file: a recording is a file".into(),
+            });
+        }
         Ok(Self {
-            reader: std::io::BufReader::new(file),
+            reader: std::io::BufReader::new(std::io::Read::take(file, limit)),
             path: name,
             n: 0,
             text: String::new(),
             cut: None,
+            read: 0,
         })
+    }
+}
+
+/// Whether `text`, a last line with no newline, stops inside a JSON
+/// value (a recorder stopped mid-write) rather than holding a whole value
+/// or a syntax error before its end (which are errors to report).
+fn cut_short(text: &str) -> bool {
+    match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        Ok(_) => false,
+        Err(e) => e.is_eof() || e.column() >= text.trim_end().len(),
     }
 }
 
@@ -207,7 +230,7 @@ impl<R: BufRead> Iterator for Lines<R> {
             self.text.clear();
             match self.reader.read_line(&mut self.text) {
                 Ok(0) => return None,
-                Ok(_) => self.n += 1,
+                Ok(bytes) => (self.n, self.read) = (self.n + 1, self.read + bytes as u64),
                 Err(source) => {
                     return Some(Err(ReplayError::Io {
                         path: self.path.clone(),
@@ -220,7 +243,7 @@ impl<R: BufRead> Iterator for Lines<R> {
             }
             return match serde_json::from_str(&self.text) {
                 Ok(line) => Some(Ok((self.n, line))),
-                Err(_) if !self.text.ends_with('\n') => {
+                Err(_) if !self.text.ends_with('\n') && cut_short(&self.text) => {
                     tracing::warn!(path = %self.path, line = self.n, "recording cut short mid-line; played to the line before");
                     self.cut = Some(self.n);
                     None
@@ -254,7 +277,7 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
         final_digest: String::new(),
         cut_at_line: None,
     };
-    let mut lines = Lines::open(path)?;
+    let mut lines = Lines::open(path, u64::MAX)?;
     for read in &mut lines {
         let (n, line) = read?;
         let advance = |f: &mut Flock,
@@ -371,7 +394,8 @@ impl Script {
         let mut start = None;
         let (mut ops, mut digests) = (Vec::new(), Vec::new());
         let mut last = 0u64;
-        let mut lines = Lines::open(path)?;
+        // Read no further than the limit even if the file grew since.
+        let mut lines = Lines::open(path, MAX_RECORDING_BYTES + 1)?;
         for read in &mut lines {
             let (n, line) = read?;
             let tick = match line {
@@ -411,6 +435,14 @@ impl Script {
                 return Err(malformed(n, format!("tick {tick} is before tick {last}")));
             }
             last = tick;
+        }
+        if lines.read > MAX_RECORDING_BYTES {
+            return Err(malformed(
+                0,
+                format!(
+                    "over {MAX_RECORDING_BYTES} bytes: recordings of at most {MAX_RECORDING_BYTES} bytes are served"
+                ),
+            ));
         }
         let start = start.ok_or_else(|| malformed(lines.cut.unwrap_or(0), no_start(lines.cut)))?;
         Ok(Self {
@@ -725,6 +757,12 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// Writes `text` to `path` and returns it.
+    fn path_with<'p>(path: &'p Path, text: &str) -> &'p Path {
+        std::fs::write(path, text).unwrap();
+        path
+    }
+
     #[test]
     fn a_recording_cut_mid_line_plays_to_the_line_before() {
         // A recorder killed mid-write leaves its last line without a
@@ -766,6 +804,23 @@ mod tests {
                 other => panic!("expected a malformed line, got {other:?}"),
             }
         }
+        // A whole last line without a newline is read, and one that is
+        // whole JSON but no recording line is an error, not a cut.
+        let body = &whole[..whole.len() - 1];
+        assert_eq!(
+            replay(path_with(&path, body), |_| {}).unwrap().cut_at_line,
+            None
+        );
+        let wrong = format!("{body}\n{{\"kind\":\"nonsense\"}}");
+        match replay(path_with(&path, &wrong), |_| {}).unwrap_err() {
+            ReplayError::Malformed { line, .. } => assert_eq!(line, lines.len() + 1),
+            other => panic!("expected a malformed line, got {other:?}"),
+        }
+        // Not a file at all.
+        let err = Script::load(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
         // Cut inside the start line: nothing to play, and it says why.
         std::fs::write(&path, &whole[..40]).unwrap();
         let err = Script::load(&path).unwrap_err().to_string();
