@@ -538,11 +538,12 @@ impl Grid {
             let e = |a: usize| max(max(c.lo[a][k] - hi[a], lo[a] - c.hi[a][k]), 0.0);
             let (ex, ey, ez) = (e(0), e(1), e(2));
             let out_of_reach = (ex * ex + ey * ey + ez * ez) * (1.0 - 1e-4) > max2;
-            let half = (max(max2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
-            // Clamped to the row first: a border slab also holds the boids
-            // beyond a closed face.
-            let k0 = self.x_key((lo.x - c.shift_x[k]) - half).max(c.slabs[1][k]);
-            let k1 = self.x_key((hi.x - c.shift_x[k]) + half).min(c.slabs[2][k]);
+            let (k0, k1) = self.window_keys(
+                (ey, ez),
+                (lo.x - c.shift_x[k], hi.x - c.shift_x[k]),
+                (max2, slack),
+                (c.slabs[1][k], c.slabs[2][k]),
+            );
             *key0 = if out_of_reach { 1 } else { k0 };
             *key1 = if out_of_reach { 0 } else { k1 };
         }
@@ -569,20 +570,46 @@ impl Grid {
             return run.range.clone();
         }
         let e = |a: usize| max(max(run.lo[a] - hi[a], lo[a] - run.hi[a]), 0.0);
-        let (ey, ez) = (e(1), e(2));
-        let half = (max(reach2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
-        let k0 = self
-            .x_key((lo.x - run.shift.x) - half)
-            .max(run.slabs[1] as i32);
-        let k1 = self
-            .x_key((hi.x - run.shift.x) + half)
-            .min(run.slabs[2] as i32);
-        if k0 > k1 {
-            return run.range.start..run.range.start;
+        let keys = self.window_keys(
+            (e(1), e(2)),
+            (lo.x - run.shift.x, hi.x - run.shift.x),
+            (reach2, slack),
+            (run.slabs[1] as i32, run.slabs[2] as i32),
+        );
+        match self.key_range(run.slabs[0] as i32, keys) {
+            Some((start, end)) => start as usize..end as usize,
+            None => run.range.start..run.range.start,
         }
-        let row = run.slabs[0] as i32;
-        let at = |key: i32| self.slab_start[(row + key) as usize] as usize;
-        at(k0)..at(k1 + 1)
+    }
+
+    /// The slab keys `k0 ..= k1` (`k0 > k1`: none) of a run's x-window:
+    /// the x-span `x0 ..= x1` (image space, the run's shift taken off)
+    /// widened by the half-width that a squared reach leaves at the run's
+    /// distance `(ey, ez)` from the box in y and z, plus `slack` and a
+    /// position's rounding error, then clamped to the run's slabs `first
+    /// ..= last` (a border slab also holds the boids beyond a closed face).
+    /// What [`Grid::windows`] and [`Grid::window`] share.
+    #[inline(always)]
+    fn window_keys(
+        &self,
+        (ey, ez): (f32, f32),
+        (x0, x1): (f32, f32),
+        (reach2, slack): (f32, f32),
+        (first, last): (i32, i32),
+    ) -> (i32, i32) {
+        let half = (max(reach2 - (ey * ey + ez * ez), 0.0) + slack).sqrt() + self.pos_eps;
+        (
+            self.x_key(x0 - half).max(first),
+            self.x_key(x1 + half).min(last),
+        )
+    }
+
+    /// The sorted indices of the slab keys `k0 ..= k1` of the row whose
+    /// first key is `row`, or `None` when `k0 > k1`.
+    #[inline(always)]
+    fn key_range(&self, row: i32, (k0, k1): (i32, i32)) -> Option<(u32, u32)> {
+        let at = |key: i32| self.slab_start[(row + key) as usize];
+        (k0 <= k1).then(|| (at(k0), at(k1 + 1)))
     }
 
     /// The last step of [`Grid::windows`]: slab key ranges (`k0 > k1` for
@@ -595,14 +622,10 @@ impl Grid {
         out: &'w mut [(u32, u32); MAX_RUNS],
     ) -> &'w [(u32, u32)] {
         for k in 0..runs.len {
-            let (k0, k1) = (keys[0][k], keys[1][k]);
-            let row = runs.cols.slabs[0][k];
-            out[k] = if k0 > k1 {
-                (0, 0)
-            } else {
-                let at = |key: i32| self.slab_start[(row + key) as usize];
-                (at(k0), at(k1 + 1))
-            };
+            let keys = (keys[0][k], keys[1][k]);
+            out[k] = self
+                .key_range(runs.cols.slabs[0][k], keys)
+                .unwrap_or((0, 0));
         }
         &out[..runs.len]
     }
