@@ -38,3 +38,12 @@ pub mod lab;
 pub mod nats;
 pub mod probe;
 pub mod telemetry;
+
+/// A directory for one test's files (made if missing), unique to this process:
+/// `starling-{name}-{pid}` under the system's temporary directory.
+#[cfg(test)]
+pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("starling-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -676,8 +676,7 @@ mod tests {
         // Paused, stepped 10, stopped: playback applied the ops (to the
         // end) and then stepped once more, one tick past the recording;
         // its last digest went unchecked and a step then underflowed.
-        let dir = std::env::temp_dir().join(format!("starling-paused-end-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("paused-end");
         let path = dir.join("rec.jsonl");
         let mut f = Flock::new(FlockConfig {
             population: 200,
@@ -725,8 +724,7 @@ mod tests {
 
     #[test]
     fn a_served_replay_plays_and_seeks_to_the_recorded_states() {
-        let dir = std::env::temp_dir().join(format!("starling-player-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("player");
         let path = dir.join("rec.jsonl");
         let final_digest = record(&path);
         let script = Script::load(&path).unwrap();
@@ -768,8 +766,7 @@ mod tests {
         // A recorder killed mid-write leaves its last line without a
         // newline: the lines before it still replay and serve, and both
         // say where it was cut; a broken line anywhere else is an error.
-        let dir = std::env::temp_dir().join(format!("starling-cut-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("cut");
         let path = dir.join("rec.jsonl");
         record(&path);
         let whole = std::fs::read_to_string(&path).unwrap();

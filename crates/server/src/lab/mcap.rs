@@ -465,8 +465,7 @@ mod tests {
 
     #[test]
     fn a_run_reads_back_with_its_schemas_topics_and_boids() {
-        let dir = std::env::temp_dir().join(format!("starling-mcap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("mcap");
         let path = dir.join("run.mcap");
         let mut flock = Flock::new(FlockConfig {
             params: Params::default(),

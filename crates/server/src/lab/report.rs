@@ -368,8 +368,7 @@ mod tests {
 
     #[test]
     fn a_malformed_metrics_file_is_refused_naming_the_line() {
-        let dir = std::env::temp_dir().join(format!("starling-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("report");
         let path = dir.join("metrics.csv");
         std::fs::write(
             &path,
