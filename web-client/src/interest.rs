@@ -10,7 +10,9 @@
 
 use glam::Vec3;
 use starling_protocol::interest::{CellMirror, Precision};
-use starling_protocol::{DecodeError, Frame, InterestInfo, View};
+use starling_protocol::{
+    DecodeError, Frame, InterestInfo, OCT_PLUS_X, Q_MAX, QuantBox, View, oct_encode,
+};
 
 use crate::link::Link;
 
@@ -137,6 +139,10 @@ impl Interest {
             // replay seek) is no base to move from.
             let before = m.previous(c).filter(|(b, _)| b.tick < cell.tick);
             let t_prev = before.map_or(t_curr - 1.0, |(b, _)| rel(b.tick));
+            // A cell sent without headings (1.6): its boids point along
+            // their motion, or, without one, along the cell's mean heading.
+            let motion = (!m.precision(c).has_heading())
+                .then(|| m.summary(c).map_or(OCT_PLUS_X, |s| s.heading));
             let mut j = 0;
             for i in 0..cell.len() {
                 let at = |g: &Frame, k: usize, p: Precision| {
@@ -147,8 +153,8 @@ impl Interest {
                         g.heading_of(k).map(|h| h.saturating_add(dh)),
                     )
                 };
-                let now = at(cell, i, m.precision(c));
-                let then = before
+                let mut now = at(cell, i, m.precision(c));
+                let mut then = before
                     .and_then(|(b, p)| {
                         while j < b.len() && b.ids[j] < cell.ids[i] {
                             j += 1;
@@ -156,6 +162,10 @@ impl Interest {
                         (j < b.len() && b.ids[j] == cell.ids[i]).then(|| at(b, j, p))
                     })
                     .unwrap_or(now);
+                if let (Some(mean), Some(quant)) = (motion, f.quant) {
+                    let h = heading_of_motion(then.0, now.0, &quant).unwrap_or(mean);
+                    (now.1, then.1) = (h, h);
+                }
                 f.ids.push(cell.ids[i]);
                 f.pos.extend_from_slice(&now.0);
                 f.heading.extend_from_slice(&now.1);
@@ -232,6 +242,18 @@ impl Interest {
         self.last_view_ms = now_ms;
         Some(view)
     }
+}
+
+/// The heading of a boid that moved from `from` to `to` (quantised), or
+/// None when it did not move or jumped across a wrapping world (more than
+/// a quarter of the box, as the renderer judges a wrap).
+fn heading_of_motion(from: [u16; 3], to: [u16; 3], quant: &QuantBox) -> Option<[u8; 2]> {
+    let step = quant.step_m();
+    let d: [i32; 3] = std::array::from_fn(|a| i32::from(to[a]) - i32::from(from[a]));
+    if d == [0; 3] || d.iter().any(|x| x.unsigned_abs() > u32::from(Q_MAX) / 4) {
+        return None;
+    }
+    Some(oct_encode(std::array::from_fn(|a| d[a] as f32 * step[a])))
 }
 
 #[cfg(test)]
@@ -370,6 +392,86 @@ mod tests {
         assert_eq!(i.merged.position(0), q.quantize([10.0, 16.0, 25.0]));
         assert_eq!(i.previous.position(1), q.quantize([90.0, 10.0, 25.0]));
         assert_eq!(i.merged.position(1), q.quantize([90.0, 12.0, 25.0]));
+    }
+
+    #[test]
+    fn a_cell_without_headings_points_its_boids_along_their_motion() {
+        let info = info();
+        let q = info.quant;
+        // Boid 1 flies along +y, boid 2 along −x; boid 5 joins at tick 12.
+        // Their sent headings (+z) are not what they fly along.
+        let whole = |tick: u64| {
+            let t = tick as f32;
+            let mut boids = vec![(1, [10.0, t, 25.0]), (2, [40.0 - t, 50.0, 25.0])];
+            if tick > 10 {
+                boids.push((5, [20.0, 20.0, 20.0]));
+            }
+            Frame {
+                tick,
+                quant: Some(q),
+                ids: boids.iter().map(|b| b.0).collect(),
+                pos: boids.iter().flat_map(|b| q.quantize(b.1)).collect(),
+                heading: boids
+                    .iter()
+                    .flat_map(|_| oct_encode([0.0, 0.0, 1.0]))
+                    .collect(),
+            }
+        };
+        let mut i = Interest::new(Some(64_000));
+        i.on_info(info);
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), CellScratch::default());
+        let p = Precision::EXACT.without_heading();
+        let mut held: Option<Frame> = None;
+        for tick in [10, 12] {
+            let mut cells = Vec::new();
+            info.grid.split(&whole(tick), &mut cells);
+            let summaries: Vec<CellSummary> = (0..2)
+                .filter_map(|c| CellSummary::of(c, &cells[c as usize], &q))
+                .collect();
+            let flags = if tick == 10 {
+                FLAG_RESET | FLAG_COMPLETE_SUMMARIES
+            } else {
+                0
+            };
+            let summaries = if tick == 10 { &summaries[..] } else { &[] };
+            begin_batch(tick, summaries, flags, &[], &mut batch);
+            let base = held.as_ref().map(|f| Held {
+                frame: f,
+                precision: p,
+            });
+            encode_cell_update(
+                base,
+                None,
+                &cells[0],
+                p,
+                Codings::Range,
+                &mut s,
+                &mut update,
+            )
+            .unwrap();
+            push_update(0, &update, &mut batch);
+            held = Some(cells[0].clone());
+            i.on_batch(&batch).unwrap();
+            if tick == 10 {
+                // Sent in full: no motion yet, so the cell's mean heading.
+                assert!(
+                    i.merged
+                        .heading
+                        .chunks(2)
+                        .all(|h| h == oct_encode([0.0, 0.0, 1.0]))
+                );
+            }
+        }
+        assert_eq!(i.merged.ids, vec![1, 2, 5]);
+        let y = oct_encode([0.0, 1.0, 0.0]);
+        let minus_x = oct_encode([-1.0, 0.0, 0.0]);
+        assert_eq!((i.merged.heading_of(0), i.previous.heading_of(0)), (y, y));
+        assert_eq!(i.merged.heading_of(1), minus_x);
+        // The newcomer has no motion: the cell's mean heading, from its summary.
+        assert_eq!(i.merged.heading_of(2), oct_encode([0.0, 0.0, 1.0]));
+        // A jump across a wrapping world is no motion.
+        assert_eq!(heading_of_motion([0, 0, 0], [60_000, 0, 0], &q), None);
+        assert_eq!(heading_of_motion([5, 5, 5], [5, 5, 5], &q), None);
     }
 
     #[test]

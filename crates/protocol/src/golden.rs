@@ -2,7 +2,8 @@
 //! frames) encoded as a keyframe and a delta, and (1.2) the third frame
 //! as a cell batch against the first two, on a grid of two cells (and
 //! the same for a 1.4 receiver: Rice-coded fields, compact headers), and
-//! (1.5) the range coder's worked example (its seven bytes are here). The
+//! (1.5) the range coder's worked example (its seven bytes are here), and
+//! (1.6) the cell batch again for a receiver that takes no headings. The
 //! other vectors' bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
@@ -24,6 +25,8 @@ pub const DELTA: &[u8] = include_bytes!("../tests/golden/delta.bin");
 pub const CELLS: &[u8] = include_bytes!("../tests/golden/cells.bin");
 /// The same batch for a 1.4 receiver: Rice-coded fields, compact headers.
 pub const CELLS_RICE: &[u8] = include_bytes!("../tests/golden/cells-rice.bin");
+/// The same batch for a 1.6 receiver: no headings ([`encode_cells_without_headings`]).
+pub const CELLS_NO_HEADING: &[u8] = include_bytes!("../tests/golden/cells-no-heading.bin");
 
 /// The grid of the golden cell batch: two cells, split at x = 50 m.
 pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
@@ -34,6 +37,17 @@ pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
 /// `codings`: what the receiver reads (fixed-width fields for 1.2; Rice
 /// codes and compact headers for 1.4).
 pub fn encode_cells(codings: Codings) -> Vec<u8> {
+    encode_cells_at(codings, Precision::EXACT)
+}
+
+/// The golden cell batch for a 1.6 receiver: range codes allowed, full
+/// position precision, no headings (the viewer holds frames 2 and 1
+/// without headings too).
+pub fn encode_cells_without_headings() -> Vec<u8> {
+    encode_cells_at(Codings::Range, Precision::EXACT.without_heading())
+}
+
+fn encode_cells_at(codings: Codings, precision: Precision) -> Vec<u8> {
     let [a, b, c] = frames();
     let split = |f: &Frame| {
         let mut cells = Vec::new();
@@ -48,11 +62,12 @@ pub fn encode_cells(codings: Codings) -> Vec<u8> {
     let (mut batch, mut update, mut scratch) = (Vec::new(), Vec::new(), CellScratch::default());
     begin_batch(c.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
     for k in 0..2 {
+        let held = |frame| Held { frame, precision };
         encode_cell_update(
-            Some(Held::exact(&cb[k])),
-            Some(Held::exact(&ca[k])),
+            Some(held(&cb[k])),
+            Some(held(&ca[k])),
             &cc[k],
-            Precision::EXACT,
+            precision,
             codings,
             &mut scratch,
             &mut update,
@@ -104,6 +119,7 @@ pub fn matches_committed() -> bool {
         && d == DELTA
         && encode_cells(Codings::Fixed) == CELLS
         && encode_cells(Codings::Rice) == CELLS_RICE
+        && encode_cells_without_headings() == CELLS_NO_HEADING
         && range_fields() == RANGE_FIELDS_BYTES
 }
 
@@ -115,6 +131,6 @@ pub const RANGE_FIELDS_BYTES: [u8; 7] = [0x06, 0xad, 0x6f, 0xd7, 0x0a, 0x80, 0x8
 /// [`RANGE_FIELDS`] range-coded on this platform.
 pub fn range_fields() -> Vec<u8> {
     let mut out = Vec::new();
-    crate::interest::encode_range_fields(&RANGE_FIELDS, &mut out);
+    crate::interest::encode_range_fields(&RANGE_FIELDS, 5, &mut out);
     out
 }

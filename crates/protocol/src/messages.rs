@@ -14,7 +14,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 5;
+pub const PROTOCOL_MINOR: u16 = 6;
 /// The minor that brought the interest stream (`Subscribe`'s region, cell
 /// updates with fixed-width fields).
 pub const INTEREST_MINOR: u16 = 2;
@@ -29,6 +29,11 @@ pub const RICE_MINOR: u16 = 4;
 /// servers send them only to clients that subscribed with at least this
 /// minor.
 pub const RANGE_MINOR: u16 = 5;
+/// The minor that brought cell updates without headings (heading shift
+/// [`crate::interest::NO_HEADING`]: the receiver draws boids along their
+/// motion): servers send them, and send them instead of headings, only to
+/// clients that subscribed with at least this minor.
+pub const NO_HEADING_MINOR: u16 = 6;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -109,7 +109,7 @@ fn to_byte(x: f32) -> u8 {
 
 /// What `+x` encodes to, also the encoding of a zero or non-finite vector.
 /// PERF: a constant, not a recursive call, so `oct_encode` inlines.
-const OCT_PLUS_X: [u8; 2] = [255, 128];
+pub const OCT_PLUS_X: [u8; 2] = [255, 128];
 
 /// Encodes a direction as an octahedral unit vector: the direction is
 /// projected onto the octahedron `|x| + |y| + |z| = 1`, the lower half

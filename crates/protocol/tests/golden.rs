@@ -23,6 +23,11 @@ fn golden_vectors_are_byte_identical() {
             golden::encode_cells(Codings::Rice),
         )
         .unwrap();
+        std::fs::write(
+            format!("{dir}/cells-no-heading.bin"),
+            golden::encode_cells_without_headings(),
+        )
+        .unwrap();
         return;
     }
     assert_eq!(
@@ -34,6 +39,11 @@ fn golden_vectors_are_byte_identical() {
         golden::encode_cells(Codings::Rice),
         golden::CELLS_RICE,
         "Rice cell batch bytes changed"
+    );
+    assert_eq!(
+        golden::encode_cells_without_headings(),
+        golden::CELLS_NO_HEADING,
+        "cell batch without headings bytes changed"
     );
     assert_eq!(k, golden::KEYFRAME, "keyframe bytes changed");
     assert_eq!(d, golden::DELTA, "delta bytes changed");
@@ -106,4 +116,37 @@ fn the_golden_cell_batch_moves_boid_9_between_cells() {
     assert!(cells[1].is_empty());
     assert_eq!(m.summary(0).map(|s| s.count), Some(3));
     assert_eq!(m.summary(1), None);
+}
+
+#[test]
+fn the_golden_cell_batch_without_headings_rebuilds_the_positions() {
+    use starling_protocol::interest::{Precision, begin_batch, encode_cell_update, push_update};
+    let [a, b, c] = golden::frames();
+    let grid = golden::CELL_GRID;
+    let mut m = CellMirror::new(grid, c.quant.unwrap());
+    let p = Precision::EXACT.without_heading();
+    // The mirror holds frames 1 and 2 of both cells, sent in full without headings.
+    for f in [&a, &b] {
+        let mut cells = Vec::new();
+        grid.split(f, &mut cells);
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), Default::default());
+        begin_batch(f.tick, &[], 0, &[], &mut batch);
+        for (k, cell) in cells.iter().enumerate() {
+            encode_cell_update(None, None, cell, p, Codings::Range, &mut s, &mut update).unwrap();
+            push_update(k as u32, &update, &mut batch);
+        }
+        m.apply(&batch).unwrap();
+    }
+    let ServerFrame::Cells(bytes) = decode_server(golden::CELLS_NO_HEADING).unwrap() else {
+        panic!("not a cell batch")
+    };
+    m.apply(bytes).unwrap();
+    let mut cells = Vec::new();
+    grid.split(&c, &mut cells);
+    let mut want = Frame::default();
+    p.coarsen(&cells[0], &mut want);
+    assert_eq!(m.cell(0), Some(&want));
+    assert_eq!(m.precision(0), p);
+    assert!(want.heading.iter().all(|&h| h == 0) && !want.pos.is_empty());
+    assert!(golden::CELLS_NO_HEADING.len() < golden::CELLS_RICE.len());
 }

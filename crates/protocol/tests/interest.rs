@@ -6,7 +6,8 @@
 use proptest::prelude::*;
 use starling_protocol::interest::{
     CellGrid, CellMirror, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held,
-    MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision, begin_batch, encode_cell_update, push_update,
+    MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision, begin_batch, encode_cell_update,
+    push_update,
 };
 use starling_protocol::{Frame, QuantBox};
 
@@ -112,9 +113,11 @@ proptest! {
                     Precision::EXACT
                 } else {
                     let r = bits >> 8;
+                    // Every heading shift, and no heading (1.6).
+                    let h = ((r >> 8) % u64::from(MAX_HEADING_SHIFT + 2)) as u8;
                     Precision::new(
                         (r % u64::from(MAX_POS_SHIFT + 1)) as u8,
-                        ((r >> 8) % u64::from(MAX_HEADING_SHIFT + 1)) as u8,
+                        if h > MAX_HEADING_SHIFT { NO_HEADING } else { h },
                     )
                     .unwrap()
                 };

@@ -1,6 +1,7 @@
 //! How a cell update codes its stayed boids' residuals and heading steps
 //! into bits, least significant bit first: five fields per boid (`dx, dy,
-//! dz` residuals, then `du, dv` heading steps). Two codings:
+//! dz` residuals, then `du, dv` heading steps), or three (the residuals)
+//! in an update without headings (1.6, [`super::NO_HEADING`]). Three codings:
 //!
 //! - **fixed** (1.2): every residual `rbits` wide and every step `hbits`
 //!   wide, two's complement; the widths are the pair (2 ..= 8 each) that
@@ -36,6 +37,14 @@ use crate::messages::{INTEREST_MINOR, RANGE_MINOR, RICE_MINOR};
 
 /// Fields per stayed boid: three coordinates, two heading bytes.
 pub(super) const FIELDS: usize = 5;
+/// Fields per stayed boid in an update without headings: the coordinates.
+pub(super) const POSITION_FIELDS: usize = 3;
+
+/// Fields per stayed boid of an update that does or does not send
+/// heading steps.
+pub(super) fn fields_per_boid(steps: bool) -> usize {
+    if steps { FIELDS } else { POSITION_FIELDS }
+}
 /// The widths fixed fields may have, bits.
 const WIDTHS: RangeInclusive<u32> = 2..=8;
 /// The Rice parameters a coding may use.
@@ -103,8 +112,22 @@ impl Coding {
         }
     }
 
-    /// Reads the header's bytes, validated; `full` updates have no fields.
-    pub(super) fn parse(coding: u8, b2: u8, b3: u8, full: bool) -> Result<Self, DecodeError> {
+    /// Reads the header's bytes, validated; `full` updates have no fields,
+    /// and an update without `steps` (no headings) has a byte 3 of 0.
+    pub(super) fn parse(
+        coding: u8,
+        b2: u8,
+        b3: u8,
+        full: bool,
+        steps: bool,
+    ) -> Result<Self, DecodeError> {
+        if !full && !steps && b3 != 0 {
+            return Err(invalid(
+                "step bits",
+                b3,
+                "0 in an update without headings (heading shift 8)",
+            ));
+        }
         match (coding, full) {
             (0, true) if (b2, b3) == (0, 0) => Ok(Coding::NONE),
             (_, true) => Err(invalid(
@@ -113,7 +136,9 @@ impl Coding {
                 "0 / 0 / 0 in a full update",
             )),
             (0, false) => {
-                for (name, b) in [("residual bits", b2), ("step bits", b3)] {
+                // Without headings there are no steps: their 0 is checked above.
+                let widths = [("residual bits", b2), ("step bits", b3)];
+                for (name, b) in widths.into_iter().take(if steps { 2 } else { 1 }) {
                     if !WIDTHS.contains(&u32::from(b)) {
                         return Err(invalid(name, b, "2 ..= 8 (0 for a full update)"));
                     }
@@ -146,19 +171,21 @@ impl Coding {
     /// in fixed coding; in Rice coding from every boid's shortest codes
     /// (or an escape) to every boid's longest; range-coded, from none (all
     /// zeros past the end) to every field's longest code.
-    pub(super) fn len_range(self, stayed: usize) -> RangeInclusive<usize> {
+    pub(super) fn len_range(self, stayed: usize, steps: bool) -> RangeInclusive<usize> {
         let bytes = |bits_per_boid: usize| (bits_per_boid * stayed).div_ceil(8);
+        let nf = fields_per_boid(steps);
+        let s = nf - POSITION_FIELDS;
         match self {
             Coding::Fixed(r, h) => {
-                let len = bytes(3 * usize::from(r) + 2 * usize::from(h));
+                let len = bytes(3 * usize::from(r) + s * usize::from(h));
                 len..=len
             }
             Coding::Rice(r, h) => {
                 let escape = RICE_ESCAPE as usize;
                 let (r, h) = (usize::from(r), usize::from(h));
                 // A value's code: q one-bits (q < 16), a zero-bit, k bits.
-                let shortest = 3 * (1 + r) + 2 * (1 + h);
-                let longest = 3 * (escape + r) + 2 * (escape + h);
+                let shortest = 3 * (1 + r) + s * (1 + h);
+                let longest = 3 * (escape + r) + s * (escape + h);
                 bytes(shortest.min(escape))..=bytes(longest.max(escape))
             }
             Coding::Range => {
@@ -166,7 +193,7 @@ impl Coding {
                 // bit 1, and the coder ends within 4 bytes.
                 let unary = range::UNARY as usize * 11;
                 let gamma = 2 * range::MAX_GAMMA_BITS as usize + 1;
-                0..=bytes(FIELDS * (unary + gamma)) + 4
+                0..=bytes(nf * (unary + gamma)) + 4
             }
         }
     }
@@ -246,18 +273,21 @@ impl BitWriter<'_> {
     }
 }
 
-/// Codes `n` boids' [`FIELDS`] fields each (`fields`, boid after boid) in
+/// Codes `n` boids' fields ([`fields_per_boid`], `steps` or not: `fields`,
+/// boid after boid) in
 /// the smaller of fixed-width fields and the newest coding `codings`
 /// allows (ties go to fixed; see the module docs),
 /// appending the bits to `out` and marking the exceptions in
 /// `s.exception`. Returns the coding.
 pub(super) fn pack(
     fields: &[i32],
+    steps: bool,
     codings: Codings,
     s: &mut PackScratch,
     out: &mut Vec<u8>,
 ) -> Coding {
-    let n = fields.len() / FIELDS;
+    let nf = fields_per_boid(steps);
+    let n = fields.len() / nf;
     // Rice codes for a 1.4 receiver, and for a 1.5 one in small updates
     // (see the module docs).
     let rice = codings == Codings::Rice || (codings == Codings::Range && n < RICE_TOO_UNDER);
@@ -270,9 +300,10 @@ pub(super) fn pack(
     let mut rice_pos = [0usize; 8];
     let mut rice_step = [0usize; 8];
     let exception_bits = RICE_ESCAPE as usize + 8 * EXCEPTION_BYTES;
-    for f in fields.chunks_exact(FIELDS) {
+    for f in fields.chunks_exact(nf) {
         let mp = f[..3].iter().map(|&r| r.unsigned_abs()).max().unwrap_or(0);
-        let wh = f[3..].iter().map(|&v| step_width(v)).max().unwrap_or(2);
+        // No steps: width 0, and no step width makes a boid an exception.
+        let wh = f[3..].iter().map(|&v| step_width(v)).max().unwrap_or(0);
         let wp = residual_width(mp);
         hist[wp][wh] += 1;
         s.widths.push((wp, wh));
@@ -297,15 +328,16 @@ pub(super) fn pack(
     }
     // The fixed widths that make the update smallest (ties: the narrower).
     let mut fixed = (usize::MAX, 8, 8);
+    let step_widths = if steps { WIDTHS } else { 0..=0 };
     for pb in WIDTHS {
-        for hb in WIDTHS {
+        for hb in step_widths.clone() {
             let (pb_, hb_) = (pb as usize, hb as usize);
             let exc: usize = (0..10)
                 .flat_map(|a| (0..10).map(move |b| (a, b)))
                 .filter(|&(a, b)| a > pb_ || b > hb_)
                 .map(|(a, b)| hist[a][b])
                 .sum();
-            let size = (n * (3 * pb_ + 2 * hb_)).div_ceil(8) + EXCEPTION_BYTES * exc;
+            let size = (n * (3 * pb_ + (nf - 3) * hb_)).div_ceil(8) + EXCEPTION_BYTES * exc;
             if size < fixed.0 {
                 fixed = (size, pb, hb);
             }
@@ -316,7 +348,7 @@ pub(super) fn pack(
     let rice_exc = |&(zp, zh): &(u32, u32)| zp >> kr >= RICE_ESCAPE || zh >> kh >= RICE_ESCAPE;
     let coding = if rice {
         let bits: usize = fields
-            .chunks_exact(FIELDS)
+            .chunks_exact(nf)
             .zip(&s.widest)
             .map(|(f, w)| {
                 if rice_exc(w) {
@@ -350,7 +382,7 @@ pub(super) fn pack(
     if codings >= Codings::Range {
         // Range-coded straight into `out`, taken back when not smaller.
         let start = out.len();
-        range::encode(fields, out);
+        range::encode(fields, nf, out);
         if out.len() - start < size {
             s.exception.resize(n, false);
             return Coding::Range;
@@ -365,21 +397,23 @@ pub(super) fn pack(
     match coding {
         Coding::Fixed(pb, hb) => {
             let (pb, hb) = (u32::from(pb), u32::from(hb));
-            for (f, &(wp, wh)) in fields.chunks_exact(FIELDS).zip(&s.widths) {
+            for (f, &(wp, wh)) in fields.chunks_exact(nf).zip(&s.widths) {
                 let exc = wp > pb as usize || wh > hb as usize;
                 s.exception.push(exc);
                 let vals = if exc {
                     [-(1 << (pb - 1)), 0, 0, 0, 0]
                 } else {
-                    [f[0], f[1], f[2], f[3], f[4]]
+                    let mut v = [0; FIELDS];
+                    v[..nf].copy_from_slice(f);
+                    v
                 };
-                for (k, v) in vals.into_iter().enumerate() {
+                for (k, v) in vals.into_iter().take(nf).enumerate() {
                     w.put(v as u64, if k < 3 { pb } else { hb });
                 }
             }
         }
         Coding::Rice(..) => {
-            for (f, wd) in fields.chunks_exact(FIELDS).zip(&s.widest) {
+            for (f, wd) in fields.chunks_exact(nf).zip(&s.widest) {
                 let exc = rice_exc(wd);
                 s.exception.push(exc);
                 if exc {
@@ -404,18 +438,22 @@ pub(super) struct FieldReader<'a> {
     acc: u64,
     filled: u32,
     coding: Coding,
+    /// Fields per boid ([`fields_per_boid`]).
+    nf: usize,
     /// The range decoder, for range-coded fields.
     range: Option<RangeReader<'a>>,
 }
 
 impl<'a> FieldReader<'a> {
-    pub(super) fn new(bytes: &'a [u8], coding: Coding) -> Self {
+    /// A reader of fields in `coding`, with heading `steps` or without.
+    pub(super) fn new(bytes: &'a [u8], coding: Coding, steps: bool) -> Self {
         Self {
             range: (coding == Coding::Range).then(|| RangeReader::new(bytes)),
             bytes: bytes.iter(),
             acc: 0,
             filled: 0,
             coding,
+            nf: fields_per_boid(steps),
         }
     }
 
@@ -474,12 +512,14 @@ impl<'a> FieldReader<'a> {
         Ok(Some(unzigzag((q << k) | low)))
     }
 
-    /// The next boid's fields, or None when it is an exception.
+    /// The next boid's fields (its steps 0 in an update without them), or
+    /// None when it is an exception.
     pub(super) fn boid(&mut self) -> Result<Option<[i32; FIELDS]>, DecodeError> {
+        let nf = self.nf;
         match self.coding {
             Coding::Fixed(pb, hb) => {
                 let mut f = [0; FIELDS];
-                for (k, v) in f.iter_mut().enumerate() {
+                for (k, v) in f.iter_mut().enumerate().take(nf) {
                     let bits = u32::from(if k < 3 { pb } else { hb });
                     let raw = self.bits(bits)? as i32;
                     // Sign-extend from `bits`.
@@ -492,7 +532,7 @@ impl<'a> FieldReader<'a> {
                     return Ok(None);
                 };
                 let mut f = [dx, 0, 0, 0, 0];
-                for (k, v) in f.iter_mut().enumerate().skip(1) {
+                for (k, v) in f.iter_mut().enumerate().take(nf).skip(1) {
                     *v = self.rice(if k < 3 { kr } else { kh })?.ok_or_else(|| {
                         invalid(
                             "residuals",
@@ -504,7 +544,7 @@ impl<'a> FieldReader<'a> {
                 Ok(Some(f))
             }
             Coding::Range => match self.range.as_mut() {
-                Some(r) => r.boid().map(Some),
+                Some(r) => r.boid(nf).map(Some),
                 None => Err(invalid("field coding", 2, "a range decoder")),
             },
         }
@@ -532,20 +572,69 @@ mod tests {
     use super::*;
 
     fn roundtrip(fields: &[i32], codings: Codings) -> (Coding, usize) {
+        roundtrip_steps(fields, true, codings)
+    }
+
+    /// Packs and reads back fields with heading steps or without them.
+    fn roundtrip_steps(fields: &[i32], steps: bool, codings: Codings) -> (Coding, usize) {
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(fields, codings, &mut s, &mut out);
-        let mut r = FieldReader::new(&out, coding);
-        for (f, &exc) in fields.chunks_exact(FIELDS).zip(&s.exception) {
+        let coding = pack(fields, steps, codings, &mut s, &mut out);
+        let nf = fields_per_boid(steps);
+        assert!(
+            coding
+                .len_range(fields.len() / nf, steps)
+                .contains(&out.len())
+        );
+        let mut r = FieldReader::new(&out, coding, steps);
+        for (f, &exc) in fields.chunks_exact(nf).zip(&s.exception) {
             match r.boid().unwrap() {
                 Some(got) => {
                     assert!(!exc);
-                    assert_eq!(got, f);
+                    assert_eq!(&got[..nf], f);
+                    assert!(got[nf..].iter().all(|&v| v == 0));
                 }
                 None => assert!(exc),
             }
         }
         r.finish().unwrap();
         (coding, out.len())
+    }
+
+    #[test]
+    fn an_update_without_headings_codes_three_fields_a_boid_in_every_coding() {
+        // Residuals of 0 and ±1, a hard mover now and then.
+        let fields: Vec<i32> = (0..120)
+            .flat_map(|i| [i % 3 - 1, if i % 37 == 0 { 300 } else { 0 }, i % 2])
+            .collect();
+        for codings in [Codings::Fixed, Codings::Rice, Codings::Range] {
+            let (coding, len) = roundtrip_steps(&fields, false, codings);
+            // The step byte is 0, and the same residuals with zero steps
+            // take more.
+            assert_eq!(coding.bytes().2, 0, "{coding:?}");
+            let with: Vec<i32> = fields
+                .chunks_exact(3)
+                .flat_map(|f| [f[0], f[1], f[2], 0, 0])
+                .collect();
+            let (_, with_len) = roundtrip_steps(&with, true, codings);
+            assert!(len < with_len, "{codings:?}: {len} against {with_len}");
+        }
+        // A header with step bits in an update without headings is refused.
+        let e = Coding::parse(0, 2, 2, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("step bits") && e.contains("heading shift 8"),
+            "{e}"
+        );
+        assert_eq!(
+            Coding::parse(0, 2, 0, false, false).unwrap(),
+            Coding::Fixed(2, 0)
+        );
+        assert_eq!(
+            Coding::parse(1, 0, 0, false, false).unwrap(),
+            Coding::Rice(0, 0)
+        );
+        assert!(Coding::parse(0, 2, 0, false, true).is_err());
     }
 
     #[test]
@@ -610,12 +699,12 @@ mod tests {
         let mut fields: Vec<i32> = vec![0; 9 * FIELDS];
         fields[8 * FIELDS] = 40_000;
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(&fields, Codings::Rice, &mut s, &mut out);
+        let coding = pack(&fields, true, Codings::Rice, &mut s, &mut out);
         assert_eq!(coding, Coding::Rice(0, 0));
         assert_eq!(s.exception.iter().filter(|&&e| e).count(), 1);
         assert!(s.exception[8]);
         assert_eq!(out.len(), 7);
-        let mut r = FieldReader::new(&out, coding);
+        let mut r = FieldReader::new(&out, coding, true);
         for _ in 0..8 {
             assert_eq!(r.boid().unwrap(), Some([0; FIELDS]));
         }
@@ -623,20 +712,20 @@ mod tests {
         r.finish().unwrap();
         // Eight boids of 0 fill exactly five bytes; a sixth, zero byte is refused.
         let (mut s, mut out) = (PackScratch::default(), Vec::new());
-        let coding = pack(&[0; 8 * FIELDS], Codings::Rice, &mut s, &mut out);
+        let coding = pack(&[0; 8 * FIELDS], true, Codings::Rice, &mut s, &mut out);
         assert_eq!((coding, out.len()), (Coding::Rice(0, 0), 5));
         out.push(0);
-        let mut r = FieldReader::new(&out, coding);
+        let mut r = FieldReader::new(&out, coding, true);
         for _ in 0..8 {
             assert_eq!(r.boid().unwrap(), Some([0; FIELDS]));
         }
         assert!(r.finish().unwrap_err().to_string().contains("padding"));
         // The lengths a Rice coding allows.
         assert_eq!(
-            Coding::Rice(0, 0).len_range(8),
+            Coding::Rice(0, 0).len_range(8, true),
             5..=(8 * 80usize).div_ceil(8)
         );
-        assert_eq!(Coding::Fixed(2, 3).len_range(8), 12..=12);
+        assert_eq!(Coding::Fixed(2, 3).len_range(8, true), 12..=12);
     }
 
     #[test]
@@ -644,37 +733,37 @@ mod tests {
         // An escape after dx.
         // dx = 0 (a zero-bit), then sixteen one-bits as dy.
         let bytes = [0b1111_1110, 0xff, 0b0000_0001];
-        let mut r = FieldReader::new(&bytes, Coding::Rice(0, 0));
+        let mut r = FieldReader::new(&bytes, Coding::Rice(0, 0), true);
         let err = r.boid().unwrap_err();
         assert!(err.to_string().contains("escape"), "{err}");
         // Cut short: a unary prefix running off the end.
-        let mut r = FieldReader::new(&[0xff], Coding::Rice(0, 0));
+        let mut r = FieldReader::new(&[0xff], Coding::Rice(0, 0), true);
         assert!(r.boid().unwrap_err().to_string().contains("cut short"));
         // Padding that is not zero.
-        let mut r = FieldReader::new(&[0b1000_0000], Coding::Rice(0, 0));
+        let mut r = FieldReader::new(&[0b1000_0000], Coding::Rice(0, 0), true);
         assert_eq!(r.boid().unwrap(), Some([0; 5]));
         assert!(r.finish().unwrap_err().to_string().contains("padding"));
         // A parameter out of range, a coding that does not exist.
         assert!(
-            Coding::parse(1, 8, 0, false)
+            Coding::parse(1, 8, 0, false, true)
                 .unwrap_err()
                 .to_string()
                 .contains("residual Rice parameter")
         );
         assert!(
-            Coding::parse(3, 0, 0, false)
+            Coding::parse(3, 0, 0, false, true)
                 .unwrap_err()
                 .to_string()
                 .contains("field coding")
         );
-        assert_eq!(Coding::parse(2, 0, 0, false).unwrap(), Coding::Range);
+        assert_eq!(Coding::parse(2, 0, 0, false, true).unwrap(), Coding::Range);
         assert!(
-            Coding::parse(2, 1, 0, false)
+            Coding::parse(2, 1, 0, false, true)
                 .unwrap_err()
                 .to_string()
                 .contains("range coding parameters")
         );
-        assert!(Coding::parse(1, 0, 0, true).is_err());
-        assert!(Coding::parse(2, 0, 0, true).is_err());
+        assert!(Coding::parse(1, 0, 0, true, true).is_err());
+        assert!(Coding::parse(2, 0, 0, true, true).is_err());
     }
 }

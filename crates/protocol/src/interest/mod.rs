@@ -30,7 +30,7 @@ pub use batch::{
 pub use fields::{Coding, Codings, RICE_ESCAPE};
 pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
 pub use mirror::{Applied, CellMirror};
-pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
+pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision};
 pub(crate) use range::encode as encode_range_fields;
 pub use summary::{CellSummary, SUMMARY_BYTES};
 pub use update::{

@@ -13,20 +13,32 @@
 //! viewer gets for which cell is the server's choice (see the server's
 //! `http/ws/interest.rs`); the receiver draws a coordinate at the middle
 //! of its coarse step ([`Precision::centre`], [`Precision::heading_centre`]).
+//!
+//! **No heading** (1.6): a heading shift of [`NO_HEADING`] clears every
+//! bit of both heading bytes, so the update carries no heading at all: its
+//! stayed boids have no step fields and its entered boids no heading bytes
+//! (`update.rs`). A receiver draws such a boid along its motion between
+//! the cell's two frames, and one without a motion (just entered, or sent
+//! in full) along its cell's mean heading (the summary's).
 
 use crate::frame::Frame;
 
 /// The most low bits a cell update drops from a quantised coordinate.
 pub const MAX_POS_SHIFT: u8 = 8;
-/// The most low bits a cell update drops from an octahedral heading byte.
+/// The most low bits a cell update drops from an octahedral heading byte
+/// while it still sends a heading.
 pub const MAX_HEADING_SHIFT: u8 = 4;
+/// The heading shift of an update that sends no heading (1.6): every bit
+/// of both bytes cleared (see the module docs).
+pub const NO_HEADING: u8 = 8;
 
 /// How coarse a cell frame is (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Precision {
     /// Low bits cleared in each quantised coordinate (0 ..= [`MAX_POS_SHIFT`]).
     pub pos_shift: u8,
-    /// Low bits cleared in each heading byte (0 ..= [`MAX_HEADING_SHIFT`]).
+    /// Low bits cleared in each heading byte (0 ..= [`MAX_HEADING_SHIFT`],
+    /// or [`NO_HEADING`]).
     pub heading_shift: u8,
 }
 
@@ -37,12 +49,30 @@ impl Precision {
         heading_shift: 0,
     };
 
-    /// A precision, or None when a shift is over its maximum.
+    /// A precision, or None when a shift is over its maximum (a heading
+    /// shift may also be [`NO_HEADING`]).
     pub fn new(pos_shift: u8, heading_shift: u8) -> Option<Self> {
-        (pos_shift <= MAX_POS_SHIFT && heading_shift <= MAX_HEADING_SHIFT).then_some(Self {
-            pos_shift,
-            heading_shift,
-        })
+        (pos_shift <= MAX_POS_SHIFT
+            && (heading_shift <= MAX_HEADING_SHIFT || heading_shift == NO_HEADING))
+            .then_some(Self {
+                pos_shift,
+                heading_shift,
+            })
+    }
+
+    /// This precision without a heading: the same positions.
+    pub fn without_heading(self) -> Self {
+        Self {
+            heading_shift: NO_HEADING,
+            ..self
+        }
+    }
+
+    /// Whether an update at this precision sends headings (its heading
+    /// shift is not [`NO_HEADING`]).
+    #[inline]
+    pub fn has_heading(self) -> bool {
+        self.heading_shift != NO_HEADING
     }
 
     /// The mask a coordinate at this precision is cleared with.
@@ -54,7 +84,7 @@ impl Precision {
     /// The mask a heading byte at this precision is cleared with.
     #[inline]
     pub fn heading_mask(self) -> u8 {
-        u8::MAX << self.heading_shift.min(MAX_HEADING_SHIFT)
+        (0xFFu16 << self.heading_shift.min(NO_HEADING)) as u8
     }
 
     /// What to add to a coordinate at this precision to draw it at the
@@ -66,10 +96,14 @@ impl Precision {
     }
 
     /// What to add to a heading byte at this precision to draw it at the
-    /// middle of its coarse step.
+    /// middle of its coarse step (0 without a heading: there is none to draw).
     #[inline]
     pub fn heading_centre(self) -> u8 {
-        (1u8 << self.heading_shift.min(MAX_HEADING_SHIFT)) >> 1
+        if self.has_heading() {
+            (1u8 << self.heading_shift.min(MAX_HEADING_SHIFT)) >> 1
+        } else {
+            0
+        }
     }
 
     /// `frame` at this precision, into `out`.
@@ -111,10 +145,27 @@ mod tests {
     }
 
     #[test]
+    fn no_heading_clears_every_heading_bit_and_keeps_the_positions() {
+        let p = Precision::new(3, 1).unwrap().without_heading();
+        assert_eq!(Precision::new(3, NO_HEADING), Some(p));
+        assert!(!p.has_heading() && Precision::EXACT.has_heading());
+        assert_eq!((p.heading_mask(), p.heading_centre()), (0, 0));
+        assert_eq!((p.pos_mask(), p.centre()), (0xfff8, 4));
+        // Coarser than every heading precision: clearing at any then at
+        // none is clearing at none.
+        for h in 0..=MAX_HEADING_SHIFT {
+            let q = Precision::new(0, h).unwrap();
+            assert_eq!(q.heading_mask() & p.heading_mask(), p.heading_mask());
+        }
+    }
+
+    #[test]
     fn shifts_over_their_maximum_are_refused() {
         assert!(Precision::new(MAX_POS_SHIFT, MAX_HEADING_SHIFT).is_some());
         assert!(Precision::new(MAX_POS_SHIFT + 1, 0).is_none());
         assert!(Precision::new(0, MAX_HEADING_SHIFT + 1).is_none());
+        assert!(Precision::new(0, NO_HEADING - 1).is_none());
+        assert!(Precision::new(0, NO_HEADING + 1).is_none());
         assert_eq!(Precision::EXACT.centre(), 0);
         assert_eq!(Precision::new(4, 0).unwrap().centre(), 8);
     }

@@ -20,9 +20,14 @@
 //! back), merged with the entered boids in id order; a boid whose
 //! residuals or steps do not fit the fields is an *exception*, sent in
 //! full.
+//!
+//! An update without headings (1.6, heading shift [`NO_HEADING`]) has no
+//! step fields and no entered headings (its exceptions' heading bytes are
+//! 0): its frame's heading bytes are all 0, and the receiver draws its
+//! boids along their motion.
 
 use super::fields::{Coding, Codings, FieldReader, PackScratch, pack};
-use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, Precision};
+use super::precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision};
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{
     EXCEPTION_BYTES, Frame, Reader, count, invalid, over, put_u16s, put_u32, put_varint, reserved,
@@ -173,9 +178,15 @@ pub fn encode_cell_update(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     next.check()?;
+    // A heading shift may also be NO_HEADING (checked by `Precision::new`).
+    let heading_max = if precision.has_heading() {
+        MAX_HEADING_SHIFT
+    } else {
+        NO_HEADING
+    };
     for (what, value, max) in [
         ("position shift", precision.pos_shift, MAX_POS_SHIFT),
-        ("heading shift", precision.heading_shift, MAX_HEADING_SHIFT),
+        ("heading shift", precision.heading_shift, heading_max),
     ] {
         if value > max {
             return Err(EncodeError::OverLimit {
@@ -277,8 +288,10 @@ pub fn encode_cell_update(
         let p = &next.pos[3 * k as usize..3 * k as usize + 3];
         put_u16s(out, &[p[0] & pm, p[1] & pm, p[2] & pm]);
     }
-    for &k in &s.entered {
-        out.extend_from_slice(&next.heading_of(k as usize).map(|h| h & hm));
+    if precision.has_heading() {
+        for &k in &s.entered {
+            out.extend_from_slice(&next.heading_of(k as usize).map(|h| h & hm));
+        }
     }
     if predict != Predict::Full {
         let base2_s = (predict == Predict::Linear).then_some(&s.base2);
@@ -344,7 +357,8 @@ impl Head {
         let n_entered = count(r, "n_entered", MAX_BOIDS)?;
         let n_exc = count(r, "n_exceptions", MAX_BOIDS)?;
         let (pos_shift, heading_shift) = (r.u8("position shift")?, r.u8("heading shift")?);
-        let coding = Coding::parse(r.u8("field coding")?, b2, b3, predict == 0)?;
+        let steps = heading_shift != NO_HEADING;
+        let coding = Coding::parse(r.u8("field coding")?, b2, b3, predict == 0, steps)?;
         reserved(r, "cell update reserved", 1)?;
         Ok(Self {
             predict,
@@ -376,8 +390,9 @@ impl Head {
                 "1 (from base) or 2 (linear) in a compact update",
             ));
         }
-        let coding = Coding::parse(r.u8("field coding")?, b2, b3, false)?;
+        let coding = r.u8("field coding")?;
         let shifts = r.u8("shifts")?;
+        let coding = Coding::parse(coding, b2, b3, false, shifts & 0x0f != NO_HEADING)?;
         let n_boids = varcount(r, "n_boids", MAX_BOIDS)?;
         let tick = r.varint("tick")?;
         let step = r.varint("tick step")?;
@@ -470,6 +485,7 @@ fn code_stayed(
 ) -> (Coding, u32) {
     let n = next_s.len();
     let (ps, hs) = (p.pos_shift, p.heading_shift);
+    let steps = p.has_heading();
     let mut fields = std::mem::take(&mut scratch.fields);
     fields.clear();
     for i in 0..n {
@@ -478,6 +494,9 @@ fn code_stayed(
                 i32::from(next_s.pos[3 * i + a] >> ps) - predicted(base_s, base2_s, i, a, ps),
             );
         }
+        if !steps {
+            continue;
+        }
         for c in 0..2 {
             fields.push(
                 i32::from(next_s.heading[2 * i + c] >> hs)
@@ -485,7 +504,7 @@ fn code_stayed(
             );
         }
     }
-    let coding = pack(&fields, codings, scratch, out);
+    let coding = pack(&fields, steps, codings, scratch, out);
     scratch.fields = fields;
     let (pm, hm) = (p.pos_mask(), p.heading_mask());
     let mut count = 0u32;
@@ -573,9 +592,14 @@ impl<'a> CellUpdateView<'a> {
         if pos_shift > MAX_POS_SHIFT {
             return Err(invalid("position shift", pos_shift, "0 ..= 8"));
         }
-        if heading_shift > MAX_HEADING_SHIFT {
-            return Err(invalid("heading shift", heading_shift, "0 ..= 4"));
+        if Precision::new(0, heading_shift).is_none() {
+            return Err(invalid(
+                "heading shift",
+                heading_shift,
+                "0 ..= 4, or 8 (no heading, protocol 1.6)",
+            ));
         }
+        let steps = heading_shift != NO_HEADING;
         if n_entered > n_boids {
             return Err(invalid("n_entered", n_entered, "at most n_boids"));
         }
@@ -615,10 +639,10 @@ impl<'a> CellUpdateView<'a> {
             left: r.take("left", 4 * n_left)?,
             entered_ids: r.take("entered ids", 4 * n_entered)?,
             entered_pos: r.take("entered positions", 6 * n_entered)?,
-            entered_headings: r.take("entered headings", 2 * n_entered)?,
+            entered_headings: r.take("entered headings", if steps { 2 * n_entered } else { 0 })?,
             coding,
             fields: {
-                let range = coding.len_range(stayed);
+                let range = coding.len_range(stayed, steps);
                 let len = match coding {
                     Coding::Fixed(..) => *range.start(),
                     // Rice codes run up to the exception records.
@@ -728,7 +752,8 @@ impl<'a> CellUpdateView<'a> {
         next_s.ids.clone_from(&s.base.ids);
         next_s.pos.resize(3 * stayed, 0);
         next_s.heading.resize(2 * stayed, 0);
-        let mut fields = FieldReader::new(self.fields, self.coding);
+        let steps = self.precision.has_heading();
+        let mut fields = FieldReader::new(self.fields, self.coding, steps);
         let mut exc = self.exceptions.chunks_exact(EXCEPTION_BYTES);
         for i in 0..stayed {
             let Some(f) = fields.boid()? else {
@@ -760,6 +785,11 @@ impl<'a> CellUpdateView<'a> {
                     ));
                 }
                 next_s.pos[3 * i + a] = (q as u16) << ps;
+            }
+            if !steps {
+                // No heading: every bit cleared.
+                next_s.heading[2 * i..2 * i + 2].fill(0);
+                continue;
             }
             for (c, step) in f[3..].iter().enumerate() {
                 let v = i32::from(s.base.heading[2 * i + c] >> hs) + step;
@@ -803,10 +833,11 @@ impl<'a> CellUpdateView<'a> {
                 out.ids.push(id);
                 let p = &self.entered_pos[6 * k..6 * k + 6];
                 let q = [0, 1, 2].map(|a| u16::from_le_bytes([p[2 * a], p[2 * a + 1]]));
-                let h = [
-                    self.entered_headings[2 * k],
-                    self.entered_headings[2 * k + 1],
-                ];
+                // No heading bytes in an update without headings: 0.
+                let h = match self.entered_headings.get(2 * k..2 * k + 2) {
+                    Some(&[u, v]) => [u, v],
+                    _ => [0, 0],
+                };
                 self.coarse("entered boid", q, h)?;
                 out.pos.extend_from_slice(&q);
                 out.heading.extend_from_slice(&h);
@@ -1076,6 +1107,95 @@ mod tests {
             "range-coded {} bytes against Rice's {}",
             sizes[1],
             sizes[0]
+        );
+    }
+
+    #[test]
+    fn an_update_without_headings_rebuilds_the_positions_and_costs_less() {
+        let (a, b, c) = (jittered(10), jittered(11), jittered(12));
+        for ps in [0, 3] {
+            let with = Precision::new(ps, 0).unwrap();
+            let without = with.without_heading();
+            // Full, from a base and linear, every coding: the frame is the
+            // positions at the precision with every heading byte 0.
+            roundtrip_at(None, None, &c, without);
+            roundtrip_at(Some(&b), None, &c, without);
+            let linear = roundtrip_at(Some(&b), Some(&a), &c, without);
+            assert!(linear < roundtrip_at(Some(&b), Some(&a), &c, with));
+            let mut want = Frame::default();
+            without.coarsen(&c, &mut want);
+            assert!(want.heading.iter().all(|&h| h == 0));
+            // Range-coded for a 1.5-or-later receiver: the steps' bits are gone.
+            let range = |p: Precision| {
+                let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
+                let held = |f| Some(Held::exact(f));
+                encode_cell_update(
+                    held(&b),
+                    held(&a),
+                    &c,
+                    p,
+                    Codings::Range,
+                    &mut s,
+                    &mut bytes,
+                )
+                .unwrap();
+                bytes
+            };
+            let (r_with, r_without) = (range(with), range(without));
+            let view = CellUpdateView::parse(&r_without).unwrap();
+            assert_eq!((view.coding, view.precision), (Coding::Range, without));
+            assert!(
+                r_without.len() * 10 < r_with.len() * 8,
+                "{} bytes without headings against {} with",
+                r_without.len(),
+                r_with.len()
+            );
+        }
+        // Boids that enter an update without headings have no heading
+        // bytes: a cell of 3 stayed boids and 2 entered, at full precision.
+        let base = frame(
+            20,
+            &[(1, [10, 10, 10]), (2, [20, 20, 20]), (3, [30, 30, 30])],
+        );
+        let next = frame(
+            21,
+            &[
+                (1, [11, 10, 10]),
+                (2, [21, 20, 20]),
+                (3, [31, 30, 30]),
+                (4, [5, 5, 5]),
+                (6, [6, 6, 6]),
+            ],
+        );
+        let p = Precision::EXACT.without_heading();
+        let sizes = [Precision::EXACT, p].map(|p| {
+            let (mut s, mut bytes) = (CellScratch::default(), Vec::new());
+            encode_cell_update(
+                Some(Held::exact(&base)),
+                None,
+                &next,
+                p,
+                Codings::Fixed,
+                &mut s,
+                &mut bytes,
+            )
+            .unwrap();
+            bytes.len()
+        });
+        // Two entered boids' heading bytes, and the stayed boids' steps (2
+        // bits each; their residuals take 2 bits too).
+        let field_bytes = |bits_per_boid: usize| (3 * bits_per_boid).div_ceil(8);
+        assert_eq!(
+            sizes[0] - sizes[1],
+            2 * 2 + field_bytes(5 * 2) - field_bytes(3 * 2)
+        );
+        // A heading shift between the heading precisions and none is refused.
+        let mut bytes = encode(Some(&base), None, &next);
+        bytes[45] = 6;
+        let e = CellUpdateView::parse(&bytes).unwrap_err().to_string();
+        assert!(
+            e.contains("heading shift") && e.contains("8 (no heading"),
+            "{e}"
         );
     }
 

@@ -37,8 +37,11 @@ use starling_protocol::{Frame, QuantBox};
 
 use crate::telemetry::Telemetry;
 
-/// Bytes a boid takes in a full cell update (id, position, heading).
-pub const FULL_BYTES_PER_BOID: usize = 12;
+/// Bytes a boid takes in a full cell update: id, position and, when it
+/// carries `headings` (not for a 1.6 viewer), heading.
+pub fn full_bytes_per_boid(headings: bool) -> usize {
+    if headings { 12 } else { 10 }
+}
 
 /// Broadcasts back that linear updates reach: a viewer whose older held
 /// frame of a cell is further back is sent the cell in full. Longer gaps
@@ -275,7 +278,8 @@ impl CellSet {
             None => None,
         };
         // A full update's size is known without encoding it.
-        let full_len = CELL_UPDATE_HEADER_BYTES + FULL_BYTES_PER_BOID * self.now.cells[c].len();
+        let full_len = CELL_UPDATE_HEADER_BYTES
+            + full_bytes_per_boid(precision.has_heading()) * self.now.cells[c].len();
         let bytes = self
             .encode(Some(base), base2, &self.now.cells[c], precision, codings)
             .filter(|l| l.len() < full_len);

@@ -115,6 +115,8 @@ pub(crate) struct Viewer {
     pub(crate) mirror: Option<starling_protocol::interest::CellMirror>,
     /// The kind and field coding of every cell update received.
     pub(crate) codings: Vec<(u8, starling_protocol::interest::Coding)>,
+    /// Cell updates it got without headings (1.6).
+    pub(crate) headingless: usize,
     /// The protocol minor it subscribed with: every cell update must be one
     /// it reads.
     minor: u16,
@@ -197,6 +199,7 @@ impl Viewer {
             mirror: None,
             interest: None,
             codings: Vec::new(),
+            headingless: 0,
             minor,
         };
         v.send(&ClientMsg::Subscribe {
@@ -257,7 +260,17 @@ impl Viewer {
                 let batch = BatchView::parse(b, mirror.grid().len()).expect("a batch parses");
                 let reads = Codings::for_minor(self.minor);
                 self.codings.extend(batch.updates().map(|(_, u)| {
-                    let coding = CellUpdateView::parse(u).expect("an update parses").coding;
+                    let view = CellUpdateView::parse(u).expect("an update parses");
+                    let coding = view.coding;
+                    // Updates without headings only from 1.6.
+                    if !view.precision.has_heading() {
+                        assert!(
+                            self.minor >= starling_protocol::NO_HEADING_MINOR,
+                            "a 1.{} client got an update without headings",
+                            self.minor
+                        );
+                        self.headingless += 1;
+                    }
                     // Only what this client's protocol minor reads: Rice
                     // codes and the compact header from 1.4, range codes
                     // from 1.5.

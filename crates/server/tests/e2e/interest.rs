@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use starling_protocol::interest::CellMirror;
-use starling_protocol::{ClientMsg, ErrorCode, RANGE_MINOR, RICE_MINOR, View};
+use starling_protocol::{ClientMsg, ErrorCode, NO_HEADING_MINOR, RANGE_MINOR, RICE_MINOR, View};
 use starling_server::config::Config;
 
 use crate::common::{TestServer, Viewer, test_config};
@@ -100,9 +100,10 @@ async fn a_viewer_gets_its_cells_in_full_the_flock_as_summaries_and_stays_in_bud
 }
 
 /// A 1.4 viewer gets Rice-coded cell updates where they are smaller, with
-/// compact headers, and a 1.5 viewer range-coded ones; a 1.2 viewer of the
-/// same cells gets neither, a 1.4 viewer no range codes, and all three
-/// rebuild them.
+/// compact headers, a 1.5 viewer range-coded ones, and a 1.6 viewer
+/// range-coded ones without headings; a 1.2 viewer of the same cells gets
+/// none of these, a 1.4 viewer no range codes, no viewer before 1.6 an
+/// update without headings (`Viewer` checks), and all four rebuild them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
     use starling_protocol::interest::{Coding, KIND_COMPACT_CELL_UPDATE};
@@ -114,10 +115,13 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
     let corner = corner(1_000_000);
     let mut old = Viewer::connect_minor(server.addr, None, 30, Some(corner), 2).await;
     let mut new = Viewer::connect_minor(server.addr, None, 30, Some(corner), RICE_MINOR).await;
-    let mut newest = Viewer::connect_minor(server.addr, None, 30, Some(corner), RANGE_MINOR).await;
+    let mut range_v = Viewer::connect_minor(server.addr, None, 30, Some(corner), RANGE_MINOR).await;
+    let mut newest =
+        Viewer::connect_minor(server.addr, None, 30, Some(corner), NO_HEADING_MINOR).await;
     for _ in 0..60 {
         old.next_cells().await;
         new.next_cells().await;
+        range_v.next_cells().await;
         newest.next_cells().await;
     }
     let range = |v: &Viewer| v.codings.iter().filter(|c| c.1 == Coding::Range).count();
@@ -147,8 +151,18 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
         0,
         "a 1.2 or 1.4 viewer got range codes"
     );
-    assert!(compact(&newest) > 0, "a 1.5 viewer got no compact header");
-    assert!(range(&newest) > 0, "a 1.5 viewer got no range codes");
+    assert!(compact(&range_v) > 0, "a 1.5 viewer got no compact header");
+    assert!(range(&range_v) > 0, "a 1.5 viewer got no range codes");
+    assert!(range(&newest) > 0, "a 1.6 viewer got no range codes");
+    // Every update of a 1.6 viewer is without headings, and its held
+    // frames have none.
+    assert_eq!(newest.headingless, newest.codings.len());
+    let m = newest.mirror.as_ref().unwrap();
+    assert!(m.held_cells().count() > 0);
+    for c in m.held_cells() {
+        assert!(!m.precision(c).has_heading());
+        assert!(m.cell(c).unwrap().heading.iter().all(|&h| h == 0));
+    }
     assert!(
         fixed_linear(&old) > 0,
         "the 1.2 viewer got no delta updates"
@@ -159,7 +173,7 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
         rice(&new),
         fixed_linear(&new)
     );
-    for v in [&old, &new, &newest] {
+    for v in [&old, &new, &range_v, &newest] {
         check_held(v.mirror.as_ref().unwrap(), &corner);
     }
     server.stop().await.unwrap();

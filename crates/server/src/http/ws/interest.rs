@@ -29,10 +29,10 @@ use starling_protocol::interest::{
     FLAG_RESET, Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, cell_update_header_len,
     push_update,
 };
-use starling_protocol::{InterestInfo, QuantBox, View};
+use starling_protocol::{InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
-use crate::engine::interest::{CellSet, FULL_BYTES_PER_BOID, HISTORY, Held};
+use crate::engine::interest::{CellSet, HISTORY, Held, full_bytes_per_boid};
 
 /// How often the summaries of every cell are sent, per second...
 pub const SUMMARY_HZ: f32 = 2.0;
@@ -109,6 +109,19 @@ const HYSTERESIS: f32 = 1.05;
 /// everything counted (2.2, 1.6 and 1.5 at 100k boids), so a new viewer
 /// starts near its budget's worth and grows into it.
 const START_BYTES_PER_BOID: [f32; 3] = [2.6, 2.0, 1.8];
+/// The same for a 1.6 viewer, whose updates carry no headings (the probe
+/// pays about 0.95).
+const START_BYTES_PER_BOID_NO_HEADING: f32 = 1.2;
+
+/// What a viewer that subscribed with protocol minor `minor` is assumed to
+/// pay a boid until measured.
+fn start_bytes_per_boid(minor: u16) -> f32 {
+    if minor >= NO_HEADING_MINOR {
+        START_BYTES_PER_BOID_NO_HEADING
+    } else {
+        START_BYTES_PER_BOID[Codings::for_minor(minor) as usize]
+    }
+}
 /// Bytes of a cell update besides its boids (the batch's entry and the
 /// update's header) until measured.
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
@@ -272,6 +285,9 @@ pub struct ViewerInterest {
     /// The cell update codings the viewer reads (by the protocol minor it
     /// subscribed with).
     codings: Codings,
+    /// Whether its updates carry headings: not for a 1.6 viewer, which
+    /// draws boids along their motion.
+    headings: bool,
 }
 
 /// The stream's grid and budget are announced again when the budget (or
@@ -310,7 +326,7 @@ impl ViewerInterest {
             last_seq: 0,
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
-            cost: Cost::new(START_BYTES_PER_BOID[Codings::for_minor(minor) as usize]),
+            cost: Cost::new(start_bytes_per_boid(minor)),
             full_cost: false,
             in_view_mark: Vec::new(),
             last_summary: None,
@@ -323,6 +339,7 @@ impl ViewerInterest {
             full: Vec::new(),
             buf: Vec::new(),
             codings: Codings::for_minor(minor),
+            headings: minor < NO_HEADING_MINOR,
         }
     }
 
@@ -402,7 +419,12 @@ impl ViewerInterest {
                     d * d
                 })
                 .sum();
-            self.precision[c as usize] = precision_at(near2.sqrt(), &quant);
+            let p = precision_at(near2.sqrt(), &quant);
+            self.precision[c as usize] = if self.headings {
+                p
+            } else {
+                p.without_heading()
+            };
             if (0..3).any(|a| hi[a] < v.min[a] || lo[a] > v.max[a]) {
                 continue;
             }
@@ -487,7 +509,7 @@ impl ViewerInterest {
         // sent every update in full: sized at a linear update's cost, its
         // set was about seven times what each send could reach.
         let (overhead, per_boid) = if self.full_cost {
-            (UPDATE_OVERHEAD, FULL_BYTES_PER_BOID as f32)
+            (UPDATE_OVERHEAD, full_bytes_per_boid(self.headings) as f32)
         } else {
             (self.cost.overhead(), self.cost.per_boid())
         };
