@@ -48,8 +48,12 @@ pub(crate) struct Interest {
     pub(crate) interval_ticks: f32,
     /// Summaries of the cells not held in full (rebuilt per batch).
     pub(crate) blobs: Vec<Blob>,
-    /// The merged frame's ids before the last batch (reused).
-    before: Vec<u32>,
+    /// The merged frame as drawn before the last batch (reused), and
+    /// where each cell's boids were in it (`(start, len)`; len 0: not held).
+    drawn: Frame,
+    drawn_spans: Vec<(u32, u32)>,
+    /// Where each cell's boids are in `merged` (reused).
+    cell_spans: Vec<(u32, u32)>,
     last_view: Option<View>,
     last_view_ms: f64,
     /// `Subscribe` went out on this connection (views may follow).
@@ -122,7 +126,10 @@ impl Interest {
                 dt
             };
         }
-        std::mem::swap(&mut self.before, &mut self.merged.ids);
+        std::mem::swap(&mut self.drawn, &mut self.merged);
+        std::mem::swap(&mut self.drawn_spans, &mut self.cell_spans);
+        self.cell_spans.clear();
+        self.cell_spans.resize(m.grid().len(), (0, 0));
         let (f, prev) = (&mut self.merged, &mut self.previous);
         f.ids.clear();
         f.tick = m.tick;
@@ -143,6 +150,20 @@ impl Interest {
             // their motion, or, without one, along the cell's mean heading.
             let motion = (!m.precision(c).has_heading())
                 .then(|| m.summary(c).map_or(OCT_PLUS_X, |s| s.heading));
+            // Each boid's heading as drawn before, where its cell was held.
+            let (start, len) = self
+                .drawn_spans
+                .get(c as usize)
+                .copied()
+                .unwrap_or_default();
+            let drawn_ids = &self.drawn.ids[start as usize..(start + len) as usize];
+            let mut d = 0;
+            // Positions are compared at the coarser of the two precisions.
+            let pos_shift = before
+                .map_or(0, |(_, p)| p.pos_shift)
+                .max(m.precision(c).pos_shift);
+            let before_heading = before.is_some_and(|(_, p)| p.has_heading());
+            self.cell_spans[c as usize] = (f.ids.len() as u32, cell.len() as u32);
             let mut j = 0;
             for i in 0..cell.len() {
                 let at = |g: &Frame, k: usize, p: Precision| {
@@ -154,17 +175,28 @@ impl Interest {
                     )
                 };
                 let mut now = at(cell, i, m.precision(c));
-                let mut then = before
-                    .and_then(|(b, p)| {
-                        while j < b.len() && b.ids[j] < cell.ids[i] {
-                            j += 1;
-                        }
-                        (j < b.len() && b.ids[j] == cell.ids[i]).then(|| at(b, j, p))
-                    })
-                    .unwrap_or(now);
+                let found = before.and_then(|(b, p)| {
+                    while j < b.len() && b.ids[j] < cell.ids[i] {
+                        j += 1;
+                    }
+                    (j < b.len() && b.ids[j] == cell.ids[i]).then(|| (at(b, j, p), b.position(j)))
+                });
+                let mut then = found.map_or(now, |(t, _)| t);
+                while d < drawn_ids.len() && drawn_ids[d] < cell.ids[i] {
+                    d += 1;
+                }
+                let old = (d < drawn_ids.len() && drawn_ids[d] == cell.ids[i])
+                    .then(|| self.drawn.heading_of(start as usize + d));
                 if let (Some(mean), Some(quant)) = (motion, f.quant) {
-                    let h = heading_of_motion(then.0, now.0, &quant).unwrap_or(mean);
-                    (now.1, then.1) = (h, h);
+                    let moved = found.and_then(|(_, from)| {
+                        heading_of_motion(from, cell.position(i), pos_shift, &quant)
+                    });
+                    // It turns from what was drawn to its motion over the interval.
+                    now.1 = moved.or(old).unwrap_or(mean);
+                    then.1 = old.unwrap_or(now.1);
+                } else if !before_heading {
+                    // Headings now, none in the frame before: from what was drawn.
+                    then.1 = old.unwrap_or(now.1);
                 }
                 f.ids.push(cell.ids[i]);
                 f.pos.extend_from_slice(&now.0);
@@ -175,7 +207,7 @@ impl Interest {
                 self.spans.push([t_prev, t_curr]);
             }
         }
-        let aligned = self.before == f.ids;
+        let aligned = self.drawn.ids == f.ids;
         self.blobs.clear();
         if let Some(quant) = f.quant {
             for s in m.summaries() {
@@ -244,17 +276,29 @@ impl Interest {
     }
 }
 
-/// The heading of a boid that moved from `from` to `to` (quantised), or
-/// None when it did not move or jumped across a wrapping world (more than
-/// a quarter of the box, as the renderer judges a wrap).
-fn heading_of_motion(from: [u16; 3], to: [u16; 3], quant: &QuantBox) -> Option<[u8; 2]> {
+/// The heading of a boid that moved from `from` to `to` (quantised, as
+/// held), both compared with their low `shift` bits cleared (the coarser
+/// precision of the two frames), or None when it moved less than
+/// [`MIN_MOTION_STEPS`] steps of that precision (its direction would be
+/// mostly rounding) or jumped across a wrapping world (more than a quarter
+/// of the box, as the renderer judges a wrap).
+fn heading_of_motion(from: [u16; 3], to: [u16; 3], shift: u8, quant: &QuantBox) -> Option<[u8; 2]> {
+    let mask = Precision::new(shift, 0).map_or(0, |p| p.pos_mask());
     let step = quant.step_m();
-    let d: [i32; 3] = std::array::from_fn(|a| i32::from(to[a]) - i32::from(from[a]));
-    if d == [0; 3] || d.iter().any(|x| x.unsigned_abs() > u32::from(Q_MAX) / 4) {
+    let d: [i32; 3] = std::array::from_fn(|a| i32::from(to[a] & mask) - i32::from(from[a] & mask));
+    if d.iter().any(|x| x.unsigned_abs() > u32::from(Q_MAX) / 4) {
         return None;
     }
-    Some(oct_encode(std::array::from_fn(|a| d[a] as f32 * step[a])))
+    let steps = d.iter().map(|x| x.unsigned_abs()).max().unwrap_or(0) >> shift.min(15);
+    (steps >= MIN_MOTION_STEPS).then(|| oct_encode(std::array::from_fn(|a| d[a] as f32 * step[a])))
 }
+
+/// The fewest steps (at the frames' precision) along some axis a motion
+/// must span to give a boid its heading: a step of rounding is then at
+/// most about 27° off (atan(1/2)); a boid that moved less keeps the
+/// heading it was drawn with. At 100,000 boids a boid at 5 m/s updated at
+/// 20 Hz spans 30 steps at full precision, and 2 at the coarsest sent.
+const MIN_MOTION_STEPS: u32 = 2;
 
 #[cfg(test)]
 mod tests {
@@ -420,9 +464,18 @@ mod tests {
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);
         let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), CellScratch::default());
-        let p = Precision::EXACT.without_heading();
-        let mut held: Option<Frame> = None;
-        for tick in [10, 12] {
+        let headless = Precision::EXACT.without_heading();
+        let mut held: Option<(Frame, Precision)> = None;
+        let y = oct_encode([0.0, 1.0, 0.0]);
+        let minus_x = oct_encode([-1.0, 0.0, 0.0]);
+        let z = oct_encode([0.0, 0.0, 1.0]);
+        // Without headings at ticks 10, 12 and 14, with them at 16.
+        for tick in [10, 12, 14, 16] {
+            let p = if tick < 16 {
+                headless
+            } else {
+                Precision::EXACT
+            };
             let mut cells = Vec::new();
             info.grid.split(&whole(tick), &mut cells);
             let summaries: Vec<CellSummary> = (0..2)
@@ -435,9 +488,9 @@ mod tests {
             };
             let summaries = if tick == 10 { &summaries[..] } else { &[] };
             begin_batch(tick, summaries, flags, &[], &mut batch);
-            let base = held.as_ref().map(|f| Held {
-                frame: f,
-                precision: p,
+            let base = held.as_ref().map(|(frame, precision)| Held {
+                frame,
+                precision: *precision,
             });
             encode_cell_update(
                 base,
@@ -450,28 +503,46 @@ mod tests {
             )
             .unwrap();
             push_update(0, &update, &mut batch);
-            held = Some(cells[0].clone());
+            held = Some((cells[0].clone(), p));
             i.on_batch(&batch).unwrap();
-            if tick == 10 {
+            let drawn = |i: &Interest, k| (i.previous.heading_of(k), i.merged.heading_of(k));
+            match tick {
                 // Sent in full: no motion yet, so the cell's mean heading.
-                assert!(
-                    i.merged
-                        .heading
-                        .chunks(2)
-                        .all(|h| h == oct_encode([0.0, 0.0, 1.0]))
-                );
+                10 => assert!(i.merged.heading.chunks(2).all(|h| h == z)),
+                12 => {
+                    assert_eq!(i.merged.ids, vec![1, 2, 5]);
+                    // They turn from what they were drawn with (the cell's
+                    // mean heading, +z) to their motion over the interval.
+                    assert_eq!(drawn(&i, 0), (z, y));
+                    assert_eq!(drawn(&i, 1), (z, minus_x));
+                    // The newcomer has no motion: the cell's mean heading,
+                    // from its summary.
+                    assert_eq!(drawn(&i, 2), (z, z));
+                }
+                // Along their motion; the newcomer, still, keeps its heading.
+                14 => {
+                    assert_eq!(drawn(&i, 0), (y, y));
+                    assert_eq!(drawn(&i, 1), (minus_x, minus_x));
+                    assert_eq!(drawn(&i, 2), (z, z));
+                }
+                // Headings again (their sent +z): they turn from what was
+                // drawn, not from the frame before's cleared bytes.
+                _ => {
+                    assert_eq!(drawn(&i, 0), (y, z));
+                    assert_eq!(drawn(&i, 1), (minus_x, z));
+                }
             }
         }
-        assert_eq!(i.merged.ids, vec![1, 2, 5]);
-        let y = oct_encode([0.0, 1.0, 0.0]);
-        let minus_x = oct_encode([-1.0, 0.0, 0.0]);
-        assert_eq!((i.merged.heading_of(0), i.previous.heading_of(0)), (y, y));
-        assert_eq!(i.merged.heading_of(1), minus_x);
-        // The newcomer has no motion: the cell's mean heading, from its summary.
-        assert_eq!(i.merged.heading_of(2), oct_encode([0.0, 0.0, 1.0]));
-        // A jump across a wrapping world is no motion.
-        assert_eq!(heading_of_motion([0, 0, 0], [60_000, 0, 0], &q), None);
-        assert_eq!(heading_of_motion([5, 5, 5], [5, 5, 5], &q), None);
+        // A jump across a wrapping world is no motion, nor is a motion of
+        // under two steps at the coarser precision of the two frames.
+        assert_eq!(heading_of_motion([0, 0, 0], [60_000, 0, 0], 0, &q), None);
+        assert_eq!(heading_of_motion([5, 5, 5], [5, 5, 5], 0, &q), None);
+        assert_eq!(heading_of_motion([0, 0, 0], [0, 2, 0], 0, &q), Some(y));
+        assert_eq!(heading_of_motion([0, 0, 0], [0, 127, 0], 6, &q), None);
+        assert_eq!(heading_of_motion([0, 0, 0], [0, 128, 0], 6, &q), Some(y));
+        // Compared at the coarser shift: 70 → 200 is 64 → 192 at shift 6.
+        assert_eq!(heading_of_motion([0, 70, 0], [0, 200, 0], 6, &q), Some(y));
+        assert_eq!(heading_of_motion([0, 70, 0], [0, 150, 0], 6, &q), None);
     }
 
     #[test]

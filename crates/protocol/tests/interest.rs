@@ -180,8 +180,13 @@ proptest! {
             for c in 0..grid.len() {
                 let h = &held[c];
                 let base2 = (h.len() >= 2).then(|| &h[h.len() - 2]);
-                // Coarse from the third frame on, so the mutations reach the shifts.
-                let p = if h.len() >= 2 { Precision::new(3, 2).unwrap() } else { Precision::EXACT };
+                // Coarse from the third frame on, so the mutations reach the
+                // shifts; every other cell without headings (1.6).
+                let p = match (h.len() >= 2, c % 2 == 0) {
+                    (false, _) => Precision::EXACT,
+                    (true, true) => Precision::new(3, 2).unwrap(),
+                    (true, false) => Precision::new(3, 2).unwrap().without_heading(),
+                };
                 encode_cell_update(
                     h.last().map(|f| Held { frame: f, precision: Precision::EXACT }),
                     base2.map(|f| Held { frame: f, precision: Precision::EXACT }),
@@ -217,9 +222,9 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// A range-coded update (1.5) with bytes flipped, cut short or
-    /// extended never panics the mirror that holds its bases: it is
-    /// applied or refused.
+    /// A range-coded update (1.5), with headings or without (1.6), with
+    /// bytes flipped, cut short or extended never panics the mirror that
+    /// holds its bases: it is applied or refused.
     #[test]
     fn untrusted_range_coded_updates_never_panic(
         seed in any::<u64>(),
@@ -254,13 +259,15 @@ proptest! {
         });
         let (mut scratch, mut update, mut batch) = (CellScratch::default(), Vec::new(), Vec::new());
         let mut good = CellMirror::new(grid, quant());
+        let p = if seed % 2 == 0 { Precision::EXACT } else { Precision::EXACT.without_heading() };
+        let held = |frame| Held { frame, precision: p };
         for (f, base, base2) in [(&a, None, None), (&b, Some(&a), None)] {
-            encode_cell_update(base.map(Held::exact), base2.map(Held::exact), f, Precision::EXACT, Codings::Range, &mut scratch, &mut update).unwrap();
+            encode_cell_update(base.map(held), base2.map(held), f, p, Codings::Range, &mut scratch, &mut update).unwrap();
             begin_batch(f.tick, &[], 0, &[], &mut batch);
             push_update(0, &update, &mut batch);
             good.apply(&batch).unwrap();
         }
-        encode_cell_update(Some(Held::exact(&b)), Some(Held::exact(&a)), &c, Precision::EXACT, Codings::Range, &mut scratch, &mut update).unwrap();
+        encode_cell_update(Some(held(&b)), Some(held(&a)), &c, p, Codings::Range, &mut scratch, &mut update).unwrap();
         prop_assert_eq!(CellUpdateView::parse(&update).unwrap().coding, Coding::Range);
         let mut bad = update.clone();
         for &(at, x) in &flips {

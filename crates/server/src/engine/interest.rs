@@ -10,15 +10,18 @@
 //! two frames of the cell a viewer holds, when both are within the last
 //! [`HISTORY`] broadcasts, or from the newer alone when only it is. A cell
 //! keeps at most [`FULL_FORMS`] full encodings (one per precision asked
-//! for) plus the exact one (what edges hold), and [`LINEAR_FORMS`] linear
+//! for) plus the exact one (what edges hold) and the exact one without
+//! headings (1.6 viewers), and [`LINEAR_FORMS`] linear
 //! ones per broadcast (the first pairs of held frames, precisions and
 //! protocol versions asked for: 1.4 viewers get Rice codes and compact
-//! headers, 1.5 viewers range codes, so three versions share the slots;
+//! headers, 1.5 viewers range codes, 1.6 viewers no headings, so four
+//! versions share the slots;
 //! viewers at the same cadence, distance and version share them); a viewer
 //! asking for another gets a full update, at a precision already encoded
-//! when the cell has all its full forms (one no coarser than asked, else
-//! the exact one). So a cell has at most
-//! `FULL_FORMS + 1 + LINEAR_FORMS` encodings per broadcast, however many
+//! when the cell has all its full forms (one no coarser than asked, with
+//! headings when it asked for them and without when it did not, else the
+//! exact one). So a cell has at most
+//! `FULL_FORMS + 2 + LINEAR_FORMS` encodings per broadcast, however many
 //! viewers there are: the encode cost is flat in the viewer count.
 
 use std::collections::VecDeque;
@@ -176,13 +179,18 @@ impl CellSet {
     /// made when needed (never a coarser one: a viewer is sent no cell less
     /// precise than its distance asks, whatever other viewers asked for
     /// first). The exact form is always made when asked for (edges hold
-    /// cells exactly), so a cell keeps at most `FULL_FORMS + 1`.
+    /// cells exactly). A precision without headings (a 1.6 viewer) gets a
+    /// form without headings, one with headings never (and the reverse),
+    /// so a cell keeps at most `FULL_FORMS + 2`: the exact form and the
+    /// exact one without headings besides.
     pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
         let mut forms = lock(self.full.get(c)?);
         let fine_enough = |p: &Precision| {
-            p.pos_shift <= precision.pos_shift && p.heading_shift <= precision.heading_shift
+            p.has_heading() == precision.has_heading()
+                && p.pos_shift <= precision.pos_shift
+                && p.heading_shift <= precision.heading_shift
         };
         let found = forms.iter().find(|f| f.0 == precision).or_else(|| {
             (forms.len() >= FULL_FORMS).then(|| {
@@ -195,10 +203,10 @@ impl CellSet {
         }
         // No room for another precision, and none fine enough: the exact
         // form (not among them, or it would have been found).
-        let precision = if forms.len() >= FULL_FORMS {
-            Precision::EXACT
-        } else {
-            precision
+        let precision = match (forms.len() >= FULL_FORMS, precision.has_heading()) {
+            (false, _) => precision,
+            (true, true) => Precision::EXACT,
+            (true, false) => Precision::EXACT.without_heading(),
         };
         let bytes = self.encode(None, None, next, precision, Codings::Fixed);
         forms.push((precision, bytes.clone()));
@@ -522,6 +530,33 @@ mod tests {
         assert_eq!(set.full(c, p(3, 2)).unwrap().1, p(3, 1));
         assert_eq!(set.full(c, p(2, 2)).unwrap().1, Precision::EXACT);
         assert_eq!(tel.cell_updates_encoded.get(), encoded);
+    }
+
+    #[test]
+    fn a_viewer_without_headings_never_gets_a_full_update_with_them_nor_the_reverse() {
+        // Older viewers use up the cell's full forms with headings: a 1.6
+        // viewer gets none of them but the exact form without headings ...
+        let (_, set, c) = one_boid_set();
+        let p = |pos, heading| Precision::new(pos, heading).unwrap();
+        for q in [p(1, 0), p(2, 1), p(3, 1), p(4, 2)] {
+            assert_eq!(set.full(c, q).unwrap().1, q);
+        }
+        for pos in [0, 3, 6] {
+            let got = set.full(c, p(pos, 0).without_heading()).unwrap().1;
+            assert_eq!(got, Precision::EXACT.without_heading(), "asked for {pos}");
+        }
+        // ... and with the forms used up by 1.6 viewers, an older one gets
+        // the exact form with headings, never one without.
+        let (_, set, c) = one_boid_set();
+        for pos in [1, 2, 3, 4] {
+            let q = p(pos, 0).without_heading();
+            assert_eq!(set.full(c, q).unwrap().1, q);
+        }
+        assert_eq!(set.full(c, p(6, 3)).unwrap().1, Precision::EXACT);
+        assert_eq!(
+            set.full(c, p(5, 0).without_heading()).unwrap().1,
+            p(4, 0).without_heading()
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! Each held cell is sent at the coarsest precision its distance from the
 //! eye allows ([`precision_at`]): each coordinate within half a pixel and
 //! headings within half a pixel at the tip of a metre-long boid, on a
-//! 1080-pixel-tall view of the viewer's field of view.
+//! 1080-pixel-tall view of the viewer's field of view. A 1.6 viewer gets
+//! no headings at all (it points each boid along its motion): a heading
+//! is about two-fifths of a formed flock's field bits.
 
 use std::time::Duration;
 
