@@ -54,6 +54,9 @@ pub(crate) struct Interest {
     drawn_spans: Vec<(u32, u32)>,
     /// Where each cell's boids are in `merged` (reused).
     cell_spans: Vec<(u32, u32)>,
+    /// Each boid's index in `drawn`, for boids that crossed into another
+    /// cell (reused; built only when one did).
+    drawn_index: std::collections::HashMap<u32, usize>,
     last_view: Option<View>,
     last_view_ms: f64,
     /// `Subscribe` went out on this connection (views may follow).
@@ -104,6 +107,8 @@ impl Interest {
         if !same || self.mirror.is_none() {
             self.mirror = Some(CellMirror::new(info.grid, info.quant));
             self.merged = Frame::default();
+            // Spans into the merged frame, per cell of the old grid.
+            self.cell_spans.clear();
             self.blobs.clear();
         }
         self.info = Some(info);
@@ -138,6 +143,9 @@ impl Interest {
         f.heading.clear();
         prev.clone_from(f);
         self.spans.clear();
+        // Whether `drawn_index` lists this batch's drawn frame (built at the
+        // first boid that needs it).
+        let mut indexed = false;
         let rel = |t: u64| -((m.tick.saturating_sub(t)).min(1 << 20) as f32);
         for c in m.held_cells() {
             let Some(cell) = m.cell(c) else { continue };
@@ -156,7 +164,11 @@ impl Interest {
                 .get(c as usize)
                 .copied()
                 .unwrap_or_default();
-            let drawn_ids = &self.drawn.ids[start as usize..(start + len) as usize];
+            let drawn_ids = self
+                .drawn
+                .ids
+                .get(start as usize..(start + len) as usize)
+                .unwrap_or_default();
             let mut d = 0;
             // Positions are compared at the coarser of the two precisions.
             let pos_shift = before
@@ -185,8 +197,21 @@ impl Interest {
                 while d < drawn_ids.len() && drawn_ids[d] < cell.ids[i] {
                     d += 1;
                 }
-                let old = (d < drawn_ids.len() && drawn_ids[d] == cell.ids[i])
+                let mut old = (d < drawn_ids.len() && drawn_ids[d] == cell.ids[i])
                     .then(|| self.drawn.heading_of(start as usize + d));
+                if old.is_none() && motion.is_some() && found.is_none() {
+                    // New to the cell: as drawn in the cell it came from.
+                    if !indexed {
+                        indexed = true;
+                        self.drawn_index.clear();
+                        self.drawn_index
+                            .extend(self.drawn.ids.iter().enumerate().map(|(k, &id)| (id, k)));
+                    }
+                    old = self
+                        .drawn_index
+                        .get(&cell.ids[i])
+                        .map(|&k| self.drawn.heading_of(k));
+                }
                 if let (Some(mean), Some(quant)) = (motion, f.quant) {
                     let moved = found.and_then(|(_, from)| {
                         heading_of_motion(from, cell.position(i), pos_shift, &quant)
@@ -543,6 +568,97 @@ mod tests {
         // Compared at the coarser shift: 70 → 200 is 64 → 192 at shift 6.
         assert_eq!(heading_of_motion([0, 70, 0], [0, 200, 0], 6, &q), Some(y));
         assert_eq!(heading_of_motion([0, 70, 0], [0, 150, 0], 6, &q), None);
+    }
+
+    #[test]
+    fn a_boid_that_crosses_into_another_cell_keeps_its_heading_and_a_new_grid_starts_over() {
+        let info = info();
+        let q = info.quant;
+        // Boid 7 flies along +x across the boundary at x = 50 (after tick
+        // 14); boids 1 and 3 hover, one in each cell, pointing +z.
+        let whole = |tick: u64| {
+            let x = 44.0 + 1.5 * (tick - 10) as f32;
+            let boids = [
+                (1, [10.0, 10.0, 10.0]),
+                (3, [90.0, 10.0, 10.0]),
+                (7, [x, 60.0, 25.0]),
+            ];
+            Frame {
+                tick,
+                quant: Some(q),
+                ids: boids.iter().map(|b| b.0).collect(),
+                pos: boids.iter().flat_map(|b| q.quantize(b.1)).collect(),
+                heading: boids
+                    .iter()
+                    .flat_map(|_| oct_encode([0.0, 0.0, 1.0]))
+                    .collect(),
+            }
+        };
+        let mut i = Interest::new(Some(64_000));
+        i.on_info(info);
+        let (mut batch, mut update, mut s) = (Vec::new(), Vec::new(), CellScratch::default());
+        let p = Precision::EXACT.without_heading();
+        let mut held: Vec<Option<Frame>> = vec![None, None];
+        let x = oct_encode([1.0, 0.0, 0.0]);
+        for tick in [10, 12, 14, 16] {
+            let mut cells = Vec::new();
+            info.grid.split(&whole(tick), &mut cells);
+            let summaries: Vec<CellSummary> = (0..2)
+                .filter_map(|c| CellSummary::of(c, &cells[c as usize], &q))
+                .collect();
+            begin_batch(tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
+            for c in 0..2 {
+                let base = held[c].as_ref().map(|frame| Held {
+                    frame,
+                    precision: p,
+                });
+                encode_cell_update(
+                    base,
+                    None,
+                    &cells[c],
+                    p,
+                    Codings::Range,
+                    &mut s,
+                    &mut update,
+                )
+                .unwrap();
+                push_update(c as u32, &update, &mut batch);
+                held[c] = Some(cells[c].clone());
+            }
+            i.on_batch(&batch).unwrap();
+            let k = i.merged.ids.iter().position(|&id| id == 7).unwrap();
+            let drawn = (i.previous.heading_of(k), i.merged.heading_of(k));
+            match tick {
+                // Along +x once it has moved, in cell 0 ...
+                14 => assert_eq!(drawn, (x, x)),
+                // ... and still, new to cell 1 (where the cell's mean
+                // heading is +z): as it was drawn in cell 0.
+                16 => {
+                    assert!(
+                        i.merged.ids[..2].contains(&3) && k == 2,
+                        "{:?}",
+                        i.merged.ids
+                    );
+                    assert_eq!(drawn, (x, x));
+                }
+                _ => {}
+            }
+        }
+        // A new grid starts over: the next batch on it applies and draws.
+        let wider = InterestInfo {
+            grid: CellGrid { cells: [4, 1, 1] },
+            ..info
+        };
+        i.on_info(wider);
+        let mut cells = Vec::new();
+        wider.grid.split(&whole(18), &mut cells);
+        begin_batch(18, &[], FLAG_RESET, &[], &mut batch);
+        for (c, cell) in cells.iter().enumerate() {
+            encode_cell_update(None, None, cell, p, Codings::Range, &mut s, &mut update).unwrap();
+            push_update(c as u32, &update, &mut batch);
+        }
+        i.on_batch(&batch).unwrap();
+        assert_eq!(i.merged.len(), 3);
     }
 
     #[test]
