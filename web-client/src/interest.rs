@@ -48,14 +48,10 @@ pub(crate) struct Interest {
     pub(crate) interval_ticks: f32,
     /// Summaries of the cells not held in full (rebuilt per batch).
     pub(crate) blobs: Vec<Blob>,
-    /// The merged frame as drawn before the last batch (reused), and
-    /// where each cell's boids were in it (`(start, len)`; len 0: not held).
+    /// The merged frame as drawn before the last batch (reused).
     drawn: Frame,
-    drawn_spans: Vec<(u32, u32)>,
-    /// Where each cell's boids are in `merged` (reused).
-    cell_spans: Vec<(u32, u32)>,
-    /// Each boid's index in `drawn`, for boids that crossed into another
-    /// cell (reused; built only when one did).
+    /// Each boid's index in `drawn` (reused; built only in a batch that
+    /// needs a heading as drawn).
     drawn_index: std::collections::HashMap<u32, usize>,
     last_view: Option<View>,
     last_view_ms: f64,
@@ -107,8 +103,6 @@ impl Interest {
         if !same || self.mirror.is_none() {
             self.mirror = Some(CellMirror::new(info.grid, info.quant));
             self.merged = Frame::default();
-            // Spans into the merged frame, per cell of the old grid.
-            self.cell_spans.clear();
             self.blobs.clear();
         }
         self.info = Some(info);
@@ -132,9 +126,6 @@ impl Interest {
             };
         }
         std::mem::swap(&mut self.drawn, &mut self.merged);
-        std::mem::swap(&mut self.drawn_spans, &mut self.cell_spans);
-        self.cell_spans.clear();
-        self.cell_spans.resize(m.grid().len(), (0, 0));
         let (f, prev) = (&mut self.merged, &mut self.previous);
         f.ids.clear();
         f.tick = m.tick;
@@ -158,24 +149,12 @@ impl Interest {
             // their motion, or, without one, along the cell's mean heading.
             let motion = (!m.precision(c).has_heading())
                 .then(|| m.summary(c).map_or(OCT_PLUS_X, |s| s.heading));
-            // Each boid's heading as drawn before, where its cell was held.
-            let (start, len) = self
-                .drawn_spans
-                .get(c as usize)
-                .copied()
-                .unwrap_or_default();
-            let drawn_ids = self
-                .drawn
-                .ids
-                .get(start as usize..(start + len) as usize)
-                .unwrap_or_default();
-            let mut d = 0;
             // Positions are compared at the coarser of the two precisions.
             let pos_shift = before
                 .map_or(0, |(_, p)| p.pos_shift)
                 .max(m.precision(c).pos_shift);
-            let before_heading = before.is_some_and(|(_, p)| p.has_heading());
-            self.cell_spans[c as usize] = (f.ids.len() as u32, cell.len() as u32);
+            // A frame before without headings (the stream went back to them).
+            let before_headless = before.is_some_and(|(_, p)| !p.has_heading());
             let mut j = 0;
             for i in 0..cell.len() {
                 let at = |g: &Frame, k: usize, p: Precision| {
@@ -194,13 +173,10 @@ impl Interest {
                     (j < b.len() && b.ids[j] == cell.ids[i]).then(|| (at(b, j, p), b.position(j)))
                 });
                 let mut then = found.map_or(now, |(t, _)| t);
-                while d < drawn_ids.len() && drawn_ids[d] < cell.ids[i] {
-                    d += 1;
-                }
-                let mut old = (d < drawn_ids.len() && drawn_ids[d] == cell.ids[i])
-                    .then(|| self.drawn.heading_of(start as usize + d));
-                if old.is_none() && motion.is_some() && found.is_none() {
-                    // New to the cell: as drawn in the cell it came from.
+                // The heading it was drawn with (in this cell or, just
+                // entered, in the one it came from), where it is needed.
+                let mut old = None;
+                if motion.is_some() || before_headless {
                     if !indexed {
                         indexed = true;
                         self.drawn_index.clear();
@@ -219,7 +195,7 @@ impl Interest {
                     // It turns from what was drawn to its motion over the interval.
                     now.1 = moved.or(old).unwrap_or(mean);
                     then.1 = old.unwrap_or(now.1);
-                } else if !before_heading {
+                } else if before_headless {
                     // Headings now, none in the frame before: from what was drawn.
                     then.1 = old.unwrap_or(now.1);
                 }
@@ -463,6 +439,21 @@ mod tests {
         assert_eq!(i.merged.position(1), q.quantize([90.0, 12.0, 25.0]));
     }
 
+    /// A frame of `boids` (id, position) at `tick`, every one sent
+    /// pointing +z whichever way it flies.
+    fn pointing_up(tick: u64, q: QuantBox, boids: &[(u32, [f32; 3])]) -> Frame {
+        Frame {
+            tick,
+            quant: Some(q),
+            ids: boids.iter().map(|b| b.0).collect(),
+            pos: boids.iter().flat_map(|b| q.quantize(b.1)).collect(),
+            heading: boids
+                .iter()
+                .flat_map(|_| oct_encode([0.0, 0.0, 1.0]))
+                .collect(),
+        }
+    }
+
     #[test]
     fn a_cell_without_headings_points_its_boids_along_their_motion() {
         let info = info();
@@ -475,16 +466,7 @@ mod tests {
             if tick > 10 {
                 boids.push((5, [20.0, 20.0, 20.0]));
             }
-            Frame {
-                tick,
-                quant: Some(q),
-                ids: boids.iter().map(|b| b.0).collect(),
-                pos: boids.iter().flat_map(|b| q.quantize(b.1)).collect(),
-                heading: boids
-                    .iter()
-                    .flat_map(|_| oct_encode([0.0, 0.0, 1.0]))
-                    .collect(),
-            }
+            pointing_up(tick, q, &boids)
         };
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);
@@ -578,21 +560,15 @@ mod tests {
         // 14); boids 1 and 3 hover, one in each cell, pointing +z.
         let whole = |tick: u64| {
             let x = 44.0 + 1.5 * (tick - 10) as f32;
-            let boids = [
-                (1, [10.0, 10.0, 10.0]),
-                (3, [90.0, 10.0, 10.0]),
-                (7, [x, 60.0, 25.0]),
-            ];
-            Frame {
+            pointing_up(
                 tick,
-                quant: Some(q),
-                ids: boids.iter().map(|b| b.0).collect(),
-                pos: boids.iter().flat_map(|b| q.quantize(b.1)).collect(),
-                heading: boids
-                    .iter()
-                    .flat_map(|_| oct_encode([0.0, 0.0, 1.0]))
-                    .collect(),
-            }
+                q,
+                &[
+                    (1, [10.0, 10.0, 10.0]),
+                    (3, [90.0, 10.0, 10.0]),
+                    (7, [x, 60.0, 25.0]),
+                ],
+            )
         };
         let mut i = Interest::new(Some(64_000));
         i.on_info(info);

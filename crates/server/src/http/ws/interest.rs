@@ -793,6 +793,35 @@ mod tests {
         );
     }
 
+    /// Serves `vi` `broadcasts` broadcasts of `flock` (in a `world` of
+    /// three dimensions, ticking twice a broadcast) at 30 a second, on a
+    /// link that drains whatever is sent; `on_batch(seq, batch)` sees each
+    /// batch once the viewer's mirror applied it. Returns the mirror.
+    fn drive(
+        vi: &mut ViewerInterest,
+        world: [f32; 3],
+        flock: impl Fn(u64) -> Frame,
+        broadcasts: u64,
+        mut on_batch: impl FnMut(u64, &[u8]),
+    ) -> CellMirror {
+        let (grid, quant) = (
+            CellGrid::for_world(world, 3),
+            QuantBox::around_world(world, 3),
+        );
+        let (tel, mut b) = (Arc::new(Telemetry::default()), CellBuilder::default());
+        let mut m = CellMirror::new(grid, quant);
+        for seq in 1..=broadcasts {
+            let now = Duration::from_secs_f64(seq as f64 / 30.0);
+            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
+            if let Some(batch) = vi.send(&set, now, false).batch {
+                vi.budget.sent(batch.len(), Duration::ZERO, now);
+                m.apply(&batch).unwrap();
+                on_batch(seq, &batch);
+            }
+        }
+        m
+    }
+
     #[test]
     fn cells_of_many_boids_on_the_least_budget_are_kept_up_linearly() {
         // 48,000 boids, about 95 a cell, on the least budget: a full update
@@ -833,27 +862,19 @@ mod tests {
             Duration::ZERO,
             PROTOCOL_MINOR,
         );
-        let (tel, mut b) = (Arc::new(Telemetry::default()), CellBuilder::default());
-        let mut m = CellMirror::new(grid, quant);
         let (mut linear, mut full) = (0, 0);
-        for seq in 1..=150u64 {
-            // Five seconds at 30 broadcasts a second.
-            let now = Duration::from_secs_f64(seq as f64 / 30.0);
-            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
-            if let Some(batch) = vi.send(&set, now, false).batch {
-                vi.budget.sent(batch.len(), Duration::ZERO, now);
-                m.apply(&batch).unwrap();
-                if seq > 60 {
-                    let view = BatchView::parse(&batch, grid.len()).unwrap();
-                    for (_, u) in view.updates() {
-                        match CellUpdateView::parse(u).unwrap().base_tick {
-                            Some(_) => linear += 1,
-                            None => full += 1,
-                        }
+        // Five seconds.
+        let m = drive(&mut vi, world, flock, 150, |seq, batch| {
+            if seq > 60 {
+                let view = BatchView::parse(batch, grid.len()).unwrap();
+                for (_, u) in view.updates() {
+                    match CellUpdateView::parse(u).unwrap().base_tick {
+                        Some(_) => linear += 1,
+                        None => full += 1,
                     }
                 }
             }
-        }
+        });
         // Deterministic (simulated time): about 440 linear and 10 full;
         // with the cells needing full updates first, 245 and 21.
         assert!(m.held_cells().count() > 0);
@@ -895,22 +916,14 @@ mod tests {
             budget_bytes_per_s: Some(MIN_VIEW_BUDGET),
         };
         let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
-        let (tel, mut b) = (Arc::new(Telemetry::default()), CellBuilder::default());
-        let mut m = CellMirror::new(grid, quant);
-        let (mut late_bytes, mut summaries) = (0usize, 0);
-        for seq in 1..=240u64 {
-            // Eight seconds at 30 broadcasts a second.
-            let now = Duration::from_secs_f64(seq as f64 / 30.0);
-            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
-            if let Some(batch) = vi.send(&set, now, false).batch {
-                vi.budget.sent(batch.len(), Duration::ZERO, now);
-                m.apply(&batch).unwrap();
-                if seq > 60 {
-                    late_bytes += batch.len();
-                }
+        let mut late_bytes = 0usize;
+        // Eight seconds.
+        let m = drive(&mut vi, world, flock, 240, |seq, batch| {
+            if seq > 60 {
+                late_bytes += batch.len();
             }
-            summaries = m.summaries().map(|s| s.count).sum::<u32>();
-        }
+        });
+        let summaries = m.summaries().map(|s| s.count).sum::<u32>();
         assert_eq!(summaries, 1024, "the whole flock as summaries");
         assert!(held_boids(&m) > 0, "no cell held in full");
         // The last six seconds within the budget (and a burst).
