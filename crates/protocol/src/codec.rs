@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{DecodeError, EncodeError};
 use crate::frame::{DeltaView, KIND_DELTA, KIND_KEYFRAME, KeyframeView, at_most};
-use crate::interest::KIND_CELLS;
+use crate::interest::{KIND_CELLS, KIND_COMPACT_CELLS};
 use crate::limits::{
     MAX_AGENTS, MAX_CONTROL_BYTES, MAX_MESSAGE_BYTES, MAX_PARAMS, MAX_STRING_BYTES, MAX_WAYPOINTS,
 };
@@ -44,7 +44,7 @@ pub enum ServerFrame<'a> {
     Keyframe(KeyframeView<'a>),
     /// A delta snapshot.
     Delta(DeltaView<'a>),
-    /// A cell batch of the interest stream (1.2), checked when a
+    /// A cell batch of the interest stream (1.2; compact, 1.7), checked when a
     /// [`crate::interest::CellMirror`] applies it (which knows the grid).
     Cells(&'a [u8]),
 }
@@ -113,7 +113,7 @@ pub fn decode_server(bytes: &[u8]) -> Result<ServerFrame<'_>, DecodeError> {
         }
         KIND_KEYFRAME => KeyframeView::parse(bytes).map(ServerFrame::Keyframe),
         KIND_DELTA => DeltaView::parse(bytes).map(ServerFrame::Delta),
-        KIND_CELLS => Ok(ServerFrame::Cells(bytes)),
+        KIND_CELLS | KIND_COMPACT_CELLS => Ok(ServerFrame::Cells(bytes)),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }

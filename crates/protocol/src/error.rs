@@ -90,6 +90,10 @@ pub enum EncodeError {
     /// The control-message serializer failed.
     #[error("serializing a control message: {0}")]
     Serialize(String),
+    /// Bytes given as a cell update to put in a batch are not one of its
+    /// tick.
+    #[error("not a cell update of the batch: {0}")]
+    NotAnUpdate(String),
 }
 
 impl DecodeError {

@@ -3,7 +3,8 @@
 //! as a cell batch against the first two, on a grid of two cells (and
 //! the same for a 1.4 receiver: Rice-coded fields, compact headers), and
 //! (1.5) the range coder's worked example (its seven bytes are here), and
-//! (1.6) the cell batch again for a receiver that takes no headings. The
+//! (1.6) the cell batch again for a receiver that takes no headings, and
+//! (1.7) that batch in the compact layout. The
 //! other vectors' bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
@@ -12,8 +13,9 @@
 
 use crate::frame::{Frame, FrameBuilder, encode_delta, encode_keyframe};
 use crate::interest::{
-    CellGrid, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held, Precision,
-    begin_batch, encode_cell_update, push_update,
+    BatchedHeader, CellGrid, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held,
+    Precision, begin_batch, begin_compact_batch, encode_cell_update, push_compact_update,
+    push_update, put_compact_summaries,
 };
 use crate::quant::QuantBox;
 
@@ -27,6 +29,8 @@ pub const CELLS: &[u8] = include_bytes!("../tests/golden/cells.bin");
 pub const CELLS_RICE: &[u8] = include_bytes!("../tests/golden/cells-rice.bin");
 /// The same batch for a 1.6 receiver: no headings ([`encode_cells_without_headings`]).
 pub const CELLS_NO_HEADING: &[u8] = include_bytes!("../tests/golden/cells-no-heading.bin");
+/// The same batch for a 1.7 receiver: the compact layout ([`encode_cells_compact`]).
+pub const CELLS_COMPACT: &[u8] = include_bytes!("../tests/golden/cells-compact.bin");
 
 /// The grid of the golden cell batch: two cells, split at x = 50 m.
 pub const CELL_GRID: CellGrid = CellGrid { cells: [2, 1, 1] };
@@ -47,7 +51,17 @@ pub fn encode_cells_without_headings() -> Vec<u8> {
     encode_cells_at(Codings::Range, Precision::EXACT.without_heading())
 }
 
+/// The golden cell batch for a 1.7 receiver: [`encode_cells_without_headings`]
+/// in the compact layout (kind `0x15`).
+pub fn encode_cells_compact() -> Vec<u8> {
+    encode_cells_in(Codings::Range, Precision::EXACT.without_heading(), true)
+}
+
 fn encode_cells_at(codings: Codings, precision: Precision) -> Vec<u8> {
+    encode_cells_in(codings, precision, false)
+}
+
+fn encode_cells_in(codings: Codings, precision: Precision, compact: bool) -> Vec<u8> {
     let [a, b, c] = frames();
     let split = |f: &Frame| {
         let mut cells = Vec::new();
@@ -60,7 +74,21 @@ fn encode_cells_at(codings: Codings, precision: Precision) -> Vec<u8> {
         .filter_map(|k| CellSummary::of(k, &cc[k as usize], &quant))
         .collect();
     let (mut batch, mut update, mut scratch) = (Vec::new(), Vec::new(), CellScratch::default());
-    begin_batch(c.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
+    if compact {
+        let mut coded = Vec::new();
+        put_compact_summaries(&summaries, &CELL_GRID, &quant, &mut coded);
+        begin_compact_batch(
+            c.tick,
+            summaries.len(),
+            &coded,
+            FLAG_COMPLETE_SUMMARIES,
+            &[],
+            &mut batch,
+        )
+        .expect("no dropped cells");
+    } else {
+        begin_batch(c.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
+    }
     for k in 0..2 {
         let held = |frame| Held { frame, precision };
         encode_cell_update(
@@ -73,7 +101,18 @@ fn encode_cells_at(codings: Codings, precision: Precision) -> Vec<u8> {
             &mut update,
         )
         .expect("golden cells encode");
-        push_update(k as u32, &update, &mut batch);
+        if compact {
+            push_compact_update(
+                k as u32,
+                &BatchedHeader::of(&update).expect("an update"),
+                &update,
+                c.tick,
+                &mut batch,
+            )
+            .expect("an update of the batch's tick");
+        } else {
+            push_update(k as u32, &update, &mut batch);
+        }
     }
     batch
 }
@@ -120,6 +159,7 @@ pub fn matches_committed() -> bool {
         && encode_cells(Codings::Fixed) == CELLS
         && encode_cells(Codings::Rice) == CELLS_RICE
         && encode_cells_without_headings() == CELLS_NO_HEADING
+        && encode_cells_compact() == CELLS_COMPACT
         && range_fields() == RANGE_FIELDS_BYTES
 }
 

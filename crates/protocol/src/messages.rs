@@ -14,7 +14,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 6;
+pub const PROTOCOL_MINOR: u16 = 7;
 /// The minor that brought the interest stream (`Subscribe`'s region, cell
 /// updates with fixed-width fields).
 pub const INTEREST_MINOR: u16 = 2;
@@ -34,6 +34,11 @@ pub const RANGE_MINOR: u16 = 5;
 /// motion): servers send them, and send them instead of headings, only to
 /// clients that subscribed with at least this minor.
 pub const NO_HEADING_MINOR: u16 = 6;
+/// The minor that brought the compact cell batch (kind `0x15`: varint
+/// counts, summaries of about eight bytes, updates without their kind and
+/// tick): servers send it only to clients that subscribed with at least
+/// this minor.
+pub const COMPACT_BATCH_MINOR: u16 = 7;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

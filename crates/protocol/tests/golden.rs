@@ -28,6 +28,11 @@ fn golden_vectors_are_byte_identical() {
             golden::encode_cells_without_headings(),
         )
         .unwrap();
+        std::fs::write(
+            format!("{dir}/cells-compact.bin"),
+            golden::encode_cells_compact(),
+        )
+        .unwrap();
         return;
     }
     assert_eq!(
@@ -44,6 +49,11 @@ fn golden_vectors_are_byte_identical() {
         golden::encode_cells_without_headings(),
         golden::CELLS_NO_HEADING,
         "cell batch without headings bytes changed"
+    );
+    assert_eq!(
+        golden::encode_cells_compact(),
+        golden::CELLS_COMPACT,
+        "compact cell batch bytes changed"
     );
     assert_eq!(k, golden::KEYFRAME, "keyframe bytes changed");
     assert_eq!(d, golden::DELTA, "delta bytes changed");
@@ -137,10 +147,22 @@ fn the_golden_cell_batch_without_headings_rebuilds_the_positions() {
         }
         m.apply(&batch).unwrap();
     }
+    // The compact batch (1.7) leaves the same cells and summaries.
+    let mut compact = m.clone();
+    let ServerFrame::Cells(bytes) = decode_server(golden::CELLS_COMPACT).unwrap() else {
+        panic!("not a cell batch")
+    };
+    compact.apply(bytes).unwrap();
     let ServerFrame::Cells(bytes) = decode_server(golden::CELLS_NO_HEADING).unwrap() else {
         panic!("not a cell batch")
     };
     m.apply(bytes).unwrap();
+    assert_eq!(compact.cell(0), m.cell(0));
+    assert_eq!(compact.cell(1), m.cell(1));
+    let (s, w) = (compact.summary(0).unwrap(), m.summary(0).unwrap());
+    assert_eq!((s.count, s.heading), (w.count, w.heading));
+    assert_eq!(compact.summary(1), None);
+    assert!(2 * golden::CELLS_COMPACT.len() <= golden::CELLS_NO_HEADING.len());
     let mut cells = Vec::new();
     grid.split(&c, &mut cells);
     let mut want = Frame::default();

@@ -5,9 +5,10 @@
 
 use proptest::prelude::*;
 use starling_protocol::interest::{
-    CellGrid, CellMirror, CellScratch, CellSummary, Codings, FLAG_COMPLETE_SUMMARIES, Held,
-    MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision, begin_batch, encode_cell_update,
-    push_update,
+    BatchedHeader, CellGrid, CellMirror, CellScratch, CellSummary, Codings,
+    FLAG_COMPLETE_SUMMARIES, Held, MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision,
+    begin_batch, begin_compact_batch, encode_cell_update, push_compact_update, push_update,
+    put_compact_summaries,
 };
 use starling_protocol::{Frame, QuantBox};
 
@@ -20,6 +21,34 @@ fn as_held(h: &(Frame, Precision)) -> Held<'_> {
 
 fn quant() -> QuantBox {
     QuantBox::around_world([100.0, 100.0, 50.0], 3)
+}
+
+/// Starts a batch in either layout: compact (1.7, kind `0x15`) or not.
+fn begin(
+    compact: bool,
+    tick: u64,
+    grid: &CellGrid,
+    summaries: &[CellSummary],
+    flags: u8,
+    dropped: &[u32],
+    out: &mut Vec<u8>,
+) {
+    if compact {
+        let mut coded = Vec::new();
+        put_compact_summaries(summaries, grid, &quant(), &mut coded);
+        begin_compact_batch(tick, summaries.len(), &coded, flags, dropped, out).unwrap();
+    } else {
+        begin_batch(tick, summaries, flags, dropped, out);
+    }
+}
+
+/// Adds an update of tick `tick` to a batch begun by [`begin`].
+fn push(compact: bool, tick: u64, cell: u32, update: &[u8], out: &mut Vec<u8>) {
+    if compact {
+        push_compact_update(cell, &BatchedHeader::of(update).unwrap(), update, tick, out).unwrap();
+    } else {
+        push_update(cell, update, out);
+    }
 }
 
 /// Whole frames of a flock whose boids drift across cells, and now and
@@ -75,12 +104,15 @@ fn flock(seed: u64, n: usize, frames: usize) -> Vec<Frame> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Whichever cells the server sends when, at whichever precision, the
-    /// mirror's held cells equal the server's frames of them at the tick
-    /// they were sent, at the precision they were sent at.
+    /// Whichever cells the server sends when, at whichever precision, in
+    /// either batch layout, the mirror's held cells equal the server's
+    /// frames of them at the tick they were sent, at the precision they
+    /// were sent at; cells it is told to drop it holds no more; and its
+    /// summaries count every cell's boids.
     #[test]
     fn the_mirror_holds_exactly_the_cells_it_was_sent(
         seed in any::<u64>(), n in 0usize..300, frames in 2usize..12, pick in any::<u64>(),
+        compact in any::<bool>(),
     ) {
         let grid = CellGrid { cells: [3, 2, 2] };
         let whole = flock(seed, n, frames);
@@ -96,10 +128,21 @@ proptest! {
             let summaries: Vec<CellSummary> = (0..grid.len() as u32)
                 .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant()))
                 .collect();
-            begin_batch(w.tick, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
+            // Cells not sent this time, some of them dropped.
+            let mut skip = vec![false; grid.len()];
+            let mut dropped = Vec::new();
             for c in 0..grid.len() {
                 bits = bits.rotate_left(1) ^ 0x9e37_79b9;
-                if bits % 3 == 0 {
+                skip[c] = bits % 3 == 0;
+                if skip[c] && bits % 4 == 1 && !sent[c].is_empty() {
+                    dropped.push(c as u32);
+                    sent[c].clear();
+                }
+            }
+            begin(compact, w.tick, &grid, &summaries, FLAG_COMPLETE_SUMMARIES, &dropped, &mut batch);
+            for c in 0..grid.len() {
+                bits = bits.rotate_left(1) ^ 0x9e37_79b9;
+                if skip[c] {
                     continue; // not sent this time
                 }
                 let held = &sent[c];
@@ -133,7 +176,7 @@ proptest! {
                     &mut update,
                 )
                 .unwrap();
-                push_update(c as u32, &update, &mut batch);
+                push(compact, w.tick, c as u32, &update, &mut batch);
                 sent[c].push((cells[c].clone(), p));
             }
             mirror.apply(&batch).unwrap();
@@ -149,6 +192,11 @@ proptest! {
                 }
                 let count = mirror.summary(c as u32).map_or(0, |s| s.count as usize);
                 prop_assert_eq!(count, cells[c].len());
+                // A compact summary's centroid is rounded within its cell.
+                if let Some(s) = mirror.summary(c as u32) {
+                    prop_assert_eq!(grid.cell_of(s.centroid), c as u32);
+                    prop_assert_eq!(s.heading, summaries.iter().find(|x| x.cell == c as u32).unwrap().heading);
+                }
             }
         }
     }
@@ -159,13 +207,16 @@ proptest! {
     fn untrusted_batches_never_panic(
         noise in proptest::collection::vec(any::<u8>(), 0..400),
         seed in any::<u64>(), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        compact in any::<bool>(),
     ) {
         let grid = CellGrid { cells: [2, 2, 1] };
         let mut mirror = CellMirror::new(grid, quant());
         let _ = mirror.apply(&noise);
-        let mut with_kind = noise.clone();
-        with_kind.insert(0, 0x12);
-        let _ = mirror.apply(&with_kind);
+        for kind in [0x12, 0x15] {
+            let mut with_kind = noise.clone();
+            with_kind.insert(0, kind);
+            let _ = mirror.apply(&with_kind);
+        }
         let whole = flock(seed, 40, 4);
         // A mirror that holds what the server believes (noise never reached it).
         let mut good = CellMirror::new(grid, quant());
@@ -176,7 +227,10 @@ proptest! {
         let mut held: Vec<Vec<Frame>> = vec![Vec::new(); grid.len()];
         for w in &whole {
             grid.split(w, &mut cells);
-            begin_batch(w.tick, &[], 0, &[], &mut batch);
+            let summaries: Vec<CellSummary> = (0..grid.len() as u32)
+                .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant()))
+                .collect();
+            begin(compact, w.tick, &grid, &summaries, FLAG_COMPLETE_SUMMARIES, &[], &mut batch);
             for c in 0..grid.len() {
                 let h = &held[c];
                 let base2 = (h.len() >= 2).then(|| &h[h.len() - 2]);
@@ -198,7 +252,7 @@ proptest! {
                     &mut update,
                 )
                 .unwrap();
-                push_update(c as u32, &update, &mut batch);
+                push(compact, w.tick, c as u32, &update, &mut batch);
                 let mut kept = Frame::default();
                 p.coarsen(&cells[c], &mut kept);
                 held[c].push(kept);

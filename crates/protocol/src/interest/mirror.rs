@@ -80,6 +80,11 @@ impl CellMirror {
         self.grid
     }
 
+    /// The quantisation box.
+    pub fn quant(&self) -> QuantBox {
+        self.quant
+    }
+
     fn forget_all(&mut self) {
         self.held.iter_mut().for_each(|h| h.valid = 0);
         self.held_boids = 0;
@@ -96,7 +101,7 @@ impl CellMirror {
     /// Applies a cell batch. On an error the mirror starts a resync: send
     /// `Resync`; updates are ignored until the server's reset arrives.
     pub fn apply(&mut self, bytes: &[u8]) -> Result<Applied, DecodeError> {
-        let batch = BatchView::parse(bytes, self.held.len())?;
+        let batch = BatchView::parse(bytes, &self.grid, &self.quant)?;
         self.tick = batch.tick;
         if batch.reset {
             self.forget_all();
@@ -120,7 +125,7 @@ impl CellMirror {
             return Ok(applied);
         }
         for (cell, body) in batch.updates() {
-            if let Err(e) = self.apply_update(cell, body) {
+            if let Err(e) = batch.update(body).and_then(|u| self.apply_view(cell, &u)) {
                 self.start_resync();
                 return Err(e);
             }
@@ -142,6 +147,11 @@ impl CellMirror {
     /// error the cell is unchanged and the caller decides what to do
     /// ([`Self::apply`] starts a resync).
     pub fn apply_update(&mut self, cell: u32, body: &[u8]) -> Result<(), DecodeError> {
+        self.apply_view(cell, &CellUpdateView::parse(body)?)
+    }
+
+    /// Applies one parsed cell update.
+    fn apply_view(&mut self, cell: u32, u: &CellUpdateView<'_>) -> Result<(), DecodeError> {
         let Some(h) = self.held.get_mut(cell as usize) else {
             return Err(DecodeError::Invalid {
                 field: "cell",
@@ -149,7 +159,6 @@ impl CellMirror {
                 allowed: "an index into the grid".into(),
             });
         };
-        let u = CellUpdateView::parse(body)?;
         let base = (h.valid >= 1).then_some(&h.frames[0]);
         let base2 = (h.valid >= 2).then_some(&h.frames[1]);
         u.apply(base, base2, self.quant, &mut self.scratch, &mut self.spare)?;

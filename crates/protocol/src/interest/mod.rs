@@ -24,16 +24,20 @@ mod summary;
 mod update;
 
 pub use batch::{
-    BATCH_HEADER_BYTES, BatchView, FLAG_COMPLETE_SUMMARIES, FLAG_RESET, KIND_CELLS,
-    UPDATE_HEADER_BYTES, begin_batch, push_update,
+    BATCH_HEADER_BYTES, BatchView, COMPACT_BATCH_HEADER_BYTES, FLAG_COMPLETE_SUMMARIES, FLAG_RESET,
+    KIND_CELLS, KIND_COMPACT_CELLS, UPDATE_HEADER_BYTES, begin_batch, begin_compact_batch,
+    push_compact_update, push_update, put_compact_summaries,
 };
 pub use fields::{Coding, Codings, RICE_ESCAPE};
-pub use grid::{CellGrid, TARGET_CELLS_2D, TARGET_CELLS_3D};
+pub use grid::{
+    CellGrid, MAX_TARGET_FACTOR, TARGET_BOIDS_PER_CELL, TARGET_CELLS_2D, TARGET_CELLS_3D,
+    target_cells,
+};
 pub use mirror::{Applied, CellMirror};
 pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision};
 pub(crate) use range::encode as encode_range_fields;
 pub use summary::{CellSummary, SUMMARY_BYTES};
 pub use update::{
-    CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE,
+    BatchedHeader, CELL_UPDATE_HEADER_BYTES, CellScratch, CellUpdateView, Held, KIND_CELL_UPDATE,
     KIND_COMPACT_CELL_UPDATE, Predict, cell_update_header_len, encode_cell_update,
 };

@@ -328,6 +328,63 @@ pub fn cell_update_header_len(update: &[u8]) -> Option<usize> {
     Some(update.len() - r.remaining())
 }
 
+/// The most bytes of an update's header inside a compact batch: three
+/// bytes and six varints (counts of at most three bytes, tick steps of ten).
+const MAX_BATCHED_HEADER_BYTES: usize = 3 + 3 + 10 + 10 + 3 * 3;
+
+/// The header a cell update (either standalone form) has inside a compact
+/// batch (1.7): the same update without its kind and tick, its counts as
+/// varints. Made once per shared update, so a viewer's batch only copies
+/// it ([`super::push_compact_update`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchedHeader {
+    bytes: [u8; MAX_BATCHED_HEADER_BYTES],
+    len: u8,
+    /// The length of the standalone header it replaces.
+    replaces: u16,
+    /// The tick of the update (the batch's).
+    pub tick: u64,
+}
+
+impl BatchedHeader {
+    /// The header of `update` in a compact batch.
+    pub fn of(update: &[u8]) -> Result<Self, EncodeError> {
+        let mut r = Reader::new(update);
+        let head = match update.first() {
+            Some(&KIND_CELL_UPDATE) => Head::read_wide(&mut r),
+            Some(&KIND_COMPACT_CELL_UPDATE) => Head::read_compact(&mut r),
+            _ => return Err(EncodeError::NotAnUpdate("no cell update kind".into())),
+        }
+        .map_err(|e| EncodeError::NotAnUpdate(e.to_string()))?;
+        let mut out = Vec::with_capacity(MAX_BATCHED_HEADER_BYTES);
+        head.put_batched(&mut out);
+        let mut bytes = [0; MAX_BATCHED_HEADER_BYTES];
+        bytes[..out.len()].copy_from_slice(&out);
+        Ok(Self {
+            bytes,
+            len: out.len() as u8,
+            replaces: (update.len() - r.remaining()) as u16,
+            tick: head.tick,
+        })
+    }
+
+    /// The length of the standalone header it replaces.
+    pub fn standalone_len(&self) -> usize {
+        usize::from(self.replaces)
+    }
+
+    /// The header's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// What follows the standalone header in `update` (the update this
+    /// header was made of): the same in a compact batch.
+    pub fn rest<'a>(&self, update: &'a [u8]) -> &'a [u8] {
+        update.get(usize::from(self.replaces)..).unwrap_or(&[])
+    }
+}
+
 /// A cell update's header, in either form, not yet validated.
 #[derive(Debug, Clone, Copy)]
 struct Head {
@@ -420,6 +477,95 @@ impl Head {
             pos_shift: shifts >> 4,
             heading_shift: shifts & 0x0f,
         })
+    }
+
+    /// The header of an update inside a compact batch (1.7, kind
+    /// `0x15`): no kind byte, and no tick (the batch's `tick`). A byte
+    /// `predict | coding << 2`, the shifts (position shift in the high four
+    /// bits), the two coding parameters in one byte (`b2 | b3 << 4`; only
+    /// for an update against a base that is not range-coded), then
+    /// varints: `n_boids`; against a base, `tick − base_tick`, when linear
+    /// `base_tick − base2_tick`, then `n_left`, `n_entered`, and
+    /// `n_exceptions` unless range-coded. A full update has no left,
+    /// stayed or exceptions: every boid is entered.
+    fn read_batched(r: &mut Reader<'_>, tick: u64) -> Result<Self, DecodeError> {
+        let form = r.u8("update form")?;
+        if form >> 4 != 0 {
+            return Err(invalid(
+                "update form",
+                form,
+                "predict | coding << 2, bits 4 to 7 clear",
+            ));
+        }
+        let (predict, coding) = (form & 3, form >> 2);
+        let shifts = r.u8("shifts")?;
+        let against_base = predict != 0;
+        let params = if against_base && coding != 2 {
+            r.u8("coding parameters")?
+        } else {
+            0
+        };
+        let steps = shifts & 0x0f != NO_HEADING;
+        let coding = Coding::parse(coding, params & 0x0f, params >> 4, !against_base, steps)?;
+        let n_boids = varcount(r, "n_boids", MAX_BOIDS)?;
+        let mut head = Self {
+            predict,
+            coding,
+            n_boids,
+            tick,
+            base_tick: 0,
+            base2_tick: 0,
+            n_left: 0,
+            n_entered: n_boids,
+            n_exc: 0,
+            pos_shift: shifts >> 4,
+            heading_shift: shifts & 0x0f,
+        };
+        if !against_base {
+            return Ok(head);
+        }
+        let step = r.varint("tick step")?;
+        head.base_tick = tick
+            .checked_sub(step)
+            .ok_or_else(|| invalid("tick step", step, "at most the tick"))?;
+        if predict == 2 {
+            let step2 = r.varint("base tick step")?;
+            head.base2_tick = head
+                .base_tick
+                .checked_sub(step2)
+                .ok_or_else(|| invalid("base tick step", step2, "at most the base tick"))?;
+        }
+        head.n_left = varcount(r, "n_left", MAX_BOIDS)?;
+        head.n_entered = varcount(r, "n_entered", MAX_BOIDS)?;
+        if coding != Coding::Range {
+            head.n_exc = varcount(r, "n_exceptions", MAX_BOIDS)?;
+        }
+        Ok(head)
+    }
+
+    fn put_batched(&self, out: &mut Vec<u8>) {
+        let (coding, b2, b3) = self.coding.bytes();
+        out.extend_from_slice(&[
+            self.predict | coding << 2,
+            self.pos_shift << 4 | self.heading_shift,
+        ]);
+        let against_base = self.predict != 0;
+        if against_base && self.coding != Coding::Range {
+            out.push(b2 | b3 << 4);
+        }
+        put_varint(out, self.n_boids as u64);
+        if !against_base {
+            return;
+        }
+        put_varint(out, self.tick - self.base_tick);
+        if self.predict == 2 {
+            put_varint(out, self.base_tick - self.base2_tick);
+        }
+        put_varint(out, self.n_left as u64);
+        put_varint(out, self.n_entered as u64);
+        if self.coding != Coding::Range {
+            put_varint(out, self.n_exc as u64);
+        }
     }
 
     /// Writes the 48-byte header into `h` (48 bytes long).
@@ -564,6 +710,19 @@ impl<'a> CellUpdateView<'a> {
                 });
             }
         };
+        Self::parse_after(head, r)
+    }
+
+    /// Parses and validates an update from a compact batch (1.7) of tick
+    /// `tick`: its header has neither kind nor tick.
+    pub fn parse_batched(bytes: &'a [u8], tick: u64) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let head = Head::read_batched(&mut r, tick)?;
+        Self::parse_after(head, r)
+    }
+
+    /// Validates a header and the sizes of what follows it.
+    fn parse_after(head: Head, mut r: Reader<'a>) -> Result<Self, DecodeError> {
         let Head {
             coding,
             n_boids,

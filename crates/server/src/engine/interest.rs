@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use rayon::prelude::*;
 use starling_protocol::interest::{
-    CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Codings, Held as HeldFrame,
-    Precision, encode_cell_update,
+    BatchedHeader, CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Codings,
+    Held as HeldFrame, Precision, SUMMARY_BYTES, encode_cell_update, put_compact_summaries,
+    target_cells,
 };
 
 use starling_protocol::{Frame, QuantBox};
@@ -73,8 +74,25 @@ pub struct CellFrames {
     pub dims: u8,
     /// Each cell's boids, in id order.
     pub cells: Vec<Frame>,
+    /// How many boids each cell holds (what a viewer's priority pass reads
+    /// of every cell in its view: a few kilobytes, where the frames' own
+    /// lengths are a cache miss each).
+    pub counts: Vec<u32>,
     /// The summary of every cell holding boids, ascending by cell.
     pub summaries: Vec<CellSummary>,
+    /// The same summaries as a compact batch carries them (1.7), coded once.
+    pub compact_summaries: Vec<u8>,
+}
+
+impl CellFrames {
+    /// The bytes of the summaries in a batch: compact (1.7) or not.
+    pub fn summary_bytes(&self, compact: bool) -> usize {
+        if compact {
+            self.compact_summaries.len()
+        } else {
+            SUMMARY_BYTES * self.summaries.len()
+        }
+    }
 }
 
 /// One frame of a cell a viewer holds: the seq of the broadcast it was
@@ -88,16 +106,28 @@ pub type Held = [Option<HeldAt>; 2];
 /// the one before when linear, its precision, the codings the receiver
 /// reads (by its protocol minor), and its bytes (None when it is not
 /// smaller than the full update at that precision).
-type LinearForm = (HeldAt, Option<HeldAt>, Precision, Codings, Option<Bytes>);
+type LinearForm = (HeldAt, Option<HeldAt>, Precision, Codings, Option<Shared>);
 
 /// A full update of one cell: its precision and bytes.
-type FullForm = (Precision, Option<Bytes>);
+type FullForm = (Precision, Option<Shared>);
+
+/// An encoded cell update, shared among viewers: its bytes, and the header
+/// it has in a compact batch (1.7), made with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shared {
+    /// The update's bytes.
+    pub bytes: Bytes,
+    /// Its header in a compact batch.
+    pub batched: BatchedHeader,
+}
 
 /// A cell update for one viewer.
 #[derive(Debug, Clone)]
 pub struct Update {
     /// The update's bytes (shared).
     pub bytes: Bytes,
+    /// Its header in a compact batch.
+    pub batched: BatchedHeader,
     /// How the viewer holds the cell once it applies them.
     pub held: Held,
     /// Whether it is against the frames held (linear, or from the newer
@@ -150,16 +180,21 @@ impl CellSet {
         next: &Frame,
         precision: Precision,
         codings: Codings,
-    ) -> Option<Bytes> {
+    ) -> Option<Shared> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<(CellScratch, Vec<u8>)> = Default::default();
         }
         let t0 = Instant::now();
         let bytes = SCRATCH.with_borrow_mut(|(scratch, out)| {
-            match encode_cell_update(base, base2, next, precision, codings, scratch, out) {
-                Ok(()) => {
+            let made = encode_cell_update(base, base2, next, precision, codings, scratch, out)
+                .and_then(|()| BatchedHeader::of(out));
+            match made {
+                Ok(batched) => {
                     self.telemetry.cell_updates_encoded.inc();
-                    Some(Bytes::copy_from_slice(out))
+                    Some(Shared {
+                        bytes: Bytes::copy_from_slice(out),
+                        batched,
+                    })
                 }
                 Err(e) => {
                     // Our own frames: this would be a bug, not bad input.
@@ -183,7 +218,7 @@ impl CellSet {
     /// form without headings, one with headings never (and the reverse),
     /// so a cell keeps at most `FULL_FORMS + 2`: the exact form and the
     /// exact one without headings besides.
-    pub fn full(&self, cell: u32, precision: Precision) -> Option<(Bytes, Precision)> {
+    pub fn full(&self, cell: u32, precision: Precision) -> Option<(Shared, Precision)> {
         let c = cell as usize;
         let next = self.now.cells.get(c)?;
         let mut forms = lock(self.full.get(c)?);
@@ -231,18 +266,20 @@ impl CellSet {
         let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
         if let Some(a) = recent(held[0])
             && let b = recent(held[1]).filter(|b| b.0 < a.0)
-            && let Some(bytes) = self.linear(c, a, b, precision, codings)
+            && let Some(shared) = self.linear(c, a, b, precision, codings)
         {
             return Some(Update {
-                bytes,
+                bytes: shared.bytes,
+                batched: shared.batched,
                 held: [Some((seq, precision)), Some(a)],
                 linear: true,
             });
         }
         // The receiver keeps the frame it held as the one before.
-        let (bytes, p) = self.full(cell, precision)?;
+        let (shared, p) = self.full(cell, precision)?;
         Some(Update {
-            bytes,
+            bytes: shared.bytes,
+            batched: shared.batched,
             held: [Some((seq, p)), held[0]],
             linear: false,
         })
@@ -258,7 +295,7 @@ impl CellSet {
         b: Option<HeldAt>,
         precision: Precision,
         codings: Codings,
-    ) -> Option<Bytes> {
+    ) -> Option<Shared> {
         let mut forms = lock(self.linear.get(c)?);
         // A form of any level that is not smaller than the full update is
         // also what a 1.2 reader gets (the full one): every level tries
@@ -290,7 +327,7 @@ impl CellSet {
             + full_bytes_per_boid(precision.has_heading()) * self.now.cells[c].len();
         let bytes = self
             .encode(Some(base), base2, &self.now.cells[c], precision, codings)
-            .filter(|l| l.len() < full_len);
+            .filter(|l| l.bytes.len() < full_len);
         forms.push((a, b, precision, codings, bytes.clone()));
         bytes
     }
@@ -310,6 +347,9 @@ pub struct CellBuilder {
     /// Split buffers to reuse: the cells of the oldest frames, when nothing
     /// referred to them as they left the ring (else the split allocates).
     spare: Vec<Frame>,
+    /// The cells the grid aims for ([`target_cells`]: finer for a larger
+    /// flock; 0 before the first build).
+    target: usize,
 }
 
 impl CellBuilder {
@@ -329,7 +369,8 @@ impl CellBuilder {
         telemetry: &Arc<Telemetry>,
     ) -> Option<Arc<CellSet>> {
         let quant = whole.quant?;
-        let grid = CellGrid::for_world(world_m, dims);
+        self.target = target_cells(whole.len(), dims, self.target);
+        let grid = CellGrid::for_world_aiming(world_m, dims, self.target);
         // A new chain when the grid, the box or the clock changed.
         if self.ring.front().is_some_and(|f| {
             f.grid != grid || f.quant != quant || f.tick >= whole.tick || f.seq + 1 != seq
@@ -342,7 +383,9 @@ impl CellBuilder {
         let summaries = (0..grid.len() as u32)
             .into_par_iter()
             .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant))
-            .collect();
+            .collect::<Vec<_>>();
+        let mut compact_summaries = Vec::with_capacity(9 * summaries.len());
+        put_compact_summaries(&summaries, &grid, &quant, &mut compact_summaries);
         let now = Arc::new(CellFrames {
             seq,
             tick: whole.tick,
@@ -350,8 +393,10 @@ impl CellBuilder {
             quant,
             world_m,
             dims,
+            counts: cells.iter().map(|f| f.len() as u32).collect(),
             cells,
             summaries,
+            compact_summaries,
         });
         let n = grid.len();
         let set = CellSet {

@@ -428,7 +428,7 @@ impl Feed {
             ));
         }
         if state.full {
-            let grid = CellGrid::for_world(state.world_m, state.dims);
+            let grid = state.cell_grid();
             let quant = QuantBox::around_world(state.world_m, state.dims);
             match self.stream.as_mut() {
                 Some(s) if s.grid == grid && s.quant == quant && same_world => s.mirror.clear(),
@@ -827,6 +827,54 @@ mod tests {
         let st = side.publish(&frame(12, 6, WORLD), WORLD);
         play(&mut f, &side.send(&st, true), &tx).unwrap();
         assert_eq!(served(&rx), keyframe(&frame(12, 6, WORLD)));
+    }
+
+    #[test]
+    fn an_edge_cuts_a_large_flock_by_the_finer_grid_its_state_names() {
+        // 60,000 boids, over 96 a cell of the world's least grid: the
+        // origin cuts them by a grid twice as fine and says so; an edge
+        // that made the world's least grid would misplace every cell.
+        let big = |tick: u64, step: u16| {
+            let n = 60_000u32;
+            let mut f = Frame {
+                tick,
+                quant: Some(QuantBox::around_world(WORLD, 3)),
+                ids: (0..n).collect(),
+                ..Frame::default()
+            };
+            for i in 0..n {
+                let q = |k: u32| ((i.wrapping_mul(k) % 60_000) + 1000) as u16;
+                f.pos
+                    .extend_from_slice(&[q(7919) + step, q(104_729), q(1299)]);
+                f.heading.extend_from_slice(&[128, 128]);
+            }
+            f
+        };
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let (mut side, mut f) = (Side::new(), feed());
+        let st = side.publish(&big(2, 0), WORLD);
+        let msgs = side.send(&st, false);
+        let state = parse_state(&msgs[0].1[16..]).unwrap();
+        let least = CellGrid::for_world(WORLD, 3);
+        assert_eq!(least.len(), 500);
+        assert_eq!(state.grid, Some([13, 13, 6]), "about 1024 cells");
+        assert_eq!(
+            state.cell_grid(),
+            CellGrid::for_world_aiming(WORLD, 3, 1024)
+        );
+        play(&mut f, &msgs, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&big(2, 0)));
+        let st = side.publish(&big(4, 3), WORLD);
+        play(&mut f, &side.send(&st, false), &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&big(4, 3)));
+        // A small flock's state leaves the field out (edges from before
+        // it deny unknown fields): its grid is the world's least.
+        let (mut side, _) = (Side::new(), feed());
+        let st = side.publish(&frame(2, 0, WORLD), WORLD);
+        let msgs = side.send(&st, false);
+        let text = String::from_utf8_lossy(&msgs[0].1[16..]).into_owned();
+        assert!(!text.contains("grid"), "{text}");
+        assert_eq!(parse_state(&msgs[0].1[16..]).unwrap().cell_grid(), least);
     }
 
     #[test]

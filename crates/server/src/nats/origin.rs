@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_nats::Client;
 use axum::body::Bytes;
 use futures_util::StreamExt;
-use starling_protocol::interest::{Codings, Precision};
+use starling_protocol::interest::{CellGrid, Codings, Precision};
 use tokio::sync::{Semaphore, watch};
 
 use super::NatsError;
@@ -109,9 +109,9 @@ pub struct Stream {
     sent_len: Vec<usize>,
     /// The last broadcast sent whole, and its tick.
     last: Option<(u64, u64)>,
-    /// The world and dimensions of the last set sent (the grid and the box
-    /// follow from them): any change sends the next broadcast in full.
-    world: Option<([f32; 3], u8)>,
+    /// The world, dimensions and grid of the last set sent (the box follows
+    /// from the world): any change sends the next broadcast in full.
+    world: Option<([f32; 3], u8, CellGrid)>,
 }
 
 /// The codings of the cell updates published: the smallest there are.
@@ -175,7 +175,7 @@ impl Stream {
         };
         let now = &cells.now;
         let n = now.grid.len();
-        let world = Some((now.world_m, now.dims));
+        let world = Some((now.world_m, now.dims, now.grid));
         let full = full_asked
             || self.last.is_none_or(|(s, _)| s + 1 != b.seq)
             || self.held.len() != n
@@ -197,6 +197,7 @@ impl Stream {
                 dims: now.dims,
                 sim: st.sim.clone(),
                 protocol_minor: CODINGS.minor(),
+                grid: StateMsg::grid_field(now.grid, now.world_m, now.dims),
             },
         )?];
         let mut messages = 0u32;
@@ -227,7 +228,7 @@ impl Stream {
     /// sent again: edges keep their state fresh (and `/readyz` ready)
     /// while the origin is paused. None before any broadcast.
     pub fn heartbeat(&self, st: &Published) -> Option<Vec<Message>> {
-        let ((seq, tick), (world_m, dims)) = (self.last?, self.world?);
+        let ((seq, tick), (world_m, dims, grid)) = (self.last?, self.world?);
         let env = Envelope {
             epoch: self.epoch,
             seq,
@@ -239,6 +240,7 @@ impl Stream {
             dims,
             sim: st.sim.clone(),
             protocol_minor: CODINGS.minor(),
+            grid: StateMsg::grid_field(grid, world_m, dims),
         };
         Some(vec![self.state(env, &state).ok()?, self.end(env, 0)])
     }

@@ -16,6 +16,7 @@
 //! All integers little-endian.
 
 use serde::{Deserialize, Serialize};
+use starling_protocol::interest::CellGrid;
 use starling_protocol::limits::MAX_MESSAGE_BYTES;
 
 use crate::command::Op;
@@ -298,6 +299,28 @@ pub struct StateMsg {
         skip_serializing_if = "read_by_edges_without_the_field"
     )]
     pub protocol_minor: u16,
+    /// The origin's cell grid (cells along x, y and z), finer for a larger
+    /// flock ([`starling_protocol::interest::target_cells`]). Sent only
+    /// when it is not the world's least grid ([`CellGrid::for_world`]),
+    /// the one edges from before the field make (they deny unknown
+    /// fields); absent, it is that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid: Option<[u16; 3]>,
+}
+
+impl StateMsg {
+    /// The grid the origin's cells are cut by.
+    pub fn cell_grid(&self) -> CellGrid {
+        self.grid.map_or_else(
+            || CellGrid::for_world(self.world_m, self.dims),
+            |cells| CellGrid { cells },
+        )
+    }
+
+    /// What [`StateMsg::grid`] says for a broadcast cut by `grid`.
+    pub fn grid_field(grid: CellGrid, world_m: [f32; 3], dims: u8) -> Option<[u16; 3]> {
+        (grid != CellGrid::for_world(world_m, dims)).then_some(grid.cells)
+    }
 }
 
 /// The protocol minor edges from before [`StateMsg::protocol_minor`] read

@@ -7,7 +7,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use starling_protocol::interest::{BatchView, CellUpdateView, Coding, Codings, KIND_CELL_UPDATE};
+use starling_protocol::interest::{
+    BatchView, Coding, Codings, KIND_CELL_UPDATE, KIND_COMPACT_CELLS,
+};
 use starling_protocol::{
     AgentList, ClientMsg, Command, ErrorMsg, Frame, Hello, Metrics, PROTOCOL_MAJOR, ParamInfo,
     ServerFrame, ServerMsg, View, decode_server, encode_client,
@@ -257,10 +259,20 @@ impl Viewer {
             }
             ServerFrame::Cells(b) => {
                 let mirror = self.mirror.as_mut().expect("Interest comes before cells");
-                let batch = BatchView::parse(b, mirror.grid().len()).expect("a batch parses");
+                let batch =
+                    BatchView::parse(b, &mirror.grid(), &mirror.quant()).expect("a batch parses");
+                // Compact batches, and only they, from 1.7.
+                let compact = b[0] == KIND_COMPACT_CELLS;
+                assert_eq!(
+                    compact,
+                    self.minor >= starling_protocol::COMPACT_BATCH_MINOR,
+                    "a 1.{} client got a batch of kind {:#x}",
+                    self.minor,
+                    b[0]
+                );
                 let reads = Codings::for_minor(self.minor);
                 self.codings.extend(batch.updates().map(|(_, u)| {
-                    let view = CellUpdateView::parse(u).expect("an update parses");
+                    let view = batch.update(u).expect("an update parses");
                     let coding = view.coding;
                     // Updates without headings only from 1.6.
                     if !view.precision.has_heading() {
@@ -275,7 +287,9 @@ impl Viewer {
                     // codes and the compact header from 1.4, range codes
                     // from 1.5.
                     let readable = match coding {
-                        Coding::Fixed(..) => u[0] == KIND_CELL_UPDATE || reads >= Codings::Rice,
+                        Coding::Fixed(..) => {
+                            compact || u[0] == KIND_CELL_UPDATE || reads >= Codings::Rice
+                        }
                         Coding::Rice(..) => reads >= Codings::Rice,
                         Coding::Range => reads >= Codings::Range,
                     };
@@ -284,7 +298,7 @@ impl Viewer {
                         "a 1.{} client got kind {:#x}, {coding:?}",
                         self.minor, u[0]
                     );
-                    (u[0], coding)
+                    (if compact { KIND_COMPACT_CELLS } else { u[0] }, coding)
                 }));
                 Event::Cells(mirror.apply(b).expect("a batch applies to what we hold"))
             }

@@ -6,7 +6,9 @@
 use std::time::Instant;
 
 use starling_protocol::interest::CellMirror;
-use starling_protocol::{ClientMsg, ErrorCode, NO_HEADING_MINOR, RANGE_MINOR, RICE_MINOR, View};
+use starling_protocol::{
+    COMPACT_BATCH_MINOR, ClientMsg, ErrorCode, NO_HEADING_MINOR, RANGE_MINOR, RICE_MINOR, View,
+};
 use starling_server::config::Config;
 
 use crate::common::{TestServer, Viewer, test_config};
@@ -118,11 +120,14 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
     let mut range_v = Viewer::connect_minor(server.addr, None, 30, Some(corner), RANGE_MINOR).await;
     let mut newest =
         Viewer::connect_minor(server.addr, None, 30, Some(corner), NO_HEADING_MINOR).await;
+    let mut latest =
+        Viewer::connect_minor(server.addr, None, 30, Some(corner), COMPACT_BATCH_MINOR).await;
     for _ in 0..60 {
         old.next_cells().await;
         new.next_cells().await;
         range_v.next_cells().await;
         newest.next_cells().await;
+        latest.next_cells().await;
     }
     let range = |v: &Viewer| v.codings.iter().filter(|c| c.1 == Coding::Range).count();
     let rice = |v: &Viewer| {
@@ -137,6 +142,7 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
             .filter(|c| matches!(c.1, Coding::Fixed(..)) && c.1 != Coding::NONE)
             .count()
     };
+    let full = |v: &Viewer| v.codings.iter().filter(|c| c.1 == Coding::NONE).count();
     let compact = |v: &Viewer| {
         v.codings
             .iter()
@@ -154,14 +160,20 @@ async fn rice_and_range_codes_go_only_to_viewers_that_read_them() {
     assert!(compact(&range_v) > 0, "a 1.5 viewer got no compact header");
     assert!(range(&range_v) > 0, "a 1.5 viewer got no range codes");
     assert!(range(&newest) > 0, "a 1.6 viewer got no range codes");
-    // Every update of a 1.6 viewer is without headings, and its held
-    // frames have none.
-    assert_eq!(newest.headingless, newest.codings.len());
-    let m = newest.mirror.as_ref().unwrap();
-    assert!(m.held_cells().count() > 0);
-    for c in m.held_cells() {
-        assert!(!m.precision(c).has_heading());
-        assert!(m.cell(c).unwrap().heading.iter().all(|&h| h == 0));
+    // A 1.7 viewer gets compact batches (`Viewer` checks each batch's
+    // kind against its minor) of range-coded updates.
+    assert!(range(&latest) > 0, "a 1.7 viewer got no range codes");
+    assert_eq!(compact(&newest), newest.codings.len() - full(&newest));
+    // Every update of a 1.6 or 1.7 viewer is without headings, and its
+    // held frames have none.
+    for v in [&newest, &latest] {
+        assert_eq!(v.headingless, v.codings.len());
+        let m = v.mirror.as_ref().unwrap();
+        assert!(m.held_cells().count() > 0);
+        for c in m.held_cells() {
+            assert!(!m.precision(c).has_heading());
+            assert!(m.cell(c).unwrap().heading.iter().all(|&h| h == 0));
+        }
     }
     assert!(
         fixed_linear(&old) > 0,

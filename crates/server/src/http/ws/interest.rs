@@ -28,11 +28,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use starling_protocol::interest::{
-    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, CellGrid, Codings, FLAG_COMPLETE_SUMMARIES,
-    FLAG_RESET, Precision, SUMMARY_BYTES, UPDATE_HEADER_BYTES, begin_batch, cell_update_header_len,
-    push_update,
+    BATCH_HEADER_BYTES, CELL_UPDATE_HEADER_BYTES, COMPACT_BATCH_HEADER_BYTES, CellGrid, Codings,
+    FLAG_COMPLETE_SUMMARIES, FLAG_RESET, Precision, UPDATE_HEADER_BYTES, begin_batch,
+    begin_compact_batch, push_compact_update, push_update,
 };
-use starling_protocol::{InterestInfo, NO_HEADING_MINOR, QuantBox, View};
+use starling_protocol::{COMPACT_BATCH_MINOR, InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
 use crate::engine::interest::{CellSet, HISTORY, Held, full_bytes_per_boid};
@@ -132,8 +132,20 @@ fn start_bytes_per_boid(minor: u16) -> f32 {
     }
 }
 /// Bytes of a cell update besides its boids (the batch's entry and the
-/// update's header) until measured.
+/// update's header) until measured, and for a full update.
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
+/// The same in a compact batch (1.7): a cell and a length of two bytes
+/// each, and a header of about eight (a full update's, four).
+const COMPACT_UPDATE_OVERHEAD: f32 = 12.0;
+
+/// What a cell update costs besides its boids, in a compact batch or not.
+fn update_overhead(compact: bool) -> f32 {
+    if compact {
+        COMPACT_UPDATE_OVERHEAD
+    } else {
+        UPDATE_OVERHEAD
+    }
+}
 
 /// The angle a pixel spans, radians: the viewer's 0.9 rad tall field of
 /// view on 1080 pixels (`2 · tan(0.45) / 1080`).
@@ -199,11 +211,11 @@ const COST_DECAY: f32 = 0.97;
 const COST_PRIOR: f32 = 64.0;
 
 impl Cost {
-    fn new(bytes_per_boid: f32) -> Self {
+    fn new(bytes_per_boid: f32, overhead: f32) -> Self {
         Self {
             body: bytes_per_boid * COST_PRIOR,
             boids: COST_PRIOR,
-            headers: UPDATE_OVERHEAD * COST_PRIOR,
+            headers: overhead * COST_PRIOR,
             updates: COST_PRIOR,
         }
     }
@@ -289,8 +301,10 @@ pub struct ViewerInterest {
     order: Vec<(bool, f32, u32)>,
     /// This send's cells to forget (reused).
     dropped: Vec<u32>,
-    /// Whether each cell is in the full set (reused).
+    /// Whether each cell is in the full set (the last send's).
     full: Vec<bool>,
+    /// The buffer the next send's full set is chosen into (reused).
+    next_full: Vec<bool>,
     /// The batch being built (reused; each batch is copied out).
     buf: Vec<u8>,
     /// The cell update codings the viewer reads (by the protocol minor it
@@ -299,6 +313,8 @@ pub struct ViewerInterest {
     /// Whether its updates carry headings: not for a 1.6 viewer, which
     /// draws boids along their motion.
     headings: bool,
+    /// Whether it reads compact batches (1.7).
+    compact: bool,
 }
 
 /// The stream's grid and budget are announced again when the budget (or
@@ -337,7 +353,10 @@ impl ViewerInterest {
             last_seq: 0,
             halves: stride_for(START_BROADCAST_HZ, CADENCE_SLACK),
             last_send: None,
-            cost: Cost::new(start_bytes_per_boid(minor)),
+            cost: Cost::new(
+                start_bytes_per_boid(minor),
+                update_overhead(minor >= COMPACT_BATCH_MINOR),
+            ),
             full_cost: false,
             in_view_mark: Vec::new(),
             last_summary: None,
@@ -348,9 +367,11 @@ impl ViewerInterest {
             order: Vec::new(),
             dropped: Vec::new(),
             full: Vec::new(),
+            next_full: Vec::new(),
             buf: Vec::new(),
             codings: Codings::for_minor(minor),
             headings: minor < NO_HEADING_MINOR,
+            compact: minor >= COMPACT_BATCH_MINOR,
         }
     }
 
@@ -464,10 +485,10 @@ impl ViewerInterest {
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 
-    /// How often `count` summaries are sent: [`SUMMARY_HZ`], or less where
-    /// that would take more than [`SUMMARY_SHARE`] of the budget.
-    fn summary_rate(&self, count: usize) -> f32 {
-        let bytes = (SUMMARY_BYTES * count) as f32;
+    /// How often summaries of `bytes` bytes are sent: [`SUMMARY_HZ`], or
+    /// less where that would take more than [`SUMMARY_SHARE`] of the budget.
+    fn summary_rate(&self, bytes: usize) -> f32 {
+        let bytes = bytes as f32;
         if bytes <= 0.0 {
             return SUMMARY_HZ;
         }
@@ -512,9 +533,14 @@ impl ViewerInterest {
     fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
         full.clear();
         full.resize(self.held.len(), false);
-        let summaries = SUMMARY_BYTES as f32 * set.now.summaries.len() as f32 * self.summary_hz;
+        let summaries = set.now.summary_bytes(self.compact) as f32 * self.summary_hz;
         // Every send's batch header (about 2 % of the least budget).
-        let headers = BATCH_HEADER_BYTES as f32 * self.send_hz.min(self.broadcast_hz);
+        let header = if self.compact {
+            COMPACT_BATCH_HEADER_BYTES
+        } else {
+            BATCH_HEADER_BYTES
+        };
+        let headers = header as f32 * self.send_hz.min(self.broadcast_hz);
         let full_hz = self.full_hz();
         let allowance =
             (FULL_SHARE * self.budget.rate() as f32 - summaries - headers).max(0.0) / full_hz;
@@ -524,13 +550,16 @@ impl ViewerInterest {
         // sent every update in full: sized at a linear update's cost, its
         // set was about seven times what each send could reach.
         let (overhead, per_boid) = if self.full_cost {
-            (UPDATE_OVERHEAD, full_bytes_per_boid(self.headings) as f32)
+            (
+                update_overhead(self.compact),
+                full_bytes_per_boid(self.headings) as f32,
+            )
         } else {
             (self.cost.overhead(), self.cost.per_boid())
         };
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
-            let boids = set.now.cells[c as usize].len() as f32;
+            let boids = set.now.counts[c as usize] as f32;
             if boids == 0.0 {
                 continue;
             }
@@ -572,7 +601,7 @@ impl ViewerInterest {
         self.budget.refill(now);
         let seq = set.seq();
         // Summaries when due: the whole flock's shape, always.
-        self.summary_hz = self.summary_rate(frames.summaries.len());
+        self.summary_hz = self.summary_rate(frames.summary_bytes(self.compact));
         let summaries_due = self
             .last_summary
             .is_none_or(|t| now.saturating_sub(t).as_secs_f32() >= 1.0 / self.summary_hz);
@@ -627,7 +656,7 @@ impl ViewerInterest {
             } else {
                 history
             };
-        let mut full = std::mem::take(&mut self.full);
+        let mut full = std::mem::take(&mut self.next_full);
         self.choose_full_set(set, &mut full);
         self.dropped.clear();
         self.order.clear();
@@ -642,13 +671,16 @@ impl ViewerInterest {
                 self.order.push((recent, age * weight, c));
             }
         }
-        for (c, h) in self.held.iter_mut().enumerate() {
-            if h[0].is_some() && !full[c] {
-                *h = [None, None];
+        // A held cell was in the last full set (cells are sent only from
+        // it): the two sets are compared, not every cell's held frames
+        // (a thousand viewers' held frames do not stay in the cache).
+        for (c, (&was, &is)) in self.full.iter().zip(&full).enumerate() {
+            if was && !is && self.held[c][0].is_some() {
+                self.held[c] = [None, None];
                 self.dropped.push(c as u32);
             }
         }
-        self.full = full;
+        self.next_full = std::mem::replace(&mut self.full, full);
         // The cells held recently enough for a linear update go first,
         // then those that need a full one (joining the set, or held too
         // long ago), each stalest and heaviest first. A full update costs
@@ -666,9 +698,26 @@ impl ViewerInterest {
         if std::mem::take(&mut self.reset_next) {
             flags |= FLAG_RESET;
         }
-        begin_batch(frames.tick, summaries, flags, &self.dropped, &mut self.buf);
-        self.budget
-            .spend(BATCH_HEADER_BYTES + SUMMARY_BYTES * summaries.len() + 4 * self.dropped.len());
+        if self.compact {
+            let coded: &[u8] = if summaries_due {
+                &frames.compact_summaries
+            } else {
+                &[]
+            };
+            // The dropped cells were found in cell order: ascending.
+            begin_compact_batch(
+                frames.tick,
+                summaries.len(),
+                coded,
+                flags,
+                &self.dropped,
+                &mut self.buf,
+            )
+            .expect("dropped cells ascending");
+        } else {
+            begin_batch(frames.tick, summaries, flags, &self.dropped, &mut self.buf);
+        }
+        self.budget.spend(self.buf.len());
         let mut measured = Cost::default();
         for &(_, _, c) in &self.order {
             if !self.budget.can_send() {
@@ -683,17 +732,31 @@ impl ViewerInterest {
                 continue;
             };
             let bytes = update.bytes;
-            push_update(c, &bytes, &mut self.buf);
-            self.budget.spend(UPDATE_HEADER_BYTES + bytes.len());
-            let boids = set.now.cells[c as usize].len();
-            if update.linear
-                && boids >= 16
-                && let Some(header) = cell_update_header_len(&bytes)
-            {
+            let header = update.batched.standalone_len();
+            // The bytes the batch gains besides the update's fields, and in all.
+            let (overhead, added) = if self.compact {
+                match push_compact_update(c, &update.batched, &bytes, frames.tick, &mut self.buf) {
+                    Ok(sizes) => sizes,
+                    Err(e) => {
+                        // Our own updates, of this broadcast: a bug.
+                        debug_assert!(false, "{e}");
+                        continue;
+                    }
+                }
+            } else {
+                push_update(c, &bytes, &mut self.buf);
+                (
+                    UPDATE_HEADER_BYTES + header,
+                    UPDATE_HEADER_BYTES + bytes.len(),
+                )
+            };
+            self.budget.spend(added);
+            let boids = set.now.counts[c as usize] as usize;
+            if update.linear && boids >= 16 {
                 // A linear update: learn what a boid and the headers cost.
-                measured.body += (bytes.len() - header) as f32;
+                measured.body += (added - overhead) as f32;
                 measured.boids += boids as f32;
-                measured.headers += (UPDATE_HEADER_BYTES + header) as f32;
+                measured.headers += overhead as f32;
                 measured.updates += 1.0;
             }
             self.held[c as usize] = update.held;
@@ -787,7 +850,7 @@ mod tests {
         );
         let grid = small.grid();
         assert!(
-            held.iter().all(|&c| grid.coords(c).iter().all(|&i| i <= 4)),
+            held.iter().all(|&c| grid.coords(c).iter().all(|&i| i <= 6)),
             "a far cell held: {:?}",
             held.iter().map(|&c| grid.coords(c)).collect::<Vec<_>>()
         );
@@ -829,7 +892,7 @@ mod tests {
         // sends' budget for their full updates before the held cells'
         // linear ones, which went stale and needed full updates too (at a
         // million boids, 2000 a cell, no update was ever linear).
-        use starling_protocol::interest::{BatchView, CellUpdateView};
+        use starling_protocol::interest::BatchView;
         use starling_protocol::limits::MIN_VIEW_BUDGET;
         let world = [100.0, 100.0, 50.0];
         let (grid, quant) = (
@@ -866,9 +929,9 @@ mod tests {
         // Five seconds.
         let m = drive(&mut vi, world, flock, 150, |seq, batch| {
             if seq > 60 {
-                let view = BatchView::parse(batch, grid.len()).unwrap();
+                let view = BatchView::parse(batch, &grid, &quant).unwrap();
                 for (_, u) in view.updates() {
-                    match CellUpdateView::parse(u).unwrap().base_tick {
+                    match view.update(u).unwrap().base_tick {
                         Some(_) => linear += 1,
                         None => full += 1,
                     }
@@ -886,14 +949,14 @@ mod tests {
 
     #[test]
     fn a_wide_flat_world_on_the_least_budget_still_gets_cells_within_it() {
-        // 2000 × 2000 × 30 m: 1024 cells of one boid each, whose summaries
-        // twice a second (41 kB/s) took more than the least budget: the
-        // viewer held no cell and was sent more than its budget.
+        // 2000 × 2000 × 30 m: thousands of cells of one boid each, whose
+        // summaries twice a second took more than the least budget (with
+        // 1024 cells of the 20-byte summaries, 41 kB/s): the viewer held no
+        // cell and was sent more than its budget.
         use starling_protocol::limits::MIN_VIEW_BUDGET;
         let world = [2000.0, 2000.0, 30.0];
         let grid = CellGrid::for_world(world, 3);
         let quant = QuantBox::around_world(world, 3);
-        assert!(SUMMARY_BYTES as f32 * grid.len() as f32 * SUMMARY_HZ > MIN_VIEW_BUDGET as f32);
         let flock = |tick: u64| {
             let mut f = Frame {
                 tick,
@@ -915,6 +978,15 @@ mod tests {
             eye: Some([0.0; 3]),
             budget_bytes_per_s: Some(MIN_VIEW_BUDGET),
         };
+        // Their summaries twice a second would take more than their share.
+        let set = CellBuilder::default()
+            .build(1, &flock(2), world, 3, &Arc::new(Telemetry::default()))
+            .unwrap();
+        let summaries = set.now.summary_bytes(true) as f32 * SUMMARY_HZ;
+        assert!(
+            summaries > SUMMARY_SHARE * MIN_VIEW_BUDGET as f32,
+            "{summaries} B/s"
+        );
         let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
         let mut late_bytes = 0usize;
         // Eight seconds.
@@ -958,9 +1030,10 @@ mod tests {
         assert_updated_at_least(&updates[0], 60, 300, 14);
     }
 
-    /// Each cell held from `from` or before until the last send (`last`)
-    /// was updated at `least` of the sends after `from` or more; more than
-    /// five cells were.
+    /// Each cell held at `from` (updated at one of the two sends, 15
+    /// broadcasts apart, up to it) and at the last send (`last`) was
+    /// updated at `least` of the sends after `from` or more; more than five
+    /// cells were.
     fn assert_updated_at_least(
         updates: &std::collections::HashMap<u32, Vec<u64>>,
         from: u64,
@@ -969,7 +1042,8 @@ mod tests {
     ) {
         let mut checked = 0;
         for (c, seqs) in updates {
-            if seqs.first().is_some_and(|&s| s <= from) && seqs.last() == Some(&last) {
+            let held_at_from = seqs.iter().any(|&s| s <= from && s + 30 > from);
+            if held_at_from && seqs.last() == Some(&last) {
                 let late = seqs.iter().filter(|&&s| s > from).count();
                 assert!(late >= least, "cell {c}: {seqs:?}");
                 checked += 1;
