@@ -171,6 +171,9 @@ impl<'a> BatchView<'a> {
     /// against the stream's grid (the updates themselves are checked when
     /// applied: [`Self::update`]).
     pub fn parse(bytes: &'a [u8], grid: &CellGrid, quant: &QuantBox) -> Result<Self, DecodeError> {
+        // A grid past the limits has no cells (as a mirror of it holds none).
+        let none = CellGrid { cells: [0; 3] };
+        let grid = if grid.is_valid() { grid } else { &none };
         match bytes.first() {
             Some(&KIND_COMPACT_CELLS) => Self::parse_compact(bytes, grid, quant),
             _ => Self::parse_wide(bytes, grid, quant),
@@ -225,7 +228,9 @@ impl<'a> BatchView<'a> {
         let summaries = &rest[..rest.len() - s.remaining()];
         let mut prev: Option<u64> = None;
         for _ in 0..n_dropped {
-            let c = prev.map_or(0, |p| p + 1) + s.varint("dropped cell gap")?;
+            let c = prev
+                .map_or(0, |p| p + 1)
+                .saturating_add(s.varint("dropped cell gap")?);
             if c >= cells as u64 {
                 return Err(invalid(
                     "dropped cell",
@@ -477,6 +482,14 @@ mod tests {
             "summary cell",
         );
         refused(&[KIND_COMPACT_CELLS, 0, 1, 0, 2, 3, 0], "dropped cell");
+        // Gaps that wrap past u64 (or u32) name the cell, not a wrapped one.
+        let huge = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        let dropped = [&[KIND_COMPACT_CELLS, 0, 1, 0, 2, 3][..], &huge].concat();
+        refused(&dropped, "dropped cell");
+        let mut summaries = vec![KIND_COMPACT_CELLS, 0, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        summaries.extend_from_slice(&huge);
+        summaries.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0]);
+        refused(&summaries, "summary cell");
         refused(&[KIND_COMPACT_CELLS, 0, 1, 0, 0, 4, 0], "update cell");
         // An update's length past the end.
         let e = BatchView::parse(&[KIND_COMPACT_CELLS, 0, 1, 0, 0, 0, 5, 1], &GRID, &quant());
@@ -487,6 +500,28 @@ mod tests {
             many.extend_from_slice(&[0, 0]);
         }
         refused(&many, "n_updates");
+        // A mirror of a grid past the limits holds no cell: any cell named
+        // is refused (it was an index past its cells).
+        let mut m = crate::interest::CellMirror::new(CellGrid { cells: [100, 1, 1] }, quant());
+        for kind in [KIND_CELLS, KIND_COMPACT_CELLS] {
+            let mut batch = Vec::new();
+            if kind == KIND_CELLS {
+                begin_batch(1, &[], 0, &[50], &mut batch);
+            } else {
+                begin_compact_batch(1, 0, &[], 0, &[50], &mut batch).unwrap();
+            }
+            let e = m.apply(&batch);
+            assert!(
+                matches!(
+                    e,
+                    Err(DecodeError::Invalid {
+                        field: "dropped cell",
+                        ..
+                    })
+                ),
+                "{e:?}"
+            );
+        }
         // An in-batch header with bits 4 to 7 of its form byte set.
         let batch = [KIND_COMPACT_CELLS, 0, 1, 0, 0, 0, 3, 0x10, 0x08, 0];
         let view = BatchView::parse(&batch, &GRID, &quant()).unwrap();

@@ -139,7 +139,7 @@ impl CellSummary {
         quant: &QuantBox,
     ) -> Result<Self, DecodeError> {
         let gap = r.varint("summary cell gap")?;
-        let cell = u64::from(prev.map_or(0, |p| p + 1)) + gap;
+        let cell = u64::from(prev.map_or(0, |p| p + 1)).saturating_add(gap);
         if cell >= grid.len() as u64 {
             return Err(invalid(
                 "summary cell",

@@ -241,20 +241,30 @@ impl Cost {
     }
 }
 
+/// What a viewer knows of one cell, together: a send reads all three for
+/// every cell of its full set, and a thousand viewers' state does not stay
+/// in the cache (in three arrays a cell was three cache misses).
+#[derive(Debug, Clone, Copy, Default)]
+struct CellState {
+    /// The frames of the cell the viewer holds.
+    held: Held,
+    /// The seq it was last sent in full at (0: never).
+    last_sent: u64,
+    /// The precision it is sent at (by its distance from the eye).
+    precision: Precision,
+}
+
 /// The interest state of one viewer.
 #[derive(Debug)]
 pub struct ViewerInterest {
     view: View,
     /// The grid and box the state below refers to (None before the first send).
     frame: Option<(CellGrid, QuantBox)>,
-    held: Vec<Held>,
-    /// The seq each cell was last sent in full at (0: never).
-    last_sent: Vec<u64>,
+    /// What the viewer knows of each cell.
+    cells: Vec<CellState>,
     /// Cells in view with their weight (the share of the cell inside the
     /// view over 1 + distance in cell edges), heaviest first.
     in_view: Vec<(u32, f32)>,
-    /// The precision each cell is sent at (by its distance from the eye).
-    precision: Vec<Precision>,
     /// Sends per second, measured (a moving average).
     send_hz: f32,
     /// The most sends per second the viewer asked for (`Subscribe`'s or
@@ -301,10 +311,12 @@ pub struct ViewerInterest {
     order: Vec<(bool, f32, u32)>,
     /// This send's cells to forget (reused).
     dropped: Vec<u32>,
-    /// Whether each cell is in the full set (the last send's).
+    /// Whether each cell is in this send's full set (reused).
     full: Vec<bool>,
-    /// The buffer the next send's full set is chosen into (reused).
-    next_full: Vec<bool>,
+    /// The cells of the last send's full set (a held cell is one of them).
+    full_cells: Vec<u32>,
+    /// The buffer the next send's are listed in (reused).
+    next_full_cells: Vec<u32>,
     /// The batch being built (reused; each batch is copied out).
     buf: Vec<u8>,
     /// The cell update codings the viewer reads (by the protocol minor it
@@ -340,10 +352,8 @@ impl ViewerInterest {
         Self {
             view,
             frame: None,
-            held: Vec::new(),
-            last_sent: Vec::new(),
+            cells: Vec::new(),
             in_view: Vec::new(),
-            precision: Vec::new(),
             send_hz: START_BROADCAST_HZ,
             max_fps: f32::INFINITY,
             broadcast_hz: START_BROADCAST_HZ,
@@ -367,7 +377,8 @@ impl ViewerInterest {
             order: Vec::new(),
             dropped: Vec::new(),
             full: Vec::new(),
-            next_full: Vec::new(),
+            full_cells: Vec::new(),
+            next_full_cells: Vec::new(),
             buf: Vec::new(),
             codings: Codings::for_minor(minor),
             headings: minor < NO_HEADING_MINOR,
@@ -388,8 +399,9 @@ impl ViewerInterest {
     /// say so in the next batch (batches it gets before that one were
     /// built for the cells it no longer holds, and it ignores them).
     pub fn resync(&mut self) {
-        self.held.iter_mut().for_each(|h| *h = [None, None]);
-        self.last_sent.iter_mut().for_each(|s| *s = 0);
+        for c in &mut self.cells {
+            (c.held, c.last_sent) = ([None, None], 0);
+        }
         self.reset_next = true;
     }
 
@@ -440,8 +452,7 @@ impl ViewerInterest {
         self.in_view.clear();
         self.in_view_mark.clear();
         self.in_view_mark.resize(grid.len(), false);
-        self.precision.clear();
-        self.precision.resize(grid.len(), Precision::EXACT);
+        self.cells.resize(grid.len(), CellState::default());
         for c in 0..grid.len() as u32 {
             let (lo, hi) = grid.bounds_m(c, &quant);
             // The distance to the cell's nearest point decides its precision.
@@ -452,7 +463,7 @@ impl ViewerInterest {
                 })
                 .sum();
             let p = precision_at(near2.sqrt(), &quant);
-            self.precision[c as usize] = if self.headings {
+            self.cells[c as usize].precision = if self.headings {
                 p
             } else {
                 p.without_heading()
@@ -530,9 +541,10 @@ impl ViewerInterest {
     /// Marks the full set in `full`: the heaviest cells in view whose
     /// updates at [`Self::full_hz`] fit the budget (held ones with some
     /// slack), and at least the heaviest cell that holds boids.
-    fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>) {
+    fn choose_full_set(&self, set: &CellSet, full: &mut Vec<bool>, chosen: &mut Vec<u32>) {
         full.clear();
-        full.resize(self.held.len(), false);
+        chosen.clear();
+        full.resize(self.cells.len(), false);
         let summaries = set.now.summary_bytes(self.compact) as f32 * self.summary_hz;
         // Every send's batch header (about 2 % of the least budget).
         let header = if self.compact {
@@ -567,7 +579,7 @@ impl ViewerInterest {
             // Only a cell held recently enough for a linear update keeps its
             // place with the slack: a stale one needs a full update, as a
             // joining one does.
-            let held = self.held[c as usize][0].is_some_and(|(s, _)| recent(s, seq));
+            let held = self.cells[c as usize].held[0].is_some_and(|(s, _)| recent(s, seq));
             let limit = if held {
                 allowance * HYSTERESIS
             } else {
@@ -577,6 +589,7 @@ impl ViewerInterest {
                 break; // heaviest first: no lighter cell jumps the queue
             }
             full[c as usize] = true;
+            chosen.push(c);
             used += cost;
         }
     }
@@ -591,8 +604,8 @@ impl ViewerInterest {
         if self.frame != Some(here) {
             self.frame = Some(here);
             let n = frames.grid.len();
-            self.held = vec![[None, None]; n];
-            self.last_sent = vec![0; n];
+            self.cells = vec![CellState::default(); n];
+            self.full_cells.clear();
             self.locate(frames.grid, frames.quant);
             self.last_summary = None;
             self.announced = None;
@@ -656,31 +669,37 @@ impl ViewerInterest {
             } else {
                 history
             };
-        let mut full = std::mem::take(&mut self.next_full);
-        self.choose_full_set(set, &mut full);
+        let mut full = std::mem::take(&mut self.full);
+        let mut chosen = std::mem::take(&mut self.next_full_cells);
+        self.choose_full_set(set, &mut full, &mut chosen);
         self.dropped.clear();
         self.order.clear();
         let halves = self.halves;
         let now_turn = turn(seq, halves);
         for &(c, weight) in &self.in_view {
-            let last = self.last_sent[c as usize];
+            let cell = &self.cells[c as usize];
+            let last = cell.last_sent;
             // Off its turn a cell waits (one it missed goes now).
             if full[c as usize] && (last == 0 || turn(last, halves) != now_turn) {
                 let age = seq.saturating_sub(last).min(1 << 20) as f32;
-                let recent = self.held[c as usize][0].is_some_and(|(s, _)| recent(s, seq));
+                let recent = cell.held[0].is_some_and(|(s, _)| recent(s, seq));
                 self.order.push((recent, age * weight, c));
             }
         }
         // A held cell was in the last full set (cells are sent only from
         // it): the two sets are compared, not every cell's held frames
         // (a thousand viewers' held frames do not stay in the cache).
-        for (c, (&was, &is)) in self.full.iter().zip(&full).enumerate() {
-            if was && !is && self.held[c][0].is_some() {
-                self.held[c] = [None, None];
-                self.dropped.push(c as u32);
+        for &c in &self.full_cells {
+            let cell = &mut self.cells[c as usize];
+            if !full[c as usize] && cell.held[0].is_some() {
+                cell.held = [None, None];
+                self.dropped.push(c);
             }
         }
-        self.next_full = std::mem::replace(&mut self.full, full);
+        // Found in weight order: the batch lists them ascending.
+        self.dropped.sort_unstable();
+        self.full = full;
+        self.next_full_cells = std::mem::replace(&mut self.full_cells, chosen);
         // The cells held recently enough for a linear update go first,
         // then those that need a full one (joining the set, or held too
         // long ago), each stalest and heaviest first. A full update costs
@@ -725,8 +744,8 @@ impl ViewerInterest {
             }
             let Some(update) = set.update_for(
                 c,
-                self.held[c as usize],
-                self.precision[c as usize],
+                self.cells[c as usize].held,
+                self.cells[c as usize].precision,
                 self.codings,
             ) else {
                 continue;
@@ -759,8 +778,8 @@ impl ViewerInterest {
                 measured.headers += overhead as f32;
                 measured.updates += 1.0;
             }
-            self.held[c as usize] = update.held;
-            self.last_sent[c as usize] = seq;
+            self.cells[c as usize].held = update.held;
+            self.cells[c as usize].last_sent = seq;
             out.updates += 1;
         }
         self.cost.add(measured);
@@ -1093,7 +1112,7 @@ mod tests {
 
     /// The cells `v` holds in full.
     fn cells_in_full(v: &ViewerInterest) -> usize {
-        v.held.iter().filter(|h| h[0].is_some()).count()
+        v.cells.iter().filter(|c| c.held[0].is_some()).count()
     }
 
     /// Serves `viewers` the broadcasts `seqs` (seq, connection time) of a
