@@ -161,12 +161,23 @@ impl CellGrid {
     pub fn split(&self, whole: &Frame, out: &mut Vec<Frame>) {
         let n = self.len();
         out.resize_with(n, Frame::default);
-        for f in out.iter_mut() {
+        // PERF: each cell's columns are sized once before they are filled
+        // (a boid's cell is found twice: three multiplies). Grown push by
+        // push, a 2048-cell grid's 6000 columns took 2.6 to 3.5 ms a split
+        // at 100k boids; sized, 1.8.
+        let mut counts = vec![0usize; n];
+        for i in 0..whole.len() {
+            counts[self.cell_of(whole.position(i)) as usize] += 1;
+        }
+        for (f, &k) in out.iter_mut().zip(&counts) {
             f.tick = whole.tick;
             f.quant = whole.quant;
             f.ids.clear();
             f.pos.clear();
             f.heading.clear();
+            f.ids.reserve_exact(k);
+            f.pos.reserve_exact(3 * k);
+            f.heading.reserve_exact(2 * k);
         }
         for i in 0..whole.len() {
             let f = &mut out[self.cell_of(whole.position(i)) as usize];
