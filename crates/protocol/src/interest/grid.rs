@@ -155,6 +155,19 @@ impl CellGrid {
     }
 }
 
+/// Empties a reused column and sizes it for `len` values: a column far
+/// larger than that is replaced, so a column never keeps more than about
+/// twice the most a cell held recently (a clump sweeping the grid left
+/// every reused frame holding room for ten times the flock).
+fn fit<T>(column: &mut Vec<T>, len: usize) {
+    column.clear();
+    if column.capacity() > 2 * len + 64 {
+        *column = Vec::with_capacity(len);
+    } else {
+        column.reserve_exact(len);
+    }
+}
+
 impl CellGrid {
     /// Splits a whole frame into one frame per cell (`out[c]`), each in
     /// ascending id order like the whole frame, reusing `out`'s buffers.
@@ -172,12 +185,9 @@ impl CellGrid {
         for (f, &k) in out.iter_mut().zip(&counts) {
             f.tick = whole.tick;
             f.quant = whole.quant;
-            f.ids.clear();
-            f.pos.clear();
-            f.heading.clear();
-            f.ids.reserve_exact(k);
-            f.pos.reserve_exact(3 * k);
-            f.heading.reserve_exact(2 * k);
+            fit(&mut f.ids, k);
+            fit(&mut f.pos, 3 * k);
+            fit(&mut f.heading, 2 * k);
         }
         for i in 0..whole.len() {
             let f = &mut out[self.cell_of(whole.position(i)) as usize];
@@ -206,6 +216,32 @@ mod tests {
         // A long thin world still gets at least one cell on each axis.
         let g = CellGrid::for_world([100_000.0, 1.0, 1.0], 3);
         assert!(g.is_valid() && g.cells[1] == 1 && g.cells[0] == MAX_CELLS_PER_AXIS);
+    }
+
+    #[test]
+    fn a_reused_split_keeps_room_for_about_the_flock_not_every_cell_at_its_fullest() {
+        // A clump of 1000 boids moving from cell to cell: split into the
+        // same frames each time, every cell once held all of them.
+        let g = CellGrid { cells: [4, 1, 1] };
+        let quant = QuantBox {
+            origin_m: [0.0; 3],
+            extent_m: [4.0, 1.0, 1.0],
+        };
+        let mut out = Vec::new();
+        for t in 0..8u16 {
+            let x = (t % 4) * 16384 + 100;
+            let whole = Frame {
+                tick: u64::from(t),
+                quant: Some(quant),
+                ids: (0..1000).collect(),
+                pos: (0..1000).flat_map(|_| [x, 0, 0]).collect(),
+                heading: vec![0; 2000],
+            };
+            g.split(&whole, &mut out);
+            assert_eq!(out[usize::from(t % 4)].ids, whole.ids);
+        }
+        let room: usize = out.iter().map(|f| f.ids.capacity()).sum();
+        assert!(room <= 2 * 1000 + 64 * 4, "room for {room} ids");
     }
 
     #[test]

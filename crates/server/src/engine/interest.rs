@@ -365,6 +365,9 @@ impl CellBuilder {
     /// jump no delta can describe).
     pub fn restart(&mut self) {
         self.ring.clear();
+        // Nothing is kept for a split that may never come (no interest
+        // viewer is connected while the tick restarts the chain each time).
+        self.retired.clear();
     }
 
     /// Builds the cells of broadcast `seq` from its whole frame.

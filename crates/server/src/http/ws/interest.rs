@@ -723,7 +723,8 @@ impl ViewerInterest {
             } else {
                 &[]
             };
-            // The dropped cells were found in cell order: ascending.
+            // Sorted above, and without duplicates (the full set's cells
+            // are): strictly ascending.
             begin_compact_batch(
                 frames.tick,
                 summaries.len(),
