@@ -95,13 +95,11 @@ pub fn begin_compact_batch(
     out.extend_from_slice(summaries);
     let mut prev: Option<u32> = None;
     for &c in dropped {
-        let first = prev.map_or(0, |p| p + 1);
-        if c < first {
+        if !CellGrid::put_gap(prev, c, out) {
             return Err(EncodeError::NotAnUpdate(format!(
                 "dropped cell {c} after {prev:?}: dropped cells must be strictly ascending"
             )));
         }
-        put_varint(out, u64::from(c - first));
         prev = Some(c);
     }
     Ok(())
@@ -135,6 +133,9 @@ pub fn push_compact_update(
     out.extend_from_slice(rest);
     Ok((overhead, out.len() - at))
 }
+
+/// The fields a compact batch's dropped cells are refused by.
+const DROPPED_FIELDS: (&str, &str) = ("dropped cell gap", "dropped cell");
 
 /// Which layout a batch has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,19 +227,9 @@ impl<'a> BatchView<'a> {
             prev = Some(CellSummary::read_compact(&mut s, prev, grid, quant)?.cell);
         }
         let summaries = &rest[..rest.len() - s.remaining()];
-        let mut prev: Option<u64> = None;
+        let mut prev = None;
         for _ in 0..n_dropped {
-            let c = prev
-                .map_or(0, |p| p + 1)
-                .saturating_add(s.varint("dropped cell gap")?);
-            if c >= cells as u64 {
-                return Err(invalid(
-                    "dropped cell",
-                    c,
-                    "cells of the grid, strictly ascending",
-                ));
-            }
-            prev = Some(c);
+            prev = Some(grid.read_gap(&mut s, prev, DROPPED_FIELDS)?);
         }
         let dropped = &rest[summaries.len()..rest.len() - s.remaining()];
         let updates = s.rest();
@@ -356,8 +347,9 @@ impl<'a> BatchView<'a> {
                 let c = &self.dropped[4 * k..4 * k + 4];
                 Some(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             }
+            // Checked by parse: read again, they cannot fail.
             Form::Compact => {
-                let c = prev.map_or(0, |p| p + 1) + r.varint("dropped cell gap").ok()? as u32;
+                let c = self.grid.read_gap(&mut r, prev, DROPPED_FIELDS).ok()?;
                 prev = Some(c);
                 Some(c)
             }

@@ -5,7 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::frame::Frame;
+use crate::error::DecodeError;
+use crate::frame::{Frame, Reader, invalid, put_varint};
 use crate::limits::{MAX_CELLS, MAX_CELLS_PER_AXIS};
 use crate::quant::QuantBox;
 
@@ -169,6 +170,39 @@ fn fit<T>(column: &mut Vec<T>, len: usize) {
 }
 
 impl CellGrid {
+    /// Appends `cell`, the next of a strictly ascending list of cells
+    /// after `prev` (None: the first), as a compact batch lists them
+    /// (1.7): its gap, `cell − prev − 1` (the first: the cell), a varint.
+    /// False, writing nothing, when `cell` does not come after `prev`.
+    pub(crate) fn put_gap(prev: Option<u32>, cell: u32, out: &mut Vec<u8>) -> bool {
+        let first = prev.map_or(0, |p| u64::from(p) + 1);
+        let Some(gap) = u64::from(cell).checked_sub(first) else {
+            return false;
+        };
+        put_varint(out, gap);
+        true
+    }
+
+    /// Reads the next cell of a strictly ascending list after `prev` (see
+    /// [`Self::put_gap`]); one past the grid is refused naming `field`.
+    pub(crate) fn read_gap(
+        &self,
+        r: &mut Reader<'_>,
+        prev: Option<u32>,
+        (gap_field, field): (&'static str, &'static str),
+    ) -> Result<u32, DecodeError> {
+        let gap = r.varint(gap_field)?;
+        let cell = prev.map_or(0, |p| u64::from(p) + 1).saturating_add(gap);
+        if cell >= self.len() as u64 {
+            return Err(invalid(
+                field,
+                cell,
+                "cells of the grid, strictly ascending",
+            ));
+        }
+        Ok(cell as u32)
+    }
+
     /// Splits a whole frame into one frame per cell (`out[c]`), each in
     /// ascending id order like the whole frame, reusing `out`'s buffers.
     pub fn split(&self, whole: &Frame, out: &mut Vec<Frame>) {

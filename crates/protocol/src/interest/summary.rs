@@ -109,7 +109,8 @@ impl CellSummary {
         quant: &QuantBox,
         out: &mut Vec<u8>,
     ) {
-        put_varint(out, u64::from(self.cell - prev.map_or(0, |p| p + 1)));
+        let ascending = CellGrid::put_gap(prev, self.cell, out);
+        debug_assert!(ascending, "summaries ascending by cell");
         put_varint(out, u64::from(self.count));
         let ijk = grid.coords(self.cell);
         for (a, &i) in ijk.iter().enumerate() {
@@ -138,16 +139,7 @@ impl CellSummary {
         grid: &CellGrid,
         quant: &QuantBox,
     ) -> Result<Self, DecodeError> {
-        let gap = r.varint("summary cell gap")?;
-        let cell = u64::from(prev.map_or(0, |p| p + 1)).saturating_add(gap);
-        if cell >= grid.len() as u64 {
-            return Err(invalid(
-                "summary cell",
-                cell,
-                "cells of the grid, strictly ascending",
-            ));
-        }
-        let cell = cell as u32;
+        let cell = grid.read_gap(r, prev, ("summary cell gap", "summary cell"))?;
         let count = varcount(r, "summary count", MAX_BOIDS)? as u32;
         if count == 0 {
             return Err(invalid(

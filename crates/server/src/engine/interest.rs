@@ -124,10 +124,8 @@ pub struct Shared {
 /// A cell update for one viewer.
 #[derive(Debug, Clone)]
 pub struct Update {
-    /// The update's bytes (shared).
-    pub bytes: Bytes,
-    /// Its header in a compact batch.
-    pub batched: BatchedHeader,
+    /// The update (shared).
+    pub shared: Shared,
     /// How the viewer holds the cell once it applies them.
     pub held: Held,
     /// Whether it is against the frames held (linear, or from the newer
@@ -269,8 +267,7 @@ impl CellSet {
             && let Some(shared) = self.linear(c, a, b, precision, codings)
         {
             return Some(Update {
-                bytes: shared.bytes,
-                batched: shared.batched,
+                shared,
                 held: [Some((seq, precision)), Some(a)],
                 linear: true,
             });
@@ -278,8 +275,7 @@ impl CellSet {
         // The receiver keeps the frame it held as the one before.
         let (shared, p) = self.full(cell, precision)?;
         Some(Update {
-            bytes: shared.bytes,
-            batched: shared.batched,
+            shared,
             held: [Some((seq, p)), held[0]],
             linear: false,
         })
@@ -517,10 +513,10 @@ mod tests {
                     // Only a 1.4 or later reader gets the compact header,
                     // Rice codes from 1.4 on, range codes only to 1.5.
                     assert!(
-                        codings >= Codings::Rice || u.bytes[0] == KIND_CELL_UPDATE,
+                        codings >= Codings::Rice || u.shared.bytes[0] == KIND_CELL_UPDATE,
                         "viewer {v}"
                     );
-                    let coding = CellUpdateView::parse(&u.bytes).unwrap().coding;
+                    let coding = CellUpdateView::parse(&u.shared.bytes).unwrap().coding;
                     let readable = match coding {
                         Coding::Fixed(..) => true,
                         Coding::Rice(..) => codings >= Codings::Rice,
@@ -529,7 +525,7 @@ mod tests {
                     assert!(readable, "viewer {v} ({codings:?}) got {coding:?}");
                     kinds[v][usize::from(u.linear)] += 1;
                     *h = u.held;
-                    push_update(c, &u.bytes, &mut batch);
+                    push_update(c, &u.shared.bytes, &mut batch);
                 }
                 mirrors[v].apply(&batch).unwrap();
                 for c in 0..grid.len() as u32 {
@@ -680,7 +676,7 @@ mod tests {
             .unwrap();
         assert!(u.linear, "not a full update");
         assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
-        let view = starling_protocol::interest::CellUpdateView::parse(&u.bytes).unwrap();
+        let view = starling_protocol::interest::CellUpdateView::parse(&u.shared.bytes).unwrap();
         assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
         // Held only at seq 2: in full.
         assert!(

@@ -211,7 +211,7 @@ impl Stream {
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;
-            for part in CellPart::cut(c as u32, &u.bytes, part_bytes) {
+            for part in CellPart::cut(c as u32, &u.shared.bytes, part_bytes) {
                 let mut buf = Vec::with_capacity(part.bytes.len() + 32);
                 part.put(env, &mut buf);
                 out.push((self.subjects.cell(c as u32), buf.into()));

@@ -35,7 +35,7 @@ use starling_protocol::interest::{
 use starling_protocol::{COMPACT_BATCH_MINOR, InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
-use crate::engine::interest::{CellSet, HISTORY, Held, full_bytes_per_boid};
+use crate::engine::interest::{CellSet, HISTORY, Held, Shared, full_bytes_per_boid};
 
 /// How often the summaries of every cell are sent, per second...
 pub const SUMMARY_HZ: f32 = 2.0;
@@ -751,11 +751,10 @@ impl ViewerInterest {
             ) else {
                 continue;
             };
-            let bytes = update.bytes;
-            let header = update.batched.standalone_len();
+            let Shared { bytes, batched } = &update.shared;
             // The bytes the batch gains besides the update's fields, and in all.
             let (overhead, added) = if self.compact {
-                match push_compact_update(c, &update.batched, &bytes, frames.tick, &mut self.buf) {
+                match push_compact_update(c, batched, bytes, frames.tick, &mut self.buf) {
                     Ok(sizes) => sizes,
                     Err(e) => {
                         // Our own updates, of this broadcast: a bug.
@@ -764,9 +763,9 @@ impl ViewerInterest {
                     }
                 }
             } else {
-                push_update(c, &bytes, &mut self.buf);
+                push_update(c, bytes, &mut self.buf);
                 (
-                    UPDATE_HEADER_BYTES + header,
+                    UPDATE_HEADER_BYTES + batched.standalone_len(),
                     UPDATE_HEADER_BYTES + bytes.len(),
                 )
             };
