@@ -432,9 +432,17 @@ fn docker() -> Result<()> {
             .arg(&ctx),
         "podman build",
     )?;
+    // The context holds a copy of the binary; the image has its own now.
+    let _ = std::fs::remove_dir_all(&ctx);
     let name = format!("starling-smoke-{}", std::process::id());
     let result = smoke(&name);
     let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+    // Each build made a new image under the same tag and left the last one
+    // untagged: a development machine held 310 of them (28.7 GB), and a CI
+    // run failed on a full disk at this step. The image goes with the test.
+    let _ = Command::new("podman")
+        .args(["rmi", "-f", SMOKE_IMAGE])
+        .output();
     result?;
     println!(
         "docker: hadolint clean; the image started, was healthy, served the viewer and stopped cleanly"
