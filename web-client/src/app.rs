@@ -6,11 +6,10 @@ use std::collections::VecDeque;
 
 use glam::Vec3;
 use js_sys::{ArrayBuffer, Uint8Array};
-use starling_protocol::interest::KIND_CELLS;
 use starling_protocol::{
-    AgentList, ClientMsg, CloseReason, Command, Hello, KIND_DELTA, KIND_KEYFRAME, Metrics,
-    PROTOCOL_MAJOR, PROTOCOL_MINOR, ParamInfo, ParamValue, PredatorMode, ServerFrame, ServerMsg,
-    Shape, decode_server, encode_client,
+    AgentList, ClientMsg, CloseReason, Command, Hello, Metrics, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+    ParamInfo, ParamValue, PredatorMode, ServerFrame, ServerMsg, Shape, decode_server,
+    encode_client, is_flock_message,
 };
 
 use crate::camera::Camera;
@@ -298,10 +297,7 @@ impl App {
 
     fn on_message(&mut self, buf: &ArrayBuffer, now_ms: f64) {
         let bytes = Uint8Array::new(buf);
-        if self.draining.is_some()
-            && bytes.length() > 0
-            && matches!(bytes.get_index(0), KIND_KEYFRAME | KIND_DELTA | KIND_CELLS)
-        {
+        if self.draining.is_some() && bytes.length() > 0 && is_flock_message(bytes.get_index(0)) {
             // Stale: counted (the link still carries it), not read.
             self.frames.add(now_ms, f64::from(bytes.length()));
             return;

@@ -118,6 +118,17 @@ pub fn decode_server(bytes: &[u8]) -> Result<ServerFrame<'_>, DecodeError> {
     }
 }
 
+/// Whether a server message whose first byte is `kind` carries the flock:
+/// a keyframe, a delta or a cell batch of either layout, what
+/// [`decode_server`] returns as a frame or cells. A viewer dropping its
+/// backlog skips these unread; control messages it always reads.
+pub fn is_flock_message(kind: u8) -> bool {
+    matches!(
+        kind,
+        KIND_KEYFRAME | KIND_DELTA | KIND_CELLS | KIND_COMPACT_CELLS
+    )
+}
+
 /// Decodes anything a client sends.
 pub fn decode_client(bytes: &[u8]) -> Result<ClientMsg, DecodeError> {
     let (kind, body) = split(bytes)?;

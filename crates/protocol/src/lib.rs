@@ -53,7 +53,7 @@ mod quant;
 
 pub use codec::{
     KIND_CLIENT_CONTROL, KIND_SERVER_CONTROL, ServerFrame, command_request_id, declared_major,
-    decode_client, decode_server, encode_client, encode_server,
+    decode_client, decode_server, encode_client, encode_server, is_flock_message,
 };
 pub use error::{DecodeError, EncodeError};
 pub use frame::{

@@ -4,7 +4,7 @@
 //! then update PROTOCOL.md's worked example and bump the protocol version.
 
 use starling_protocol::interest::{CellMirror, Codings};
-use starling_protocol::{Frame, ServerFrame, decode_server, golden};
+use starling_protocol::{Frame, ServerFrame, decode_server, golden, is_flock_message};
 
 #[test]
 fn golden_vectors_are_byte_identical() {
@@ -171,4 +171,42 @@ fn the_golden_cell_batch_without_headings_rebuilds_the_positions() {
     assert_eq!(m.precision(0), p);
     assert!(want.heading.iter().all(|&h| h == 0) && !want.pos.is_empty());
     assert!(golden::CELLS_NO_HEADING.len() < golden::CELLS_RICE.len());
+}
+
+/// Every kind `decode_server` reads as the flock (frames and cells, each
+/// golden vector's) is one a viewer dropping its backlog may skip, and
+/// every other kind it knows (control) is not: a new frame kind left out
+/// of `is_flock_message` fails here (1.7's compact batches were once read
+/// through a backlog, found by a review).
+#[test]
+fn the_flock_messages_are_exactly_the_frames_and_cells() {
+    let flock = [
+        golden::KEYFRAME,
+        golden::DELTA,
+        golden::CELLS,
+        golden::CELLS_RICE,
+        golden::CELLS_NO_HEADING,
+        golden::CELLS_COMPACT,
+    ];
+    for bytes in flock {
+        let frame = decode_server(bytes).unwrap();
+        assert!(
+            !matches!(frame, ServerFrame::Control(_)),
+            "kind {:#04x}",
+            bytes[0]
+        );
+        assert!(is_flock_message(bytes[0]), "kind {:#04x}", bytes[0]);
+    }
+    for kind in 0..=u8::MAX {
+        let known = !matches!(
+            decode_server(&[kind]),
+            Err(starling_protocol::DecodeError::UnknownKind(_))
+        );
+        let control = kind == starling_protocol::KIND_SERVER_CONTROL;
+        assert_eq!(
+            is_flock_message(kind),
+            known && !control,
+            "kind {kind:#04x}"
+        );
+    }
 }

@@ -434,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn a_compact_full_update_has_a_four_byte_header_and_an_entry_of_two() {
+    fn a_compact_full_update_has_a_header_of_two_bytes_and_its_count_and_an_entry_of_two() {
         let update = full(7, 3);
         let header = BatchedHeader::of(&update).unwrap();
         // predict | coding << 2, the shifts, then n_boids: every boid entered.
