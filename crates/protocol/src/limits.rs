@@ -34,3 +34,8 @@ pub const MAX_VIEW_BUDGET: u32 = 64_000_000;
 pub const MAX_VIEW_COORD_M: f32 = 1.0e6;
 /// Most view updates a viewer may send a second (more are refused).
 pub const MAX_VIEW_UPDATES_PER_S: u32 = 20;
+/// Most messages a client may send a second on one connection, in bursts
+/// of as many (a page sends a few: a probe a second, views, commands):
+/// the server may answer each, so past it the connection is closed
+/// (`ProtocolError`) rather than each one answered or refused.
+pub const MAX_CLIENT_MESSAGES_PER_S: u32 = 100;

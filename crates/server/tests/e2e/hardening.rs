@@ -61,8 +61,8 @@ fn command_bytes(request_id: u32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unread_command_flood_is_closed_without_growing_the_server_or_slowing_viewers() {
-    // A long stall timeout: the flooder is closed for its replies, not
-    // for its frames, and its Close waits for it to read.
+    // A long stall timeout: the flooder is closed for its flood, not for
+    // its frames, and its Close waits for it to read.
     let dir = std::env::temp_dir().join(format!("starling-flood-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("starling.toml");
@@ -120,7 +120,9 @@ async fn an_unread_command_flood_is_closed_without_growing_the_server_or_slowing
     );
     assert!(growth < 50 << 20, "server RSS grew {growth} bytes");
     let close = close.expect("the flooder was told why it was closed");
-    assert_eq!(close.reason, CloseReason::TooSlow, "{}", close.detail);
+    // Past the message rate, before its replies could back up.
+    assert_eq!(close.reason, CloseReason::ProtocolError, "{}", close.detail);
+    assert!(close.detail.contains("messages"), "{}", close.detail);
     // The healthy viewer missed no broadcast: consecutive frames are one
     // snapshot stride (2 ticks) apart.
     let gaps: Vec<u64> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
@@ -169,6 +171,85 @@ async fn a_connection_holds_no_snapshot_after_sending_it() {
     for r in readers {
         r.abort();
     }
+    server.stop().await.unwrap();
+}
+
+/// Sends `Ping`s on `ws` as fast as it takes them (at most `count`), or
+/// at `per_s` a second, reading meanwhile; returns the pongs read and the
+/// `Close` the server sent, if it closed within the time.
+async fn ping(
+    ws: Socket,
+    count: u32,
+    per_s: Option<f64>,
+) -> (u32, Option<starling_protocol::Close>) {
+    let (mut sink, mut stream) = ws.split();
+    let reading = tokio::spawn(async move {
+        let (mut pongs, mut close) = (0u32, None);
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while let Ok(Some(Ok(msg))) = tokio::time::timeout_at(deadline, stream.next()).await {
+            match msg {
+                Message::Binary(b) => match decode_server(&b) {
+                    Ok(ServerFrame::Control(ServerMsg::Pong { .. })) => pongs += 1,
+                    Ok(ServerFrame::Control(ServerMsg::Close(c))) => close = Some(c),
+                    _ => {}
+                },
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        (pongs, close)
+    });
+    for nonce in 0..count {
+        let mut out = Vec::new();
+        encode_client(
+            &ClientMsg::Ping {
+                nonce: nonce.into(),
+            },
+            &mut out,
+        )
+        .unwrap();
+        if sink.send(Message::Binary(out.into())).await.is_err() {
+            break; // closed
+        }
+        if let Some(hz) = per_s {
+            tokio::time::sleep(Duration::from_secs_f64(1.0 / hz)).await;
+        }
+    }
+    if per_s.is_some() {
+        // A client within the rate leaves by itself.
+        let _ = sink.send(Message::Close(None)).await;
+    }
+    reading.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_flood_is_closed_naming_the_rate_and_a_paced_client_is_not() {
+    use starling_protocol::limits::MAX_CLIENT_MESSAGES_PER_S;
+    let server = TestServer::start(test_config()).await;
+    let addr = server.addr.to_string();
+    // Each Ping is answered: 5000 at once would be 5000 writes.
+    let started = Instant::now();
+    let (pongs, close) = ping(raw_subscriber(&addr).await, 5000, None).await;
+    let took = started.elapsed().as_secs_f64();
+    let close = close.expect("the flooder was told why it was closed");
+    assert_eq!(close.reason, CloseReason::ProtocolError, "{}", close.detail);
+    assert!(
+        close.detail.contains("messages")
+            && close
+                .detail
+                .contains(&MAX_CLIENT_MESSAGES_PER_S.to_string()),
+        "{}",
+        close.detail
+    );
+    // The burst, and what the rate refilled while the flood lasted.
+    let most = f64::from(MAX_CLIENT_MESSAGES_PER_S) * (1.0 + took);
+    assert!(f64::from(pongs) <= most, "{pongs} pongs in {took:.2} s");
+    // Half the rate, for three seconds: every Ping answered, never closed.
+    let per_s = f64::from(MAX_CLIENT_MESSAGES_PER_S) / 2.0;
+    let count = (3.0 * per_s) as u32;
+    let (pongs, close) = ping(raw_subscriber(&addr).await, count, Some(per_s)).await;
+    assert!(close.is_none(), "{close:?}");
+    assert_eq!(pongs, count);
     server.stop().await.unwrap();
 }
 

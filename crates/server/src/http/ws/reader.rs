@@ -1,6 +1,8 @@
 //! The reading half of a viewer's connection: decodes what the client
 //! sends, answers through the [`Outbox`], and submits commands through the
 //! same door as REST. Work one client can start is bounded: at most
+//! [`MAX_CLIENT_MESSAGES_PER_S`] messages a second (past it the connection
+//! ends: each one may be answered, a pong or an error), at most
 //! [`MAX_COMMANDS_IN_FLIGHT`] commands at once, none while its replies are
 //! backing up, and the connection ends as soon as they overflow.
 
@@ -11,7 +13,8 @@ use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use starling_protocol::{
     Ack, ClientMsg, CloseReason, Command, ErrorCode, ServerMsg, View, command_request_id,
-    decode_client, limits::MAX_VIEW_UPDATES_PER_S,
+    decode_client,
+    limits::{MAX_CLIENT_MESSAGES_PER_S, MAX_VIEW_UPDATES_PER_S},
 };
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -50,8 +53,22 @@ pub(super) async fn read_loop(
     // View updates: MAX_VIEW_UPDATES_PER_S a second, in bursts of as many.
     let per_s = MAX_VIEW_UPDATES_PER_S as f32;
     let views = RateBuckets::<()>::new(per_s, per_s);
+    // Every message: MAX_CLIENT_MESSAGES_PER_S a second, in bursts of as many.
+    let per_s = MAX_CLIENT_MESSAGES_PER_S as f32;
+    let messages = RateBuckets::<()>::new(per_s, per_s);
     let ending = loop {
-        let bytes = match stream.next().await {
+        let next = stream.next().await;
+        // WebSocket pings count too: each is answered with a pong.
+        let counted = matches!(&next, Some(Ok(m)) if !matches!(m, Message::Close(_)));
+        if counted && !messages.take(()) {
+            break Ending::Refused(
+                CloseReason::ProtocolError,
+                format!(
+                    "messages: more than {MAX_CLIENT_MESSAGES_PER_S} a second on one connection (allowed: {MAX_CLIENT_MESSAGES_PER_S} a second, in bursts of as many)"
+                ),
+            );
+        }
+        let bytes = match next {
             None | Some(Ok(Message::Close(_))) => break Ending::ClientLeft,
             Some(Err(e)) => {
                 break Ending::Refused(
