@@ -23,6 +23,15 @@
 //! exact one). So a cell has at most
 //! `FULL_FORMS + 2 + LINEAR_FORMS` encodings per broadcast, however many
 //! viewers there are: the encode cost is flat in the viewer count.
+//!
+//! The linear slots go first come, first served, so one address may make
+//! at most [`LINEAR_FORMS_PER_ADDRESS`] of a cell's in a broadcast, and
+//! the last is kept for the NATS publisher ([`Asker`]): a client opening
+//! sockets that each ask for a pair of frames, a precision or a version of
+//! their own (and watch a small box, so their sends come first) could
+//! take every slot, and every other viewer, and every edge, would get
+//! full updates (5 to 10 times the bytes a boid) for as long as it stayed
+//! (found by an audit).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,10 +60,23 @@ pub fn full_bytes_per_boid(headings: bool) -> usize {
 /// frame of a cell is further back is sent the cell in full. Longer gaps
 /// predict poorly anyway, and each broadcast kept costs 12 bytes a boid.
 pub const HISTORY: u64 = 8;
-/// Linear encodings a cell keeps per broadcast, at most.
-pub const LINEAR_FORMS: usize = 8;
 /// Full encodings (precisions) a cell keeps per broadcast, at most.
 pub const FULL_FORMS: usize = 4;
+/// Linear encodings a cell keeps per broadcast, at most.
+pub const LINEAR_FORMS: usize = 8;
+/// Of those, the most that viewers from one address may make (see [`Asker`]).
+pub const LINEAR_FORMS_PER_ADDRESS: usize = 3;
+
+/// Who an update is made for: a viewer, by its address (`None`: a
+/// connection with no known address, counted as one), or the NATS
+/// publisher, which alone may take a cell's last linear slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// A viewer from this address.
+    Viewer(Option<std::net::IpAddr>),
+    /// The origin's NATS publisher (every edge's updates).
+    Publisher,
+}
 
 /// One broadcast's cell frames.
 #[derive(Debug)]
@@ -106,7 +128,14 @@ pub type Held = [Option<HeldAt>; 2];
 /// the one before when linear, its precision, the codings the receiver
 /// reads (by its protocol minor), and its bytes (None when it is not
 /// smaller than the full update at that precision).
-type LinearForm = (HeldAt, Option<HeldAt>, Precision, Codings, Option<Shared>);
+type LinearForm = (
+    HeldAt,
+    Option<HeldAt>,
+    Precision,
+    Codings,
+    Option<Shared>,
+    Asker,
+);
 
 /// A full update of one cell: its precision and bytes.
 type FullForm = (Precision, Option<Shared>);
@@ -248,13 +277,14 @@ impl CellSet {
 
     /// The cheapest update that brings a viewer holding the cell as `held`
     /// to this broadcast at `precision` (or near it); `codings`: what the
-    /// viewer reads.
+    /// viewer reads; `asker`: who it is for (a linear slot taken is theirs).
     pub fn update_for(
         &self,
         cell: u32,
         held: Held,
         precision: Precision,
         codings: Codings,
+        asker: Asker,
     ) -> Option<Update> {
         let seq = self.now.seq;
         let c = cell as usize;
@@ -264,7 +294,7 @@ impl CellSet {
         let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
         if let Some(a) = recent(held[0])
             && let b = recent(held[1]).filter(|b| b.0 < a.0)
-            && let Some(shared) = self.linear(c, a, b, precision, codings)
+            && let Some(shared) = self.linear(c, (a, b), precision, codings, asker)
         {
             return Some(Update {
                 shared,
@@ -282,15 +312,15 @@ impl CellSet {
     }
 
     /// The update of cell `c` against its frames held as `a` and, when
-    /// linear, `b`, at `precision` (encoded once; None when not kept or
-    /// not smaller than the full one).
+    /// linear, `b`, at `precision` (encoded once; None when not kept, when
+    /// `asker` may take no more slots, or when not smaller than the full one).
     fn linear(
         &self,
         c: usize,
-        a: HeldAt,
-        b: Option<HeldAt>,
+        (a, b): (HeldAt, Option<HeldAt>),
         precision: Precision,
         codings: Codings,
+        asker: Asker,
     ) -> Option<Shared> {
         let mut forms = lock(self.linear.get(c)?);
         // A form of any level that is not smaller than the full update is
@@ -304,7 +334,14 @@ impl CellSet {
         {
             return f.4.clone();
         }
-        if forms.len() >= LINEAR_FORMS {
+        let room = match asker {
+            Asker::Publisher => forms.len() < LINEAR_FORMS,
+            Asker::Viewer(_) => {
+                forms.len() < LINEAR_FORMS - 1
+                    && forms.iter().filter(|f| f.5 == asker).count() < LINEAR_FORMS_PER_ADDRESS
+            }
+        };
+        if !room {
             return None;
         }
         let held = |(seq, p): HeldAt| -> Option<HeldFrame<'_>> {
@@ -324,7 +361,7 @@ impl CellSet {
         let bytes = self
             .encode(Some(base), base2, &self.now.cells[c], precision, codings)
             .filter(|l| l.bytes.len() < full_len);
-        forms.push((a, b, precision, codings, bytes.clone()));
+        forms.push((a, b, precision, codings, bytes.clone(), asker));
         bytes
     }
 }
@@ -509,7 +546,10 @@ mod tests {
                         continue;
                     }
                     let codings = [Codings::Range, Codings::Fixed, Codings::Rice][v % 3];
-                    let u = set.update_for(c, *h, precisions[v], codings).unwrap();
+                    let asker = Asker::Viewer(Some(std::net::IpAddr::from([10, 0, 0, v as u8])));
+                    let u = set
+                        .update_for(c, *h, precisions[v], codings, asker)
+                        .unwrap();
                     // Only a 1.4 or later reader gets the compact header,
                     // Rice codes from 1.4 on, range codes only to 1.5.
                     assert!(
@@ -643,7 +683,13 @@ mod tests {
         let c = set.now.grid.cell_of([500, 100, 100]);
         let e = Precision::EXACT;
         let u = set
-            .update_for(c, [Some((3, e)), Some((2, e))], e, Codings::Range)
+            .update_for(
+                c,
+                [Some((3, e)), Some((2, e))],
+                e,
+                Codings::Range,
+                Asker::Publisher,
+            )
             .unwrap();
         assert!(!u.linear);
         assert_eq!(
@@ -672,7 +718,13 @@ mod tests {
         let c = set.now.grid.cell_of([600, 100, 100]);
         // Held at seq 10 (recent) and seq 2 (beyond HISTORY): from seq 10 alone.
         let u = set
-            .update_for(c, [Some((10, e)), Some((2, e))], e, Codings::Range)
+            .update_for(
+                c,
+                [Some((10, e)), Some((2, e))],
+                e,
+                Codings::Range,
+                Asker::Publisher,
+            )
             .unwrap();
         assert!(u.linear, "not a full update");
         assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
@@ -680,9 +732,59 @@ mod tests {
         assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
         // Held only at seq 2: in full.
         assert!(
-            !set.update_for(c, [Some((2, e)), None], e, Codings::Range)
+            !set.update_for(c, [Some((2, e)), None], e, Codings::Range, Asker::Publisher)
                 .unwrap()
                 .linear
         );
+    }
+
+    /// One address makes at most its share of a cell's linear updates in a
+    /// broadcast, however many keys it asks for (its own then go in full),
+    /// and the last slot is the NATS publisher's: another address, and
+    /// every edge, still get linear updates.
+    #[test]
+    fn one_address_takes_at_most_its_share_of_the_linear_slots() {
+        let tel = Arc::new(Telemetry::default());
+        let mut b = CellBuilder::default();
+        let mut set = None;
+        for seq in 1..=3u64 {
+            set = b.build(
+                seq,
+                &whole(2 * seq, &[(1, 500 + 10 * seq as u16), (2, 520)]),
+                [100.0, 100.0, 50.0],
+                3,
+                &tel,
+            );
+        }
+        let set = set.unwrap();
+        let c = set.now.grid.cell_of([530, 100, 100]);
+        // A key of its own for each ask: the frames held at another precision.
+        let ask = |k: u8, asker: Asker| {
+            let p = Precision::new(k % 7, k / 7).unwrap();
+            set.update_for(c, [Some((2, p)), Some((1, p))], p, Codings::Range, asker)
+                .unwrap()
+                .linear
+        };
+        let address = |n: u8| Asker::Viewer(Some(std::net::IpAddr::from([10, 0, 0, n])));
+        let first: Vec<bool> = (0..6).map(|k| ask(k, address(1))).collect();
+        assert_eq!(
+            first.iter().filter(|&&l| l).count(),
+            LINEAR_FORMS_PER_ADDRESS,
+            "{first:?}"
+        );
+        // Others fill the slots viewers may take...
+        let mut k = 6;
+        let mut n = 2;
+        let viewers_may = LINEAR_FORMS - 1;
+        for _ in LINEAR_FORMS_PER_ADDRESS..viewers_may {
+            assert!(ask(k, address(n)), "address {n}");
+            k += 1;
+            n += 1;
+        }
+        // ...then a viewer's new key goes in full, and the publisher's is linear.
+        assert!(!ask(k, address(n)));
+        assert!(ask(k + 1, Asker::Publisher));
+        // A key already made is shared with anyone.
+        assert!(ask(0, address(99)));
     }
 }

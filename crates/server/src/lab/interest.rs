@@ -138,7 +138,12 @@ pub fn measure(
             } else {
                 tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
             };
-            ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR)
+            let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
+            // Each from an address of its own, as people are.
+            vi.set_address(std::net::IpAddr::from(
+                (0x0a00_0000 + v as u32).to_be_bytes(),
+            ));
+            vi
         })
         .collect();
     let mut mirror: Option<CellMirror> = None;

@@ -25,7 +25,7 @@ use super::wire::{
     CellPart, CommandReply, Envelope, MIN_PART_BYTES, PART_BYTES, StateMsg, Subjects,
     parse_command, put_end,
 };
-use crate::engine::interest::Held;
+use crate::engine::interest::{Asker, Held};
 use crate::engine::published::{Broadcast, Published};
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
@@ -207,7 +207,13 @@ impl Stream {
                 continue;
             }
             let u = cells
-                .update_for(c as u32, self.held[c], Precision::EXACT, CODINGS)
+                .update_for(
+                    c as u32,
+                    self.held[c],
+                    Precision::EXACT,
+                    CODINGS,
+                    Asker::Publisher,
+                )
                 .ok_or_else(|| format!("cell {c}: no update"))?;
             self.held[c] = u.held;
             self.sent_len[c] = len;

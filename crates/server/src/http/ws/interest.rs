@@ -35,7 +35,7 @@ use starling_protocol::interest::{
 use starling_protocol::{COMPACT_BATCH_MINOR, InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
-use crate::engine::interest::{CellSet, HISTORY, Held, Shared, full_bytes_per_boid};
+use crate::engine::interest::{Asker, CellSet, HISTORY, Held, Shared, full_bytes_per_boid};
 
 /// How often the summaries of every cell are sent, per second...
 pub const SUMMARY_HZ: f32 = 2.0;
@@ -258,6 +258,8 @@ struct CellState {
 #[derive(Debug)]
 pub struct ViewerInterest {
     view: View,
+    /// Whose the linear encodings it makes are (its address).
+    asker: Asker,
     /// The grid and box the state below refers to (None before the first send).
     frame: Option<(CellGrid, QuantBox)>,
     /// What the viewer knows of each cell.
@@ -351,6 +353,7 @@ impl ViewerInterest {
     pub fn new(view: View, now: Duration, minor: u16) -> Self {
         Self {
             view,
+            asker: Asker::Viewer(None),
             frame: None,
             cells: Vec::new(),
             in_view: Vec::new(),
@@ -384,6 +387,12 @@ impl ViewerInterest {
             headings: minor < NO_HEADING_MINOR,
             compact: minor >= COMPACT_BATCH_MINOR,
         }
+    }
+
+    /// The address (group) the viewer connects from, which the linear
+    /// encodings it makes count against (`engine::interest::Asker`).
+    pub fn set_address(&mut self, address: std::net::IpAddr) {
+        self.asker = Asker::Viewer(Some(address));
     }
 
     /// The view moved (already checked).
@@ -748,6 +757,7 @@ impl ViewerInterest {
                 self.cells[c as usize].held,
                 self.cells[c as usize].precision,
                 self.codings,
+                self.asker,
             ) else {
                 continue;
             };

@@ -88,6 +88,7 @@ pub async fn upgrade(
     }
     // Sockets from the accept loop carry their address; requests served
     // some other way (none in the server) count against no address.
+    let ip = peer.as_ref().map(|Extension(PeerGroup(ip))| *ip);
     let address = match peer {
         Some(Extension(PeerGroup(ip))) => match s.viewer_of(ip) {
             Some(a) => Some(a),
@@ -112,7 +113,7 @@ pub async fn upgrade(
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
             s.0.telemetry.viewers.inc();
-            serve(s.clone(), socket, actor, unknown_token).await;
+            serve(s.clone(), socket, actor, unknown_token, ip).await;
             s.0.telemetry.viewers.dec();
             drop((slot, address));
         })
@@ -162,8 +163,15 @@ impl Writer {
 }
 
 /// Serves one viewer; `unknown_token`: it presented a token that matches
-/// none, so it is told it watches as an anonymous viewer.
-async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) {
+/// none, so it is told it watches as an anonymous viewer; `ip`: its
+/// address group, when known.
+async fn serve(
+    s: Shared,
+    socket: WebSocket,
+    actor: Actor,
+    unknown_token: bool,
+    ip: Option<std::net::IpAddr>,
+) {
     let (sink, mut stream) = socket.split();
     let mut w = Writer {
         sink,
@@ -262,6 +270,9 @@ async fn serve(s: Shared, socket: WebSocket, actor: Actor, unknown_token: bool) 
     let mut interest = view.map(|v| ViewerInterest::new(v, Duration::ZERO, minor));
     if let Some(vi) = interest.as_mut() {
         vi.set_max_fps(max_fps);
+        if let Some(ip) = ip {
+            vi.set_address(ip);
+        }
     }
     let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
