@@ -89,6 +89,12 @@ pub struct Config {
     /// 100000 (above `max_viewers` it changes nothing): a few addresses
     /// cannot take every viewer slot.
     pub max_viewers_per_ip: usize,
+    /// New viewer connections one address (IPv6: one /64) may open a
+    /// second, in bursts of `max_viewers_per_ip` (more get 429). Default
+    /// 2, range 0.01 ..= 100000: each new viewer costs its first send
+    /// (every cell located and summarised), so an address reconnecting in
+    /// a loop is refused rather than served.
+    pub viewer_connects_per_s: f32,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
     /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
@@ -141,6 +147,7 @@ impl Default for Config {
             allow_origin: Vec::new(),
             max_viewers: l.max_viewers,
             max_viewers_per_ip: l.max_viewers_per_ip,
+            viewer_connects_per_s: l.viewer_connects_per_s,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
@@ -314,6 +321,13 @@ impl Config {
                 "1 ..= 100000",
             ));
         }
+        if !in_range(self.viewer_connects_per_s, 0.01, 100_000.0) {
+            return Err(err(
+                "viewer_connects_per_s",
+                self.viewer_connects_per_s,
+                "0.01 ..= 100000",
+            ));
+        }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
             return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
         }
@@ -485,6 +499,7 @@ impl Config {
             snapshot_hz: self.snapshot_hz,
             max_viewers: self.max_viewers,
             max_viewers_per_ip: self.max_viewers_per_ip,
+            viewer_connects_per_s: self.viewer_connects_per_s,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,

@@ -94,6 +94,10 @@ struct ServeArgs {
     /// Most open viewer connections from one address, an IPv6 /64 (default 64).
     #[arg(long, env = "STARLING_MAX_VIEWERS_PER_IP")]
     max_viewers_per_ip: Option<usize>,
+    /// New viewer connections one address may open a second, in bursts of
+    /// `--max-viewers-per-ip` (default 2).
+    #[arg(long, env = "STARLING_VIEWER_CONNECTS_PER_S")]
+    viewer_connects_per_s: Option<f32>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
@@ -316,6 +320,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
     config.max_viewers_per_ip = args.max_viewers_per_ip.unwrap_or(config.max_viewers_per_ip);
+    config.viewer_connects_per_s = args
+        .viewer_connects_per_s
+        .unwrap_or(config.viewer_connects_per_s);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip

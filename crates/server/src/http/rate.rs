@@ -1,5 +1,8 @@
 //! Token buckets: a rate per second and a burst, kept per key (a token's
-//! account). Keys are bounded by the configured tokens, so the map is too.
+//! account, an address). A bucket that has refilled is the same as none,
+//! so it is forgotten when the map reaches its most keys
+//! ([`RateBuckets::with_max_keys`]); keyed by configured tokens, the map
+//! is bounded by them anyway.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -13,15 +16,24 @@ pub struct RateBuckets<K> {
     rate_per_s: f32,
     /// Most that can be taken at once.
     burst: f32,
+    /// Keys kept at most (see [`Self::take`]).
+    max_keys: usize,
     buckets: Mutex<HashMap<K, (f32, Instant)>>,
 }
 
-impl<K: Eq + Hash> RateBuckets<K> {
+impl<K: Eq + Hash + Clone> RateBuckets<K> {
     /// Buckets refilled at `rate_per_s`, holding at most `burst` (at least one).
     pub fn new(rate_per_s: f32, burst: f32) -> Self {
+        Self::with_max_keys(rate_per_s, burst, usize::MAX)
+    }
+
+    /// The same, keeping at most `max_keys` keys (for keys that are not
+    /// configured, such as addresses): see [`Self::take`].
+    pub fn with_max_keys(rate_per_s: f32, burst: f32, max_keys: usize) -> Self {
         Self {
             rate_per_s,
             burst: burst.max(1.0),
+            max_keys: max_keys.max(1),
             buckets: Mutex::default(),
         }
     }
@@ -31,10 +43,27 @@ impl<K: Eq + Hash> RateBuckets<K> {
         self.rate_per_s
     }
 
-    /// Takes one from `key`'s bucket; false when it is empty.
+    /// Takes one from `key`'s bucket; false when it is empty. A new key
+    /// that finds the map holding its most keys first forgets the buckets
+    /// that have refilled; if that frees under a quarter of them, it
+    /// forgets others too, down to three quarters (whichever come first:
+    /// so many keys at once is a flood of addresses, and forgetting one
+    /// only gives it a fresh burst, never slows anyone else).
     pub fn take(&self, key: K) -> bool {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
+        if buckets.len() >= self.max_keys && !buckets.contains_key(&key) {
+            let (rate, burst) = (self.rate_per_s, self.burst);
+            buckets.retain(|_, (t, at)| *t + now.duration_since(*at).as_secs_f32() * rate < burst);
+            let keep = self.max_keys - self.max_keys / 4;
+            if buckets.len() > keep {
+                let extra = buckets.len() - keep;
+                let forget: Vec<K> = buckets.keys().take(extra).cloned().collect();
+                forget.iter().for_each(|k| {
+                    buckets.remove(k);
+                });
+            }
+        }
         let (tokens, at) = buckets.entry(key).or_insert((self.burst, now));
         *tokens =
             (*tokens + now.duration_since(*at).as_secs_f32() * self.rate_per_s).min(self.burst);
@@ -60,5 +89,29 @@ mod tests {
         let slow = RateBuckets::new(0.01, 0.02);
         assert!(slow.take(()), "the burst is at least one");
         assert!(!slow.take(()));
+    }
+
+    #[test]
+    fn a_flood_of_keys_keeps_the_map_bounded_and_a_refilled_bucket_is_forgotten_first() {
+        // A burst of two refilled in a tenth of a second.
+        let b = RateBuckets::with_max_keys(20.0, 2.0, 8);
+        assert!(
+            b.take(0) && b.take(0) && !b.take(0),
+            "key 0 spent its burst"
+        );
+        for k in 1..8 {
+            assert!(b.take(k));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        // Keys 0..8 have refilled: the ninth key forgets them all.
+        assert!(b.take(8));
+        assert_eq!(b.buckets.lock().unwrap().len(), 1);
+        // None refilled (a rate of nothing): forgotten down to three quarters.
+        let stuck = RateBuckets::with_max_keys(0.0, 1.0, 8);
+        for k in 0..100 {
+            assert!(stuck.take(k), "a new key gets its burst");
+            assert!(stuck.buckets.lock().unwrap().len() <= 8);
+        }
+        assert!(!stuck.take(99), "the newest key is kept, spent");
     }
 }

@@ -32,6 +32,9 @@ pub struct Limits {
     pub max_viewers: usize,
     /// Most open WebSocket connections from one address (IPv6: one /64).
     pub max_viewers_per_ip: usize,
+    /// New viewer connections per second one address may open (IPv6: one
+    /// /64), in bursts of `max_viewers_per_ip`.
+    pub viewer_connects_per_s: f32,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
@@ -52,6 +55,7 @@ impl Default for Limits {
             snapshot_hz: 30,
             max_viewers: 1_000,
             max_viewers_per_ip: 64,
+            viewer_connects_per_s: 2.0,
             stall_timeout: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
@@ -74,6 +78,9 @@ pub const MAX_SERVED_POPULATION: usize = if MAX_BOIDS < starling_sim::MAX_POPULA
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Trajectory exports a token may start per minute (burst: half that).
 pub const EXPORTS_PER_MINUTE: f32 = 6.0;
+/// Addresses whose viewer connection rate is kept at once (a bucket that
+/// has refilled is forgotten first; see `rate.rs`).
+pub const CONNECT_RATE_ADDRESSES: usize = 65_536;
 /// Trajectory exports running at once, server-wide (each keeps a core busy
 /// while its client reads as fast as it can).
 pub const EXPORTS_AT_ONCE: usize = 1;
@@ -125,6 +132,8 @@ pub struct Inner {
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
     /// Viewer connections per address group.
     viewers_per_ip: PerAddress,
+    /// New viewer connections' rate per address group.
+    viewer_connects: RateBuckets<IpAddr>,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -159,6 +168,11 @@ impl Shared {
             export_slots: Arc::new(tokio::sync::Semaphore::new(EXPORTS_AT_ONCE)),
             viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
             viewers_per_ip: PerAddress::default(),
+            viewer_connects: RateBuckets::with_max_keys(
+                limits.viewer_connects_per_s,
+                limits.max_viewers_per_ip as f32,
+                CONNECT_RATE_ADDRESSES,
+            ),
             history,
         }))
     }
@@ -166,10 +180,23 @@ impl Shared {
     /// Counts one more viewer from `peer` (an address group) until the
     /// slot is dropped, or None when it holds `max_viewers_per_ip`
     /// already: a few addresses cannot take every viewer slot.
-    pub fn viewer_of(&self, peer: IpAddr) -> Option<AddressCount> {
-        self.0
-            .viewers_per_ip
-            .take(peer, self.0.limits.max_viewers_per_ip)
+    pub fn viewer_of(&self, peer: IpAddr) -> Result<AddressCount, ApiError> {
+        let limits = &self.0.limits;
+        let Some(count) = self.0.viewers_per_ip.take(peer, limits.max_viewers_per_ip) else {
+            return Err(ApiError::busy(format!(
+                "this address holds its maximum of {} viewers (max_viewers_per_ip)",
+                limits.max_viewers_per_ip
+            )));
+        };
+        // Each new viewer costs its first send (every cell located, every
+        // summary): an address reconnecting in a loop is refused, not served.
+        if !self.0.viewer_connects.take(peer) {
+            return Err(ApiError::rate_limited(format!(
+                "this address opened more than {} viewer connections a second, in bursts of {} (viewer_connects_per_s, max_viewers_per_ip)",
+                limits.viewer_connects_per_s, limits.max_viewers_per_ip
+            )));
+        }
+        Ok(count)
     }
 
     /// Viewer connections open or being opened.

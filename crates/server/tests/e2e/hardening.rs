@@ -363,6 +363,57 @@ async fn one_address_holds_at_most_its_share_of_the_viewer_slots() {
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_reconnecting_in_a_loop_is_refused_past_its_burst_and_others_are_not() {
+    // Each new viewer's first send locates and summarises every cell: an
+    // address that opened and dropped viewers as fast as it could made the
+    // server do that for nothing, without ever holding many at once.
+    let server = TestServer::start(Config {
+        max_viewers_per_ip: 4,
+        viewer_connects_per_s: 0.05,
+        ..test_config()
+    })
+    .await;
+    // Four at once (the burst), each dropped straight away: never more
+    // than one open, so the viewer cap is not what stops the fifth.
+    for _ in 0..4 {
+        drop(connect_from(&server, "127.0.0.1").await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    let refused = loop {
+        match connect_from(&server, "127.0.0.1").await {
+            // The last one's slot may not be given back yet.
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) if r.status() == 503 => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot stayed taken"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            assert_eq!(r.status(), 429);
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert!(body.contains("viewer_connects_per_s"), "{body}");
+            assert!(body.contains("0.05"), "{body}");
+        }
+        other => panic!("a fifth viewer at once: {:?}", other.map(|_| ())),
+    }
+    // Another address has its own burst and is served.
+    let mut other = connect_from(&server, "127.0.0.2").await.unwrap();
+    let first = tokio::time::timeout(WAIT, other.next())
+        .await
+        .expect("a message")
+        .expect("open")
+        .expect("a message");
+    assert!(matches!(first, Message::Binary(_)), "{first:?}");
+    server.stop().await.unwrap();
+}
+
 /// A raw HTTP call with chosen `Host` and `Origin` headers.
 async fn call(
     method: reqwest::Method,

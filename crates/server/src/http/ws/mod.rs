@@ -91,14 +91,8 @@ pub async fn upgrade(
     let ip = peer.as_ref().map(|Extension(PeerGroup(ip))| *ip);
     let address = match peer {
         Some(Extension(PeerGroup(ip))) => match s.viewer_of(ip) {
-            Some(a) => Some(a),
-            None => {
-                return ApiError::busy(format!(
-                    "this address holds its maximum of {} viewers (max_viewers_per_ip)",
-                    s.0.limits.max_viewers_per_ip
-                ))
-                .into_response();
-            }
+            Ok(a) => Some(a),
+            Err(e) => return e.into_response(),
         },
         None => None,
     };
