@@ -23,6 +23,14 @@ pub const START_DRAIN: f64 = 1_000_000.0;
 /// since the last refill, when sends are further apart: a viewer sent a
 /// batch every half second may spend half a second's worth on it).
 pub const BURST_S: f64 = 0.2;
+/// Tokens the bucket holds at most, bytes, whatever the rate and the
+/// interval: a batch is at most about this (its summaries, and the one
+/// update that may take the bucket into debt, aside), and so is what one
+/// viewer's send holds in memory. A viewer sending once a second on a fast
+/// link took a second of up to 64 MB/s in one batch (at a million boids,
+/// about 24 MB built and as much again copied out, held until the send
+/// went or the stall timeout). At 30 sends a second this is 30 MiB/s.
+pub const MAX_BURST_BYTES: f64 = (1 << 20) as f64;
 
 /// A viewer's budget and its link's measured drain.
 #[derive(Debug, Clone)]
@@ -69,7 +77,7 @@ impl Budget {
         let rate = f64::from(self.rate());
         let dt = now.saturating_sub(self.last_refill).as_secs_f64();
         self.last_refill = now;
-        self.tokens = (self.tokens + rate * dt).min(rate * BURST_S.max(dt));
+        self.tokens = (self.tokens + rate * dt).min((rate * BURST_S.max(dt)).min(MAX_BURST_BYTES));
     }
 
     /// Whether the bucket allows another send (it may go into debt by one

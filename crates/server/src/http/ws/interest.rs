@@ -319,7 +319,8 @@ pub struct ViewerInterest {
     full_cells: Vec<u32>,
     /// The buffer the next send's are listed in (reused).
     next_full_cells: Vec<u32>,
-    /// The batch being built (reused; each batch is copied out).
+    /// The batch being built (reused; each batch is copied out, and a
+    /// capacity far over it given back: see [`RETAINED_BATCH_BYTES`]).
     buf: Vec<u8>,
     /// The cell update codings the viewer reads (by the protocol minor it
     /// subscribed with).
@@ -337,6 +338,11 @@ pub struct ViewerInterest {
 const ANNOUNCE_MOVE: f64 = 0.1;
 /// Least time between two budget announcements.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+
+/// The capacity a viewer's batch buffer keeps at least; more is given back
+/// when it is over four times the batch just built (a viewer whose batches
+/// shrank, or that stalls after a large one, does not keep the largest).
+const RETAINED_BATCH_BYTES: usize = 64 * 1024;
 
 /// What one send produced.
 #[derive(Debug, Default)]
@@ -796,6 +802,10 @@ impl ViewerInterest {
         if out.updates > 0 || flags != 0 || !self.dropped.is_empty() {
             out.batch = Some(Bytes::copy_from_slice(&self.buf));
         }
+        let keep = 4 * self.buf.len().max(RETAINED_BATCH_BYTES);
+        if self.buf.capacity() > keep {
+            self.buf.shrink_to(keep / 4);
+        }
         out
     }
 }
@@ -809,6 +819,7 @@ mod tests {
 
     use super::*;
     use crate::engine::interest::CellBuilder;
+    use crate::http::ws::budget::MAX_BURST_BYTES;
     use crate::telemetry::Telemetry;
 
     /// 4000 boids spread evenly over a 100 × 100 × 50 m world, drifting in x.
@@ -912,6 +923,103 @@ mod tests {
             }
         }
         m
+    }
+
+    #[test]
+    fn a_viewer_sending_once_a_second_on_a_fast_link_gets_at_most_the_burst_a_batch() {
+        // 400,000 boids (4.8 MB in full) in the test world, no budget
+        // declared, one send a second, a link that drains whatever is
+        // sent: the drain estimate doubles past what one send may carry.
+        let world = [100.0, 100.0, 50.0];
+        let quant = QuantBox::around_world(world, 3);
+        let flock = |tick: u64| {
+            let mut f = Frame {
+                tick,
+                quant: Some(quant),
+                ..Frame::default()
+            };
+            for id in 0..400_000u32 {
+                // Jittered, so linear updates cost several bytes a boid
+                // and the whole flock's would not fit one send.
+                let h = (u64::from(id) << 32 | tick).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let j = |k: u32| ((h >> (56 - 8 * k)) & 0xff) as f32 / 255.0 - 0.5;
+                let p = [
+                    (id % 50) as f32 * 2.0 + j(0),
+                    ((id / 50) % 50) as f32 * 2.0 + j(1),
+                    (id / 2500) as f32 * 0.3 + 0.2 * j(2),
+                ];
+                f.ids.push(id);
+                f.pos.extend_from_slice(&quant.quantize(p));
+                f.heading.extend_from_slice(&[200, 128]);
+            }
+            f
+        };
+        let view = View {
+            budget_bytes_per_s: None,
+            ..whole_view(0)
+        };
+        let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
+        vi.set_max_fps(1);
+        let (tel, mut b) = (Arc::new(Telemetry::default()), CellBuilder::default());
+        let mut m: Option<CellMirror> = None;
+        let (mut biggest, mut slack) = (0, 0);
+        for seq in 1..=14 {
+            let now = Duration::from_secs(seq);
+            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
+            // Past the tokens: the summaries, and one update into debt
+            // (at most a cell's in full).
+            let most = set.now.counts.iter().max().copied().unwrap_or(0) as usize;
+            slack = slack.max(
+                set.now.summary_bytes(true)
+                    + COMPACT_BATCH_HEADER_BYTES
+                    + CELL_UPDATE_HEADER_BYTES
+                    + full_bytes_per_boid(true) * most,
+            );
+            let m = m.get_or_insert_with(|| CellMirror::new(set.now.grid, set.now.quant));
+            if let Some(batch) = vi.send(&set, now, false).batch {
+                vi.budget.sent(batch.len(), Duration::ZERO, now);
+                m.apply(&batch).unwrap();
+                biggest = biggest.max(batch.len());
+            }
+            assert!(vi.buf.capacity() <= 4 * MAX_BURST_BYTES as usize);
+            // Held cells' linear updates go before joining cells' full
+            // ones, so those held are kept up within the burst.
+            if seq >= 10 {
+                let stale = m
+                    .held_cells()
+                    .filter(|&c| m.cell(c).is_some_and(|f| f.tick != set.now.tick))
+                    .count();
+                assert!(stale <= 1, "{stale} held cells not updated at send {seq}");
+            }
+        }
+        let burst = MAX_BURST_BYTES as usize;
+        assert!(
+            vi.budget.rate() as usize >= 2 * burst,
+            "the link's estimate grew to {} B/s",
+            vi.budget.rate()
+        );
+        assert!(biggest <= burst + slack, "a batch of {biggest} bytes");
+        assert!(
+            biggest >= burst / 2,
+            "the sends use what they may carry: {biggest}"
+        );
+        assert!(m.as_ref().is_some_and(|m| held_boids(m) > 0));
+        // It turns to a corner: its batches shrink, and its buffer with them.
+        vi.set_view(View {
+            max: [5.0, 5.0, 5.0],
+            ..view
+        });
+        for seq in 15..=16 {
+            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
+            let batch = vi.send(&set, Duration::from_secs(seq), false).batch;
+            let len = batch.map_or(0, |b| b.len());
+            assert!(len < RETAINED_BATCH_BYTES, "{len}");
+        }
+        assert!(
+            vi.buf.capacity() <= 4 * RETAINED_BATCH_BYTES,
+            "{}",
+            vi.buf.capacity()
+        );
     }
 
     #[test]
