@@ -67,15 +67,33 @@ pub const LINEAR_FORMS: usize = 8;
 /// Of those, the most that viewers from one address may make (see [`Asker`]).
 pub const LINEAR_FORMS_PER_ADDRESS: usize = 3;
 
-/// Who an update is made for: a viewer, by its address (`None`: a
+/// Who an update is made for: a viewer, by its address block (`None`: a
 /// connection with no known address, counted as one), or the NATS
 /// publisher, which alone may take a cell's last linear slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Asker {
-    /// A viewer from this address.
+    /// A viewer from this block ([`Asker::viewer`]).
     Viewer(Option<std::net::IpAddr>),
     /// The origin's NATS publisher (every edge's updates).
     Publisher,
+}
+
+impl Asker {
+    /// A viewer from `address`, counted by a wider block than the viewer
+    /// caps count by: an IPv4 /24, an IPv6 /48 (one site's allocation).
+    /// A /64 each, three blocks filled the seven slots viewers may take,
+    /// and anyone holding an IPv6 /48 has 65,536 of them.
+    pub fn viewer(address: std::net::IpAddr) -> Self {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let v4 = |a: Ipv4Addr| IpAddr::V4(Ipv4Addr::from(u32::from(a) & !0xff));
+        Self::Viewer(Some(match address {
+            IpAddr::V4(a) => v4(a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(a) => v4(a),
+                None => IpAddr::V6(Ipv6Addr::from(u128::from(a) & !((1u128 << 80) - 1))),
+            },
+        }))
+    }
 }
 
 /// One broadcast's cell frames.
@@ -546,7 +564,7 @@ mod tests {
                         continue;
                     }
                     let codings = [Codings::Range, Codings::Fixed, Codings::Rice][v % 3];
-                    let asker = Asker::Viewer(Some(std::net::IpAddr::from([10, 0, 0, v as u8])));
+                    let asker = Asker::viewer(std::net::IpAddr::from([10, 0, v as u8, 0]));
                     let u = set
                         .update_for(c, *h, precisions[v], codings, asker)
                         .unwrap();
@@ -765,7 +783,7 @@ mod tests {
                 .unwrap()
                 .linear
         };
-        let address = |n: u8| Asker::Viewer(Some(std::net::IpAddr::from([10, 0, 0, n])));
+        let address = |n: u8| Asker::viewer(std::net::IpAddr::from([10, 0, n, 1]));
         let first: Vec<bool> = (0..6).map(|k| ask(k, address(1))).collect();
         assert_eq!(
             first.iter().filter(|&&l| l).count(),
@@ -786,5 +804,15 @@ mod tests {
         assert!(ask(k + 1, Asker::Publisher));
         // A key already made is shared with anyone.
         assert!(ask(0, address(99)));
+    }
+
+    #[test]
+    fn linear_slots_are_counted_by_the_ipv4_24_and_the_ipv6_48() {
+        let v = |s: &str| Asker::viewer(s.parse().unwrap());
+        assert_eq!(v("192.0.2.7"), v("192.0.2.200"));
+        assert_ne!(v("192.0.2.7"), v("192.0.3.7"));
+        assert_eq!(v("::ffff:192.0.2.7"), v("192.0.2.9"));
+        assert_eq!(v("2001:db8:1:2::1"), v("2001:db8:1:ffff:1::9"));
+        assert_ne!(v("2001:db8:1::1"), v("2001:db8:2::1"));
     }
 }

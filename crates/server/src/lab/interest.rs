@@ -139,9 +139,10 @@ pub fn measure(
                 tenth(world, [rnd() * world[0], rnd() * world[1]], budget)
             };
             let mut vi = ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR);
-            // Each from an address of its own, as people are.
+            // Each from a network of its own, as people are (linear
+            // slots are counted by the /24).
             vi.set_address(std::net::IpAddr::from(
-                (0x0a00_0000 + v as u32).to_be_bytes(),
+                (0x0a00_0000 + ((v as u32) << 8)).to_be_bytes(),
             ));
             vi
         })

@@ -398,7 +398,7 @@ impl ViewerInterest {
     /// The address (group) the viewer connects from, which the linear
     /// encodings it makes count against (`engine::interest::Asker`).
     pub fn set_address(&mut self, address: std::net::IpAddr) {
-        self.asker = Asker::Viewer(Some(address));
+        self.asker = Asker::viewer(address);
     }
 
     /// The view moved (already checked).
