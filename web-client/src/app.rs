@@ -281,7 +281,7 @@ impl App {
                     self.dom.connection("closed", false);
                     return None;
                 }
-                let wait = self.endpoints.lost();
+                let wait = self.endpoints.lost(now_ms, js_sys::Math::random());
                 self.dom.offline();
                 let words = close_words(code, &reason);
                 let next = if wait <= crate::net::NEXT_ENDPOINT_MS {
@@ -405,7 +405,7 @@ impl App {
 
     fn on_control(&mut self, msg: ServerMsg, now_ms: f64) {
         match msg {
-            ServerMsg::Hello(h) => self.on_hello(h),
+            ServerMsg::Hello(h) => self.on_hello(h, now_ms),
             ServerMsg::Params(p) => {
                 if let Err(e) = self.dom.params(&p) {
                     self.dom.message(&e, true);
@@ -534,10 +534,10 @@ impl App {
         }
     }
 
-    fn on_hello(&mut self, h: Hello) {
+    fn on_hello(&mut self, h: Hello, now_ms: f64) {
         self.resync_sent = false;
         self.draining = None;
-        self.endpoints.connected();
+        self.endpoints.connected(now_ms);
         self.state_fetch = true;
         self.stream.clear();
         self.history.clear();

@@ -89,9 +89,18 @@ impl Drop for Socket {
 pub(crate) struct Endpoints {
     urls: Vec<String>,
     current: usize,
-    /// Failures in a row since the last connection that got a Hello.
+    /// Failures in a row since the last connection that lasted
+    /// [`STABLE_MS`].
     failures: u32,
+    /// When the current connection got its Hello (page time, ms).
+    connected_at: Option<f64>,
 }
+
+/// How long a connection must last for its loss to start a new round: a
+/// server that greets a page and closes it at once (full, or the page too
+/// slow for it) is backed off from like one that refuses it, not
+/// reconnected to twice a second.
+pub(crate) const STABLE_MS: f64 = 5_000.0;
 
 /// Most endpoints a page takes from its URL.
 pub(crate) const MAX_ENDPOINTS: usize = 16;
@@ -138,6 +147,7 @@ impl Endpoints {
             urls,
             current,
             failures: 0,
+            connected_at: None,
         }
     }
 
@@ -146,22 +156,32 @@ impl Endpoints {
         &self.urls[self.current]
     }
 
-    /// A connection got its Hello: the next loss starts a new round.
-    pub(crate) fn connected(&mut self) {
-        self.failures = 0;
+    /// A connection got its Hello at `now_ms`: if it lasts [`STABLE_MS`],
+    /// its loss starts a new round.
+    pub(crate) fn connected(&mut self, now_ms: f64) {
+        self.connected_at = Some(now_ms);
     }
 
-    /// The connection was lost or refused: moves on to the next endpoint
-    /// and says how long to wait first, ms (a moment until a whole round
-    /// failed, then the backoff).
-    pub(crate) fn lost(&mut self) -> u32 {
+    /// The connection was lost or refused at `now_ms`: moves on to the
+    /// next endpoint and says how long to wait first, ms (a moment until a
+    /// whole round failed, then the backoff, spread by `jitter` in 0 ..= 1
+    /// over ±25 % so the pages a restart dropped do not return in step).
+    pub(crate) fn lost(&mut self, now_ms: f64, jitter: f64) -> u32 {
+        if self
+            .connected_at
+            .take()
+            .is_some_and(|t| now_ms - t >= STABLE_MS)
+        {
+            self.failures = 0;
+        }
         let n = self.urls.len() as u32;
         self.current = (self.current + 1) % self.urls.len();
         self.failures = self.failures.saturating_add(1);
         if self.failures < n {
             return NEXT_ENDPOINT_MS;
         }
-        backoff_ms((self.failures - n) / n)
+        let spread = 0.75 + 0.5 * jitter.clamp(0.0, 1.0);
+        (f64::from(backoff_ms((self.failures - n) / n)) * spread).round() as u32
     }
 }
 
@@ -203,13 +223,13 @@ pub(crate) fn close_words(code: u16, reason: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Endpoints, NEXT_ENDPOINT_MS, backoff_ms, close_words};
+    use super::{Endpoints, NEXT_ENDPOINT_MS, STABLE_MS, backoff_ms, close_words};
 
     #[test]
     fn endpoints_are_tried_in_turn_and_back_off_after_a_round() {
         let mut e = Endpoints::new("here:8080", "", "ws", "", 3);
         assert_eq!(e.url(), "ws://here:8080/ws");
-        assert_eq!(e.lost(), 500, "one server: the backoff at once");
+        assert_eq!(e.lost(0.0, 0.5), 500, "one server: the backoff at once");
         let mut e = Endpoints::new(
             "edge1:8080",
             "edge1:8081, wss://elsewhere.example.org/ws ,,bad host",
@@ -222,13 +242,25 @@ mod tests {
             "wss://elsewhere.example.org/ws",
             "the token goes to the page's own host only"
         );
-        assert_eq!(e.lost(), NEXT_ENDPOINT_MS, "the other edge after a moment");
+        assert_eq!(
+            e.lost(0.0, 0.5),
+            NEXT_ENDPOINT_MS,
+            "the other edge after a moment"
+        );
         assert_eq!(e.url(), "ws://edge1:8081/ws?token=t");
-        assert_eq!(e.lost(), 500, "both failed: wait");
-        assert_eq!(e.lost(), 500);
-        assert_eq!(e.lost(), 1_000, "the second round waits longer");
-        e.connected();
-        assert_eq!(e.lost(), NEXT_ENDPOINT_MS);
+        assert_eq!(e.lost(0.0, 0.5), 500, "both failed: wait");
+        assert_eq!(e.lost(0.0, 0.5), 500);
+        assert_eq!(e.lost(0.0, 0.5), 1_000, "the second round waits longer");
+        // Greeted and closed at once: still backing off.
+        e.connected(10_000.0);
+        assert_eq!(e.lost(10_100.0, 0.5), 1_000);
+        // A connection that lasted: a new round.
+        e.connected(20_000.0);
+        assert_eq!(e.lost(20_000.0 + STABLE_MS, 0.5), NEXT_ENDPOINT_MS);
+        // The backoff is spread by a quarter either way.
+        let mut one = Endpoints::new("here:8080", "", "ws", "", 0);
+        assert_eq!(one.lost(0.0, 0.0), 375);
+        assert_eq!(one.lost(0.0, 1.0), 1_250);
         assert_eq!(super::host_name("[::1]:8080"), "[::1]");
         assert_eq!(super::host_name("[::1]"), "[::1]");
     }

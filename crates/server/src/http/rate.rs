@@ -46,22 +46,26 @@ impl<K: Eq + Hash + Clone> RateBuckets<K> {
     /// Takes one from `key`'s bucket; false when it is empty. A new key
     /// that finds the map holding its most keys first forgets the buckets
     /// that have refilled; if that frees under a quarter of them, it
-    /// forgets others too, down to three quarters (whichever come first:
-    /// so many keys at once is a flood of addresses, and forgetting one
-    /// only gives it a fresh burst, never slows anyone else).
+    /// forgets the fullest of the others too, down to three quarters (so
+    /// many keys at once is a flood of addresses; forgetting one only gives
+    /// it back what it has not spent, and the most spent are kept longest).
     pub fn take(&self, key: K) -> bool {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if buckets.len() >= self.max_keys && !buckets.contains_key(&key) {
-            let (rate, burst) = (self.rate_per_s, self.burst);
-            buckets.retain(|_, (t, at)| *t + now.duration_since(*at).as_secs_f32() * rate < burst);
-            let keep = self.max_keys - self.max_keys / 4;
+            let rate = self.rate_per_s;
+            let level =
+                |(t, at): &(f32, Instant)| *t + now.duration_since(*at).as_secs_f32() * rate;
+            buckets.retain(|_, b| level(b) < self.burst);
+            let keep = (self.max_keys - self.max_keys / 4).min(self.max_keys - 1);
             if buckets.len() > keep {
                 let extra = buckets.len() - keep;
-                let forget: Vec<K> = buckets.keys().take(extra).cloned().collect();
-                forget.iter().for_each(|k| {
+                let mut fullest: Vec<(f32, K)> =
+                    buckets.iter().map(|(k, b)| (level(b), k.clone())).collect();
+                fullest.select_nth_unstable_by(extra - 1, |a, b| b.0.total_cmp(&a.0));
+                for (_, k) in &fullest[..extra] {
                     buckets.remove(k);
-                });
+                }
             }
         }
         let (tokens, at) = buckets.entry(key).or_insert((self.burst, now));
@@ -113,5 +117,22 @@ mod tests {
             assert!(stuck.buckets.lock().unwrap().len() <= 8);
         }
         assert!(!stuck.take(99), "the newest key is kept, spent");
+        // The fullest are forgotten first: keys 0..4 spent half their
+        // burst, keys 4..8 all of it.
+        let half = RateBuckets::with_max_keys(0.0, 2.0, 8);
+        for k in 0..8 {
+            assert!(half.take(k));
+            if k >= 4 {
+                assert!(half.take(k));
+            }
+        }
+        assert!(half.take(8));
+        for k in 4..8 {
+            assert!(!half.take(k), "key {k} was forgotten before a fuller one");
+        }
+        // A map of one key holds one.
+        let one = RateBuckets::with_max_keys(0.0, 1.0, 1);
+        assert!(one.take(1) && one.take(2));
+        assert_eq!(one.buckets.lock().unwrap().len(), 1);
     }
 }

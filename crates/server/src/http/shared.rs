@@ -182,21 +182,30 @@ impl Shared {
     /// already: a few addresses cannot take every viewer slot.
     pub fn viewer_of(&self, peer: IpAddr) -> Result<AddressCount, ApiError> {
         let limits = &self.0.limits;
-        let Some(count) = self.0.viewers_per_ip.take(peer, limits.max_viewers_per_ip) else {
-            return Err(ApiError::busy(format!(
-                "this address holds its maximum of {} viewers (max_viewers_per_ip)",
-                limits.max_viewers_per_ip
-            )));
-        };
-        // Each new viewer costs its first send (every cell located, every
-        // summary): an address reconnecting in a loop is refused, not served.
-        if !self.0.viewer_connects.take(peer) {
-            return Err(ApiError::rate_limited(format!(
-                "this address opened more than {} viewer connections a second, in bursts of {} (viewer_connects_per_s, max_viewers_per_ip)",
-                limits.viewer_connects_per_s, limits.max_viewers_per_ip
-            )));
+        self.0
+            .viewers_per_ip
+            .take(peer, limits.max_viewers_per_ip)
+            .ok_or_else(|| {
+                ApiError::busy(format!(
+                    "this address holds its maximum of {} viewers (max_viewers_per_ip)",
+                    limits.max_viewers_per_ip
+                ))
+            })
+    }
+
+    /// Takes one of `peer`'s new viewer connections: each costs its first
+    /// send (every cell located, every summary), so an address reconnecting
+    /// in a loop is refused, not served. Taken last, once the viewer has its
+    /// slots, so an attempt the caps refuse spends nothing.
+    pub fn viewer_connect(&self, peer: IpAddr) -> Result<(), ApiError> {
+        if self.0.viewer_connects.take(peer) {
+            return Ok(());
         }
-        Ok(count)
+        let limits = &self.0.limits;
+        Err(ApiError::rate_limited(format!(
+            "this address opened more than {} viewer connections a second, in bursts of {} (viewer_connects_per_s, max_viewers_per_ip)",
+            limits.viewer_connects_per_s, limits.max_viewers_per_ip
+        )))
     }
 
     /// Viewer connections open or being opened.

@@ -347,13 +347,20 @@ async fn one_address_holds_at_most_its_share_of_the_viewer_slots() {
     // Another address still gets in.
     let _other = connect_from(&server, "127.0.0.2").await.unwrap();
     // One of the first goes (its socket dropped): its address may have
-    // another, well within the stall timeout that would free it anyway.
+    // another, well within the stall timeout that would free it anyway
+    // (503 until the slot is back; its burst of three connections is spent,
+    // so 429 until the rate, two a second, gives it another).
     first.pop().unwrap().abort();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
     loop {
         match connect_from(&server, "127.0.0.1").await {
             Ok(_) => break,
-            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{e}"),
+            Err(tokio_tungstenite::tungstenite::Error::Http(r))
+                if [503, 429].contains(&r.status().as_u16()) =>
+            {
+                assert!(tokio::time::Instant::now() < deadline, "{}", r.status());
+            }
+            Err(e) => panic!("{e}"),
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -411,6 +418,42 @@ async fn an_address_reconnecting_in_a_loop_is_refused_past_its_burst_and_others_
         .expect("open")
         .expect("a message");
     assert!(matches!(first, Message::Binary(_)), "{first:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_a_full_server_refuses_spend_none_of_an_address_connection_rate() {
+    // Each attempt refused 503 by a full server took one of its address's
+    // connections, and when a slot came free it was refused 429.
+    let server = TestServer::start(Config {
+        max_viewers: 1,
+        max_viewers_per_ip: 2,
+        viewer_connects_per_s: 0.05,
+        ..test_config()
+    })
+    .await;
+    let held = connect_from(&server, "127.0.0.1").await.unwrap();
+    for _ in 0..5 {
+        match connect_from(&server, "127.0.0.1").await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 503),
+            other => panic!("a full server: {:?}", other.map(|_| ())),
+        }
+    }
+    drop(held);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    loop {
+        match connect_from(&server, "127.0.0.1").await {
+            Ok(_) => break,
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) if r.status() == 503 => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot stayed taken"
+                );
+            }
+            Err(e) => panic!("the second of a burst of two: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.stop().await.unwrap();
 }
 

@@ -7,6 +7,10 @@
 //! limit, and the estimate becomes 90 % of what it carried; if the sends
 //! used most of the budget without waiting, the estimate doubles, so a
 //! link that got faster is found again. A slow link adapts on its own.
+//!
+//! One send carries at most [`MAX_BURST_BYTES`], so the rate is also held
+//! to that over the time between sends (measured): what the viewer is
+//! told and what its full set is sized for is what can go out.
 
 use std::time::Duration;
 
@@ -42,7 +46,14 @@ pub struct Budget {
     window_start: Duration,
     window_bytes: u64,
     window_blocked: Duration,
+    /// Seconds between refills (sends), a moving average.
+    interval: f64,
 }
+
+/// The time between sends assumed until measured (the default snapshot
+/// rate's), and the longest it is taken to be (a paused server's sends).
+const START_INTERVAL_S: f64 = 1.0 / 30.0;
+const MAX_INTERVAL_S: f64 = 10.0;
 
 impl Budget {
     /// A budget for a viewer that declared `declared` bytes per second (or
@@ -56,6 +67,7 @@ impl Budget {
             window_start: now,
             window_bytes: 0,
             window_blocked: Duration::ZERO,
+            interval: START_INTERVAL_S,
         }
     }
 
@@ -64,11 +76,14 @@ impl Budget {
         self.declared = declared;
     }
 
-    /// The rate sends are paced at, bytes per second.
+    /// The rate sends are paced at, bytes per second: the declared one,
+    /// capped by the link's drain and by what a send may carry at the
+    /// rate the viewer is sent.
     pub fn rate(&self) -> u32 {
         let wanted = f64::from(self.declared.unwrap_or(MAX_VIEW_BUDGET));
         wanted
             .min(self.drain)
+            .min(MAX_BURST_BYTES / self.interval)
             .clamp(f64::from(MIN_VIEW_BUDGET), f64::from(MAX_VIEW_BUDGET)) as u32
     }
 
@@ -77,6 +92,9 @@ impl Budget {
         let rate = f64::from(self.rate());
         let dt = now.saturating_sub(self.last_refill).as_secs_f64();
         self.last_refill = now;
+        if dt > 0.0 {
+            self.interval = (0.75 * self.interval + 0.25 * dt).clamp(1e-3, MAX_INTERVAL_S);
+        }
         self.tokens = (self.tokens + rate * dt).min((rate * BURST_S.max(dt)).min(MAX_BURST_BYTES));
     }
 
@@ -175,7 +193,18 @@ mod tests {
         for s in 1..40 {
             b.sent(b.rate() as usize, Duration::ZERO, Duration::from_secs(s));
         }
+        // A send every millisecond may carry the most allowed...
+        let at = |ms: u64| Duration::from_millis(40_000 + ms);
+        (1..=50).for_each(|i| b.refill(at(i)));
         assert_eq!(b.rate(), MAX_VIEW_BUDGET);
+        // ...thirty a second, thirty times what one send may carry.
+        (1..=50).for_each(|i| b.refill(at(50 + 33 * i)));
+        let rate = f64::from(b.rate());
+        assert!(
+            rate < f64::from(MAX_VIEW_BUDGET)
+                && (rate - 30.3 * MAX_BURST_BYTES).abs() < 0.02 * rate,
+            "{rate}"
+        );
     }
 
     #[test]

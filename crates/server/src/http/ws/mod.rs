@@ -103,6 +103,11 @@ pub async fn upgrade(
         ))
         .into_response();
     };
+    if let Some(ip) = ip
+        && let Err(e) = s.viewer_connect(ip)
+    {
+        return e.into_response();
+    }
     ws.max_message_size(MAX_CLIENT_MESSAGE_BYTES)
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
         .on_upgrade(move |socket| async move {
