@@ -457,6 +457,44 @@ async fn attempts_a_full_server_refuses_spend_none_of_an_address_connection_rate
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_is_honoured_at_most_once_a_second_and_never_refused() {
+    // A Resync with every frame made every frame a keyframe (about 1.8
+    // times a delta's bytes).
+    let server = TestServer::start(test_config()).await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    v.next_frame().await;
+    let (k0, start) = (v.keyframes, std::time::Instant::now());
+    let mut frames = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        v.send(&ClientMsg::Resync).await;
+        v.next_frame().await;
+        frames += 1;
+    }
+    let asked = v.keyframes - k0;
+    assert!(frames >= 30, "{frames} frames in 3 s");
+    // One a second (the first at once), and the one waiting when the time ran out.
+    assert!(
+        (2..=5).contains(&asked),
+        "{asked} keyframes for {frames} asks"
+    );
+    // After a quiet second, one ask is honoured at the next frame or so.
+    let quiet = std::time::Instant::now();
+    while quiet.elapsed() < Duration::from_millis(1100) {
+        v.next_frame().await;
+    }
+    let before = v.keyframes;
+    v.send(&ClientMsg::Resync).await;
+    for _ in 0..3 {
+        v.next_frame().await;
+    }
+    assert!(
+        v.keyframes > before,
+        "the ask after a quiet second got no keyframe"
+    );
+    server.stop().await.unwrap();
+}
+
 /// A raw HTTP call with chosen `Host` and `Origin` headers.
 async fn call(
     method: reqwest::Method,

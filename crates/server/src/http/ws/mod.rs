@@ -57,6 +57,12 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// The longest a connection's close takes: send the `Close`, wait for
 /// the client's answer, linger (shutdown waits this long for viewers).
 pub const CLOSE_TAKES_AT_MOST: Duration = Duration::from_millis(3 * 1000 + 250);
+/// A viewer's keyframe requests (`Resync`) are honoured at most this often;
+/// one sooner waits for its turn (answered, not refused: a page that
+/// dropped its backlog twice in a second still gets its keyframe). Each
+/// makes the next frame a keyframe, about 1.8 times a delta's bytes on the
+/// whole-world stream: one every frame made every frame one.
+pub const RESYNC_EVERY: Duration = Duration::from_secs(1);
 /// Metrics go to viewers at most this often.
 const METRICS_INTERVAL: Duration = Duration::from_millis(250);
 /// Largest client message accepted, bytes (commands are small).
@@ -116,6 +122,15 @@ pub async fn upgrade(
             s.0.telemetry.viewers.dec();
             drop((slot, address));
         })
+}
+
+/// The viewer dropped what it held (`Resync`): its next frame is a
+/// keyframe, and on the interest stream its next batch starts over.
+fn resync(held: &mut [Option<u64>; 2], interest: Option<&mut ViewerInterest>) {
+    *held = [None, None];
+    if let Some(vi) = interest {
+        vi.resync();
+    }
 }
 
 fn encode(msg: &ServerMsg) -> Bytes {
@@ -295,6 +310,8 @@ async fn serve(
     let mut agents_version = None;
     let mut last_metrics = Instant::now() - METRICS_INTERVAL;
     let refused = |reason, detail: &str| Ending::Refused(reason, detail.to_owned());
+    // When the last Resync was honoured, and whether another waits its turn.
+    let (mut last_resync, mut resync_waiting): (Option<Instant>, bool) = (None, false);
     let ending = loop {
         tokio::select! {
             // An ending, once set, is seen before anything else is sent.
@@ -317,6 +334,10 @@ async fn serve(
                 // broadcast let go before the socket is waited on: a viewer
                 // that stops reading held it (frames and cells) for up to
                 // the stall timeout.
+                if resync_waiting && last_resync.is_none_or(|t| t.elapsed() >= RESYNC_EVERY) {
+                    (last_resync, resync_waiting) = (Some(Instant::now()), false);
+                    resync(&mut held, interest.as_mut());
+                }
                 let st = published.borrow_and_update().clone();
                 let mut control = updates_of(&st, &mut params_version, &mut agents_version, &mut last_metrics);
                 // Rate limit in simulation ticks, not wall time, so timing
@@ -389,9 +410,11 @@ async fn serve(
                 }
             }
             Some(()) = resync_rx.recv() => {
-                held = [None, None];
-                if let Some(vi) = interest.as_mut() {
-                    vi.resync();
+                if last_resync.is_none_or(|t| t.elapsed() >= RESYNC_EVERY) {
+                    (last_resync, resync_waiting) = (Some(Instant::now()), false);
+                    resync(&mut held, interest.as_mut());
+                } else {
+                    resync_waiting = true;
                 }
             }
             Ok(()) = view_rx.changed() => {
