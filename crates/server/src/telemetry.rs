@@ -36,6 +36,9 @@ pub struct Telemetry {
     pub frames_skipped: Counter,
     /// Viewers dropped for not keeping up.
     pub viewers_dropped: Counter,
+    /// Viewer connections refused before the upgrade, by reason
+    /// (`server_full`, `address_full`, `connect_rate`, `no_snapshot`).
+    pub viewers_refused: Family<ReasonLabels, Counter>,
     /// Open viewer connections on the interest stream (the tick loop
     /// builds cell frames only while there is one).
     pub interest_viewers: Gauge,
@@ -93,6 +96,7 @@ impl Default for Telemetry {
             frames_sent: Counter::default(),
             frames_skipped: Counter::default(),
             viewers_dropped: Counter::default(),
+            viewers_refused: Family::default(),
             interest_viewers: Gauge::default(),
             cell_updates_encoded: Counter::default(),
             broadcasts_alive: Gauge::default(),
@@ -128,6 +132,11 @@ impl Default for Telemetry {
             "viewers_dropped",
             "Viewers dropped for not keeping up",
             t.viewers_dropped.clone(),
+        );
+        registry.register(
+            "viewers_refused",
+            "Viewer connections refused before the upgrade, by reason",
+            t.viewers_refused.clone(),
         );
         registry.register(
             "broadcasts_alive",
@@ -191,6 +200,13 @@ impl Telemetry {
                 kind: kind.to_owned(),
                 outcome: outcome.to_owned(),
             })
+            .inc();
+    }
+
+    /// Counts a viewer connection refused for `reason`.
+    pub fn viewer_refused(&self, reason: &'static str) {
+        self.viewers_refused
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 

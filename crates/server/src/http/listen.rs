@@ -27,6 +27,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tower_layer::Layer;
 
+/// The most a request's head (its line and headers) may take, bytes, and
+/// so what one socket buffers for it (hyper's default, about 400 KiB,
+/// let an address's 256 sockets hold 100 MB): a browser's, cookies and
+/// all, takes a few KiB. A longer head is answered 431 (hyper checks
+/// between reads, so a head a little over may arrive whole and be read).
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 /// How long HTTP connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error (such as running out of file descriptors)
@@ -234,6 +240,7 @@ pub async fn serve(
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
+            .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(
                 TokioIo::new(io),
                 TowerToHyperService::new(Extension(PeerGroup(group)).layer(router.clone())),

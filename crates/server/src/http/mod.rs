@@ -14,7 +14,6 @@ pub mod shared;
 pub mod ws;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -30,13 +29,14 @@ use shared::{MAX_BODY_BYTES, Shared};
 /// The whole HTTP surface.
 pub fn app(shared: Shared, web_dir: &Path) -> Router {
     let (api, doc) = rest::routes(shared.0.limits.max_population);
-    let doc = Arc::new(doc);
+    // Serialised once: each request is a copy of the bytes, not of the document.
+    let doc = axum::body::Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
     let mut router = Router::new()
         .route(
             "/api/v1/openapi.json",
             get(move || {
                 let doc = doc.clone();
-                async move { axum::Json(doc.as_ref().clone()) }
+                async move { ([(header::CONTENT_TYPE, "application/json")], doc) }
             }),
         )
         .route("/ws", get(ws::upgrade))
@@ -59,7 +59,14 @@ pub fn app(shared: Shared, web_dir: &Path) -> Router {
             guard::check,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http())
+        // The server's own 5xx are refusals (503: full, busy, no snapshot
+        // yet), each already counted or logged where it is made: logged at
+        // ERROR, a client retrying on a full server wrote a line per try.
+        .layer(
+            TraceLayer::new_for_http().on_failure(
+                tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
+            ),
+        )
         .with_state(shared)
 }
 

@@ -9,6 +9,7 @@ use starling_protocol::{
     ClientMsg, CloseReason, Command, ServerFrame, ServerMsg, decode_server, encode_client,
 };
 use starling_server::config::Config;
+use starling_server::http::listen::MAX_HEAD_BYTES;
 use tokio_tungstenite::MaybeTlsStream;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -410,6 +411,9 @@ async fn an_address_reconnecting_in_a_loop_is_refused_past_its_burst_and_others_
         }
         other => panic!("a fifth viewer at once: {:?}", other.map(|_| ())),
     }
+    // Counted, by reason.
+    let refused = r#"starling_viewers_refused_total{reason="connect_rate"}"#;
+    assert_eq!(metric(server.addr, refused).await, Some(1));
     // Another address has its own burst and is served.
     let mut other = connect_from(&server, "127.0.0.2").await.unwrap();
     let first = tokio::time::timeout(WAIT, other.next())
@@ -492,6 +496,35 @@ async fn resync_is_honoured_at_most_once_a_second_and_never_refused() {
         v.keyframes > before,
         "the ask after a quiet second got no keyframe"
     );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_its_limit_is_refused_and_one_within_is_served() {
+    // Each socket buffered up to about 400 KiB of head: an address's 256
+    // sockets, each sending headers slowly, held 100 MB.
+    let server = TestServer::start(test_config()).await;
+    let head = |bytes: usize| {
+        let client = reqwest::Client::new();
+        let url = server.url("/healthz");
+        async move {
+            let resp = client
+                .get(url)
+                .header("x-padding", "a".repeat(bytes))
+                .send()
+                .await;
+            resp.map(|r| r.status().as_u16())
+        }
+    };
+    assert_eq!(head(8 * 1024).await.ok(), Some(200), "a large browser head");
+    // (hyper checks the bound between reads: a head a little over it may
+    // arrive whole in one and be read.)
+    let over = head(4 * MAX_HEAD_BYTES).await;
+    assert!(
+        matches!(over, Ok(431)) || over.is_err(),
+        "a head over {MAX_HEAD_BYTES} bytes: {over:?}"
+    );
+    assert_eq!(head(100).await.ok(), Some(200), "the server still answers");
     server.stop().await.unwrap();
 }
 

@@ -88,9 +88,14 @@ pub async fn upgrade(
     let presented = q.token.as_deref().or(bearer(header));
     let actor = s.0.tokens.actor(presented);
     let unknown_token = s.0.tokens.unknown(presented);
+    let refuse = |reason: &'static str, e: ApiError| {
+        s.0.telemetry.viewer_refused(reason);
+        e.into_response()
+    };
     if s.state().broadcast.is_none() {
         // An edge before its first full set from the origin.
-        return ApiError::busy("no snapshot to serve yet; retry shortly").into_response();
+        let e = ApiError::busy("no snapshot to serve yet; retry shortly");
+        return refuse("no_snapshot", e);
     }
     // Sockets from the accept loop carry their address; requests served
     // some other way (none in the server) count against no address.
@@ -98,21 +103,21 @@ pub async fn upgrade(
     let address = match peer {
         Some(Extension(PeerGroup(ip))) => match s.viewer_of(ip) {
             Ok(a) => Some(a),
-            Err(e) => return e.into_response(),
+            Err(e) => return refuse("address_full", e),
         },
         None => None,
     };
     let Ok(slot) = s.0.viewer_slots.clone().try_acquire_owned() else {
-        return ApiError::busy(format!(
+        let e = ApiError::busy(format!(
             "the server holds its maximum of {} viewers",
             s.0.limits.max_viewers
-        ))
-        .into_response();
+        ));
+        return refuse("server_full", e);
     };
     if let Some(ip) = ip
         && let Err(e) = s.viewer_connect(ip)
     {
-        return e.into_response();
+        return refuse("connect_rate", e);
     }
     ws.max_message_size(MAX_CLIENT_MESSAGE_BYTES)
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
