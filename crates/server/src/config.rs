@@ -85,11 +85,11 @@ pub struct Config {
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Most open viewer connections from one remote address (IPv6: one
-    /// /64; a reverse proxy counts as one). Default 64, range 1 ..=
+    /// /48; a reverse proxy counts as one). Default 64, range 1 ..=
     /// 100000 (above `max_viewers` it changes nothing): a few addresses
     /// cannot take every viewer slot.
     pub max_viewers_per_ip: usize,
-    /// New viewer connections one address (IPv6: one /64) may open a
+    /// New viewer connections one address (IPv6: one /48) may open a
     /// second, in bursts of `max_viewers_per_ip` (more get 429). Default
     /// 2, range 0.01 ..= 100000: each new viewer costs its first send
     /// (every cell located and summarised), so an address reconnecting in

@@ -79,10 +79,9 @@ pub enum Asker {
 }
 
 impl Asker {
-    /// A viewer from `address`, counted by a wider block than the viewer
-    /// caps count by: an IPv4 /24, an IPv6 /48 (one site's allocation).
-    /// A /64 each, three blocks filled the seven slots viewers may take,
-    /// and anyone holding an IPv6 /48 has 65,536 of them.
+    /// A viewer from `address` (its address group: an IPv6 /48), counted
+    /// by a wider block for IPv4: its /24. Three addresses (then /64s)
+    /// filled the seven slots viewers may take.
     pub fn viewer(address: std::net::IpAddr) -> Self {
         use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
         let v4 = |a: Ipv4Addr| IpAddr::V4(Ipv4Addr::from(u32::from(a) & !0xff));

@@ -30,10 +30,10 @@ pub struct Limits {
     pub snapshot_hz: u32,
     /// Most open WebSocket connections.
     pub max_viewers: usize,
-    /// Most open WebSocket connections from one address (IPv6: one /64).
+    /// Most open WebSocket connections from one address (IPv6: one /48).
     pub max_viewers_per_ip: usize,
     /// New viewer connections per second one address may open (IPv6: one
-    /// /64), in bursts of `max_viewers_per_ip`.
+    /// /48), in bursts of `max_viewers_per_ip`.
     pub viewer_connects_per_s: f32,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
