@@ -95,6 +95,12 @@ pub struct Config {
     /// (every cell located and summarised), so an address reconnecting in
     /// a loop is refused rather than served.
     pub viewer_connects_per_s: f32,
+    /// Requests one address (IPv6: one /48) may make a second without a
+    /// token, when tokens are configured, in bursts of 100 (more get 429).
+    /// Default 20, range 0.1 ..= 100000: every page, file and API call
+    /// counts; a page's load is about ten, and a client with a token is
+    /// not counted.
+    pub anonymous_requests_per_s: f32,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
     /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
@@ -148,6 +154,7 @@ impl Default for Config {
             max_viewers: l.max_viewers,
             max_viewers_per_ip: l.max_viewers_per_ip,
             viewer_connects_per_s: l.viewer_connects_per_s,
+            anonymous_requests_per_s: l.anonymous_requests_per_s,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
@@ -328,6 +335,13 @@ impl Config {
                 "0.01 ..= 100000",
             ));
         }
+        if !in_range(self.anonymous_requests_per_s, 0.1, 100_000.0) {
+            return Err(err(
+                "anonymous_requests_per_s",
+                self.anonymous_requests_per_s,
+                "0.1 ..= 100000",
+            ));
+        }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
             return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
         }
@@ -500,6 +514,7 @@ impl Config {
             max_viewers: self.max_viewers,
             max_viewers_per_ip: self.max_viewers_per_ip,
             viewer_connects_per_s: self.viewer_connects_per_s,
+            anonymous_requests_per_s: self.anonymous_requests_per_s,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,

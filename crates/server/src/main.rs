@@ -98,6 +98,10 @@ struct ServeArgs {
     /// `--max-viewers-per-ip` (default 2).
     #[arg(long, env = "STARLING_VIEWER_CONNECTS_PER_S")]
     viewer_connects_per_s: Option<f32>,
+    /// Requests one address may make a second without a token, when tokens
+    /// are configured, in bursts of 100 (default 20).
+    #[arg(long, env = "STARLING_ANONYMOUS_REQUESTS_PER_S")]
+    anonymous_requests_per_s: Option<f32>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
@@ -323,6 +327,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.viewer_connects_per_s = args
         .viewer_connects_per_s
         .unwrap_or(config.viewer_connects_per_s);
+    config.anonymous_requests_per_s = args
+        .anonymous_requests_per_s
+        .unwrap_or(config.anonymous_requests_per_s);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip

@@ -16,7 +16,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::shared::Shared;
+use super::listen::PeerGroup;
+use super::shared::{ANONYMOUS_REQUEST_BURST, Shared};
 
 /// Which hosts and origins the server answers.
 #[derive(Debug, Clone, Default)]
@@ -77,6 +78,23 @@ pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Respons
                 "Host {host:?} is not this server: allowed an IP address, localhost, or a name given with --public-host"
             ),
         );
+    }
+    // Without a token (when tokens are configured), each request counts
+    // against its address's rate: every request costs a worker's time,
+    // which the tick's threads share.
+    if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied() {
+        let tokens = &s.0.tokens;
+        let presented = super::auth::bearer(header_str(headers, header::AUTHORIZATION));
+        if tokens.any()
+            && tokens.actor(presented).account.is_none()
+            && !s.0.anonymous_requests.take(ip)
+        {
+            return ApiError::rate_limited(format!(
+                "this address made more than {} requests a second without a token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
+                s.0.limits.anonymous_requests_per_s
+            ))
+            .into_response();
+        }
     }
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
     let upgrade = headers.contains_key(header::UPGRADE);

@@ -35,6 +35,10 @@ pub struct Limits {
     /// New viewer connections per second one address may open (IPv6: one
     /// /48), in bursts of `max_viewers_per_ip`.
     pub viewer_connects_per_s: f32,
+    /// Requests per second one address may make without a token, when
+    /// tokens are configured (IPv6: one /48), in bursts of
+    /// [`ANONYMOUS_REQUEST_BURST`].
+    pub anonymous_requests_per_s: f32,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
@@ -56,6 +60,7 @@ impl Default for Limits {
             max_viewers: 1_000,
             max_viewers_per_ip: 64,
             viewer_connects_per_s: 2.0,
+            anonymous_requests_per_s: 20.0,
             stall_timeout: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
@@ -78,9 +83,13 @@ pub const MAX_SERVED_POPULATION: usize = if MAX_BOIDS < starling_sim::MAX_POPULA
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Trajectory exports a token may start per minute (burst: half that).
 pub const EXPORTS_PER_MINUTE: f32 = 6.0;
-/// Addresses whose viewer connection rate is kept at once (a bucket that
-/// has refilled is forgotten first; see `rate.rs`).
-pub const CONNECT_RATE_ADDRESSES: usize = 65_536;
+/// Addresses whose rates (viewer connections, anonymous requests) are kept
+/// at once, each (a bucket that has refilled is forgotten first; see
+/// `rate.rs`).
+pub const RATE_ADDRESSES: usize = 65_536;
+/// Requests an address may make without a token at once, past its rate
+/// (`anonymous_requests_per_s`): a page's load is about ten.
+pub const ANONYMOUS_REQUEST_BURST: f32 = 100.0;
 /// Trajectory exports running at once, server-wide (each keeps a core busy
 /// while its client reads as fast as it can).
 pub const EXPORTS_AT_ONCE: usize = 1;
@@ -134,6 +143,8 @@ pub struct Inner {
     viewers_per_ip: PerAddress,
     /// New viewer connections' rate per address group.
     viewer_connects: RateBuckets<IpAddr>,
+    /// Requests without a token, per address group (`http/guard.rs`).
+    pub anonymous_requests: RateBuckets<IpAddr>,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -171,7 +182,12 @@ impl Shared {
             viewer_connects: RateBuckets::with_max_keys(
                 limits.viewer_connects_per_s,
                 limits.max_viewers_per_ip as f32,
-                CONNECT_RATE_ADDRESSES,
+                RATE_ADDRESSES,
+            ),
+            anonymous_requests: RateBuckets::with_max_keys(
+                limits.anonymous_requests_per_s,
+                ANONYMOUS_REQUEST_BURST,
+                RATE_ADDRESSES,
             ),
             history,
         }))

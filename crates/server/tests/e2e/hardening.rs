@@ -528,6 +528,57 @@ async fn a_request_head_over_its_limit_is_refused_and_one_within_is_served() {
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_not() {
+    // Every request costs a worker's time, which the tick's threads share:
+    // one address without a token looping GETs on its 256 sockets kept the
+    // workers busy.
+    let token = "operator-token-0123";
+    let server = TestServer::start(Config {
+        operator_token: vec![token.into()],
+        anonymous_requests_per_s: 0.5,
+        ..test_config()
+    })
+    .await;
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    let url = server.url("/api/v1/state");
+    let status =
+        |r: reqwest::RequestBuilder| async move { r.send().await.unwrap().status().as_u16() };
+    let anonymous = from("127.0.0.1");
+    let mut served = 0;
+    let refused = loop {
+        match status(anonymous.get(&url)).await {
+            200 => served += 1,
+            other => break other,
+        }
+        assert!(served <= 200, "never refused");
+    };
+    assert_eq!(refused, 429);
+    assert!(
+        (100..=101).contains(&served),
+        "the burst is 100: {served} served"
+    );
+    let body = anonymous
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("anonymous_requests_per_s"), "{body}");
+    // The same address with a token, and another address, are served.
+    let with_token = anonymous.get(&url).bearer_auth(token);
+    assert_eq!(status(with_token).await, 200);
+    assert_eq!(status(from("127.0.0.2").get(&url)).await, 200);
+    server.stop().await.unwrap();
+}
+
 /// A raw HTTP call with chosen `Host` and `Origin` headers.
 async fn call(
     method: reqwest::Method,
