@@ -1030,6 +1030,16 @@ async fn every_api_refusal_is_json_naming_what_is_wrong() {
             "invalid",
             Some("sphere"),
         ),
+        // The socket's refusals were axum's plain text.
+        (Method::GET, "/ws", None, 400, "invalid", Some("Upgrade")),
+        (
+            Method::GET,
+            "/ws?token=a&token=b",
+            None,
+            400,
+            "invalid",
+            Some("token"),
+        ),
     ] {
         let (s, b) = rest(method.clone(), &url(path), None, body).await;
         assert_eq!(

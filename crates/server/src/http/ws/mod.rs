@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use axum::Extension;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -35,7 +37,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use starling_protocol::{
     ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR, PROTOCOL_MINOR,
-    ServerMsg, WorldInfo, declared_major, decode_client, encode_server, limits::MAX_MESSAGE_BYTES,
+    ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
+    limits::{MAX_MESSAGE_BYTES, MAX_STRING_BYTES},
 };
 use tokio::sync::mpsc;
 
@@ -77,11 +80,26 @@ pub struct WsQuery {
 /// Upgrades to a WebSocket, with the role the token grants.
 pub async fn upgrade(
     State(s): State<Shared>,
-    Query(q): Query<WsQuery>,
+    q: Result<Query<WsQuery>, QueryRejection>,
     peer: Option<Extension<PeerGroup>>,
     headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // Refusals as JSON naming the field, as every other refusal is.
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            let detail = format!("{}: allowed at most one token=", e.body_text());
+            return ApiError::invalid(e.status(), Some("token".into()), detail).into_response();
+        }
+    };
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => {
+            let detail = format!("{}: /ws takes only a WebSocket upgrade", e.body_text());
+            return ApiError::invalid(e.status(), Some("Upgrade".into()), detail).into_response();
+        }
+    };
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -171,7 +189,7 @@ impl Writer {
     async fn close(&mut self, reason: CloseReason, detail: &str) {
         let msg = encode(&ServerMsg::Close(Close {
             reason,
-            detail: detail.to_owned(),
+            detail: within_string_limit(detail),
         }));
         let _ = tokio::time::timeout(CLOSE_GRACE, async {
             let _ = self.sink.send(Message::Binary(msg)).await;
@@ -519,9 +537,23 @@ fn error_msg(request_id: Option<u32>, code: ErrorCode, field: Option<&str>, deta
     encode(&ServerMsg::Error(ErrorMsg {
         request_id,
         code,
-        field: field.map(str::to_owned),
-        detail: detail.to_owned(),
+        field: field.map(within_string_limit),
+        detail: within_string_limit(detail),
     }))
+}
+
+/// `s`, cut to the protocol's longest string ([`MAX_STRING_BYTES`]) at a
+/// character boundary, ending in `…` when cut: an error echoing a client's
+/// value of 60 KiB (a parameter's text) was one the client could not decode.
+fn within_string_limit(s: &str) -> String {
+    if s.len() <= MAX_STRING_BYTES {
+        return s.to_owned();
+    }
+    let mut end = MAX_STRING_BYTES - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 fn hello(s: &Shared, st: &Arc<Published>, actor: Actor) -> Hello {
@@ -546,3 +578,28 @@ fn hello(s: &Shared, st: &Arc<Published>, actor: Actor) -> Hello {
 // Keep the client-message limit within what the protocol allows.
 const _: () = assert!(MAX_CLIENT_MESSAGE_BYTES <= MAX_MESSAGE_BYTES);
 const _: () = assert!(CLOSE_TAKES_AT_MOST.as_millis() >= 3 * CLOSE_GRACE.as_millis());
+
+#[cfg(test)]
+mod tests {
+    use starling_protocol::{ServerFrame, decode_server};
+
+    use super::*;
+
+    #[test]
+    fn an_error_echoing_a_long_value_is_one_the_client_decodes() {
+        let value = "é".repeat(30_000);
+        let bytes = error_msg(Some(7), ErrorCode::BadRequest, Some(&value), &value);
+        let Ok(ServerFrame::Control(ServerMsg::Error(e))) = decode_server(&bytes) else {
+            panic!("undecodable");
+        };
+        for s in [e.field.unwrap(), e.detail] {
+            assert!(
+                s.len() <= MAX_STRING_BYTES && s.ends_with('…'),
+                "{}",
+                s.len()
+            );
+            assert!(value.starts_with(s.trim_end_matches('…')));
+        }
+        assert_eq!(within_string_limit("short"), "short");
+    }
+}
