@@ -85,21 +85,22 @@ pub struct Config {
     /// Most open viewer connections. Default 1000, range 1 ..= 100000.
     pub max_viewers: usize,
     /// Most open viewer connections from one remote address (IPv6: one
-    /// /48; a reverse proxy counts as one). Default 64, range 1 ..=
+    /// /56; a reverse proxy counts as one). Default 64, range 1 ..=
     /// 100000 (above `max_viewers` it changes nothing): a few addresses
     /// cannot take every viewer slot.
     pub max_viewers_per_ip: usize,
-    /// New viewer connections one address (IPv6: one /48) may open a
+    /// New viewer connections one address (IPv6: one /56) may open a
     /// second, in bursts of `max_viewers_per_ip` (more get 429). Default
     /// 2, range 0.01 ..= 100000: each new viewer costs its first send
     /// (every cell located and summarised), so an address reconnecting in
     /// a loop is refused rather than served.
     pub viewer_connects_per_s: f32,
-    /// Requests one address (IPv6: one /48) may make a second without a
-    /// token, when tokens are configured, in bursts of 100 (more get 429).
-    /// Default 20, range 0.1 ..= 100000: every page, file and API call
-    /// counts; a page's load is about ten, and a client with a token is
-    /// not counted.
+    /// Requests one address (IPv6: one /56) may make a second presenting
+    /// no token, when tokens are configured, in bursts of 100 (more get
+    /// 429). Default 20, range 0.1 ..= 100000: every page, file, API call
+    /// and upgrade counts (a page's load is about ten) but health checks
+    /// and metrics; a request presenting a token (a bearer header, or
+    /// `?token=`) is not counted. Behind a reverse proxy, raise it.
     pub anonymous_requests_per_s: f32,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,

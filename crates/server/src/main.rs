@@ -91,7 +91,7 @@ struct ServeArgs {
     /// Most open viewer connections (default 1000).
     #[arg(long, env = "STARLING_MAX_VIEWERS")]
     max_viewers: Option<usize>,
-    /// Most open viewer connections from one address, an IPv6 /48 (default 64).
+    /// Most open viewer connections from one address, an IPv6 /56 (default 64).
     #[arg(long, env = "STARLING_MAX_VIEWERS_PER_IP")]
     max_viewers_per_ip: Option<usize>,
     /// New viewer connections one address may open a second, in bursts of

@@ -37,7 +37,8 @@ pub struct Telemetry {
     /// Viewers dropped for not keeping up.
     pub viewers_dropped: Counter,
     /// Viewer connections refused before the upgrade, by reason
-    /// (`server_full`, `address_full`, `connect_rate`, `no_snapshot`).
+    /// (`server_full`, `address_full`, `connect_rate`, `no_snapshot`,
+    /// `anonymous_rate`).
     pub viewers_refused: Family<ReasonLabels, Counter>,
     /// Open viewer connections on the interest stream (the tick loop
     /// builds cell frames only while there is one).

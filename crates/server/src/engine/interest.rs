@@ -79,8 +79,8 @@ pub enum Asker {
 }
 
 impl Asker {
-    /// A viewer from `address` (its address group: an IPv6 /48), counted
-    /// by a wider block for IPv4: its /24. Three addresses (then /64s)
+    /// A viewer from `address`, counted by a wider block than the caps
+    /// count by: an IPv4 /24, an IPv6 /48. Three addresses (then /64s)
     /// filled the seven slots viewers may take.
     pub fn viewer(address: std::net::IpAddr) -> Self {
         use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

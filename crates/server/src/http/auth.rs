@@ -85,6 +85,14 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
     header?.strip_prefix("Bearer ").map(str::trim)
 }
 
+/// `?token=` on a URL: how a browser presents a token where it cannot set
+/// headers (the WebSocket's).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct TokenQuery {
+    /// The token.
+    pub token: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,11 +10,12 @@
 
 use std::net::IpAddr;
 
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::auth::{TokenQuery, bearer};
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::shared::{ANONYMOUS_REQUEST_BURST, Shared};
@@ -79,18 +80,27 @@ pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Respons
             ),
         );
     }
-    // Without a token (when tokens are configured), each request counts
-    // against its address's rate: every request costs a worker's time,
-    // which the tick's threads share.
-    if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied() {
-        let tokens = &s.0.tokens;
-        let presented = super::auth::bearer(header_str(headers, header::AUTHORIZATION));
-        if tokens.any()
-            && tokens.actor(presented).account.is_none()
-            && !s.0.anonymous_requests.take(ip)
-        {
+    // Presenting no token (when tokens are configured), each request
+    // counts against its address's rate: every request costs a worker's
+    // time, which the tick's threads share. Probes and scrapes are not
+    // counted (a load balancer's health checks share its address with the
+    // pages it passes on).
+    let probe = matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics");
+    if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied()
+        && s.0.tokens.any()
+        && !probe
+    {
+        let query = Query::<TokenQuery>::try_from_uri(req.uri())
+            .unwrap_or_default()
+            .0;
+        let presented =
+            bearer(header_str(headers, header::AUTHORIZATION)).or(query.token.as_deref());
+        if s.0.tokens.actor(presented).account.is_none() && !s.0.anonymous_requests.take(ip) {
+            if req.uri().path() == "/ws" {
+                s.0.telemetry.viewer_refused("anonymous_rate");
+            }
             return ApiError::rate_limited(format!(
-                "this address made more than {} requests a second without a token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
+                "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
                 s.0.limits.anonymous_requests_per_s
             ))
             .into_response();

@@ -6,8 +6,9 @@
 //! keep-alive connection may wait for its next request, and how long an
 //! HTTP connection may make no progress either way (a request body that
 //! stops arriving, a response its client stops reading). IPv6 addresses
-//! count per /48, the most a site or subscriber is usually given (a /64
-//! each, a /48's holder had 65,536 addresses' worth of sockets and viewers).
+//! count per /56, what a subscriber is usually given (a /64 each, a /48's
+//! holder had 65,536 addresses' worth of sockets and viewers; a /48 each,
+//! every device of a carrier's pool could have shared one cap).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -107,14 +108,14 @@ impl Drop for AddressCount {
 }
 
 /// The address a socket counts against: IPv4 addresses (IPv4-mapped IPv6
-/// included) as they are, other IPv6 addresses by their /48 block, so that
+/// included) as they are, other IPv6 addresses by their /56 block, so that
 /// one subscriber's many addresses share one cap.
 fn address_group(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 80) - 1))),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 72) - 1))),
         },
     }
 }
@@ -295,10 +296,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ipv6_addresses_count_per_48_block_and_mapped_ipv4_as_ipv4() {
+    fn ipv6_addresses_count_per_56_block_and_mapped_ipv4_as_ipv4() {
         let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:ffff:ffff::9".parse().unwrap();
-        let c: IpAddr = "2001:db8:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:ff:ffff::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:100::1".parse().unwrap();
         assert_eq!(address_group(a), address_group(b));
         assert_ne!(address_group(a), address_group(c));
         let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();

@@ -21,6 +21,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
@@ -30,7 +31,8 @@ use shared::{MAX_BODY_BYTES, Shared};
 pub fn app(shared: Shared, web_dir: &Path) -> Router {
     let (api, doc) = rest::routes(shared.0.limits.max_population);
     // Serialised once: each request is a copy of the bytes, not of the document.
-    let doc = axum::body::Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+    let doc =
+        axum::body::Bytes::from(serde_json::to_vec(&doc).expect("the OpenAPI document serialises"));
     let mut router = Router::new()
         .route(
             "/api/v1/openapi.json",
@@ -59,15 +61,21 @@ pub fn app(shared: Shared, web_dir: &Path) -> Router {
             guard::check,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        // The server's own 5xx are refusals (503: full, busy, no snapshot
-        // yet), each already counted or logged where it is made: logged at
-        // ERROR, a client retrying on a full server wrote a line per try.
-        .layer(
-            TraceLayer::new_for_http().on_failure(
-                tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
-            ),
-        )
+        .layer(TraceLayer::new_for_http().on_failure(on_failure))
         .with_state(shared)
+}
+
+/// A failed response, logged: a 503 is a refusal (full, busy, no snapshot
+/// yet; the viewer ones counted in `viewers_refused`), at DEBUG (at ERROR, a
+/// client retrying on a full server wrote a line a try); any other failure
+/// at ERROR.
+fn on_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(?latency, "refused: 503");
+        }
+        other => tracing::error!(classification = %other, ?latency, "response failed"),
+    }
 }
 
 fn missing_viewer_page(dir: &Path) -> String {

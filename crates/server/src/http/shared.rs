@@ -30,13 +30,13 @@ pub struct Limits {
     pub snapshot_hz: u32,
     /// Most open WebSocket connections.
     pub max_viewers: usize,
-    /// Most open WebSocket connections from one address (IPv6: one /48).
+    /// Most open WebSocket connections from one address (IPv6: one /56).
     pub max_viewers_per_ip: usize,
     /// New viewer connections per second one address may open (IPv6: one
-    /// /48), in bursts of `max_viewers_per_ip`.
+    /// /56), in bursts of `max_viewers_per_ip`.
     pub viewer_connects_per_s: f32,
     /// Requests per second one address may make without a token, when
-    /// tokens are configured (IPv6: one /48), in bursts of
+    /// tokens are configured (IPv6: one /56), in bursts of
     /// [`ANONYMOUS_REQUEST_BURST`].
     pub anonymous_requests_per_s: f32,
     /// A viewer whose socket accepts nothing for this long is dropped.

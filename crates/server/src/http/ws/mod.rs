@@ -34,7 +34,6 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use serde::Deserialize;
 use starling_protocol::{
     ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR, PROTOCOL_MINOR,
     ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
@@ -42,7 +41,7 @@ use starling_protocol::{
 };
 use tokio::sync::mpsc;
 
-use super::auth::bearer;
+use super::auth::{TokenQuery, bearer};
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::shared::Shared;
@@ -71,16 +70,10 @@ const METRICS_INTERVAL: Duration = Duration::from_millis(250);
 /// Largest client message accepted, bytes (commands are small).
 const MAX_CLIENT_MESSAGE_BYTES: usize = 64 * 1024;
 
-/// `?token=` on the WebSocket URL (browsers cannot set headers there).
-#[derive(Debug, Deserialize)]
-pub struct WsQuery {
-    token: Option<String>,
-}
-
 /// Upgrades to a WebSocket, with the role the token grants.
 pub async fn upgrade(
     State(s): State<Shared>,
-    q: Result<Query<WsQuery>, QueryRejection>,
+    q: Result<Query<TokenQuery>, QueryRejection>,
     peer: Option<Extension<PeerGroup>>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -96,8 +89,16 @@ pub async fn upgrade(
     let ws = match ws {
         Ok(ws) => ws,
         Err(e) => {
+            use WebSocketUpgradeRejection as R;
+            let field = match &e {
+                R::MethodNotGet(_) | R::MethodNotConnect(_) => "method",
+                R::InvalidConnectionHeader(_) => "Connection",
+                R::InvalidWebSocketVersionHeader(_) => "Sec-WebSocket-Version",
+                R::WebSocketKeyHeaderMissing(_) => "Sec-WebSocket-Key",
+                _ => "Upgrade",
+            };
             let detail = format!("{}: /ws takes only a WebSocket upgrade", e.body_text());
-            return ApiError::invalid(e.status(), Some("Upgrade".into()), detail).into_response();
+            return ApiError::invalid(e.status(), Some(field.into()), detail).into_response();
         }
     };
     let header = headers
@@ -334,7 +335,7 @@ async fn serve(
     let mut last_metrics = Instant::now() - METRICS_INTERVAL;
     let refused = |reason, detail: &str| Ending::Refused(reason, detail.to_owned());
     // When the last Resync was honoured, and whether another waits its turn.
-    let (mut last_resync, mut resync_waiting): (Option<Instant>, bool) = (None, false);
+    let (mut last_resync, mut resync_waiting): (Option<tokio::time::Instant>, bool) = (None, false);
     let ending = loop {
         tokio::select! {
             // An ending, once set, is seen before anything else is sent.
@@ -357,10 +358,6 @@ async fn serve(
                 // broadcast let go before the socket is waited on: a viewer
                 // that stops reading held it (frames and cells) for up to
                 // the stall timeout.
-                if resync_waiting && last_resync.is_none_or(|t| t.elapsed() >= RESYNC_EVERY) {
-                    (last_resync, resync_waiting) = (Some(Instant::now()), false);
-                    resync(&mut held, interest.as_mut());
-                }
                 let st = published.borrow_and_update().clone();
                 let mut control = updates_of(&st, &mut params_version, &mut agents_version, &mut last_metrics);
                 // Rate limit in simulation ticks, not wall time, so timing
@@ -434,11 +431,18 @@ async fn serve(
             }
             Some(()) = resync_rx.recv() => {
                 if last_resync.is_none_or(|t| t.elapsed() >= RESYNC_EVERY) {
-                    (last_resync, resync_waiting) = (Some(Instant::now()), false);
+                    (last_resync, resync_waiting) = (Some(tokio::time::Instant::now()), false);
                     resync(&mut held, interest.as_mut());
                 } else {
                     resync_waiting = true;
                 }
+            }
+            // A Resync that came too soon, at its turn.
+            () = tokio::time::sleep_until(
+                last_resync.map_or_else(tokio::time::Instant::now, |t| t + RESYNC_EVERY)
+            ), if resync_waiting => {
+                (last_resync, resync_waiting) = (Some(tokio::time::Instant::now()), false);
+                resync(&mut held, interest.as_mut());
             }
             Ok(()) = view_rx.changed() => {
                 if let (Some(vi), Some(v)) = (interest.as_mut(), *view_rx.borrow_and_update()) {
