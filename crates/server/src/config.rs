@@ -71,8 +71,8 @@ pub struct Config {
     /// keep-alive connection may wait for its next request. Default 10,
     /// range 1 ..= 300.
     pub header_timeout_s: f32,
-    /// Most open sockets from one remote address (a reverse proxy counts
-    /// as one). Default 256, range 1 ..= 100000.
+    /// Most open sockets from one remote address (IPv6: one /56; a reverse
+    /// proxy counts as one). Default 256, range 1 ..= 100000.
     pub max_connections_per_ip: usize,
     /// Most open sockets in all (viewers included). Default `max_viewers`
     /// + 1024, range `max_viewers + 1` ..= 1000000.
@@ -96,11 +96,11 @@ pub struct Config {
     /// a loop is refused rather than served.
     pub viewer_connects_per_s: f32,
     /// Requests one address (IPv6: one /56) may make a second presenting
-    /// no token, when tokens are configured, in bursts of 100 (more get
-    /// 429). Default 20, range 0.1 ..= 100000: every page, file, API call
-    /// and upgrade counts (a page's load is about ten) but health checks
-    /// and metrics; a request presenting a token (a bearer header, or
-    /// `?token=`) is not counted. Behind a reverse proxy, raise it.
+    /// no valid token, when tokens are configured, in bursts of 100 (more
+    /// get 429). Default 20, range 0.1 ..= 100000: every page, file, API
+    /// call and upgrade counts (a page's load is about ten) but health
+    /// checks and metrics; a request presenting a valid token (a bearer
+    /// header, or `?token=`) is not counted. Behind a reverse proxy, raise it.
     pub anonymous_requests_per_s: f32,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,

@@ -98,15 +98,15 @@ struct ServeArgs {
     /// `--max-viewers-per-ip` (default 2).
     #[arg(long, env = "STARLING_VIEWER_CONNECTS_PER_S")]
     viewer_connects_per_s: Option<f32>,
-    /// Requests one address may make a second without a token, when tokens
-    /// are configured, in bursts of 100 (default 20).
+    /// Requests one address may make a second presenting no valid token,
+    /// when tokens are configured, in bursts of 100 (default 20).
     #[arg(long, env = "STARLING_ANONYMOUS_REQUESTS_PER_S")]
     anonymous_requests_per_s: Option<f32>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
     max_population: Option<usize>,
-    /// Most open sockets from one remote address (default 256).
+    /// Most open sockets from one remote address, an IPv6 /56 (default 256).
     #[arg(long, env = "STARLING_MAX_CONNECTIONS_PER_IP")]
     max_connections_per_ip: Option<usize>,
     /// The least role that may export trajectories: viewer, pilot or

@@ -24,8 +24,9 @@
 //! `FULL_FORMS + 2 + LINEAR_FORMS` encodings per broadcast, however many
 //! viewers there are: the encode cost is flat in the viewer count.
 //!
-//! The linear slots go first come, first served, so one address may make
-//! at most [`LINEAR_FORMS_PER_ADDRESS`] of a cell's in a broadcast, and
+//! The linear slots go first come, first served, so one network (an IPv4
+//! /24, an IPv6 /48: [`Asker::viewer`]) may make at most
+//! [`LINEAR_FORMS_PER_ADDRESS`] of a cell's in a broadcast, and
 //! the last is kept for the NATS publisher ([`Asker`]): a client opening
 //! sockets that each ask for a pair of frames, a precision or a version of
 //! their own (and watch a small box, so their sends come first) could
@@ -64,7 +65,8 @@ pub const HISTORY: u64 = 8;
 pub const FULL_FORMS: usize = 4;
 /// Linear encodings a cell keeps per broadcast, at most.
 pub const LINEAR_FORMS: usize = 8;
-/// Of those, the most that viewers from one address may make (see [`Asker`]).
+/// Of those, the most that viewers from one network may make (see
+/// [`Asker::viewer`]).
 pub const LINEAR_FORMS_PER_ADDRESS: usize = 3;
 
 /// Who an update is made for: a viewer, by its address block (`None`: a

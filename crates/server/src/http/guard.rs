@@ -7,6 +7,10 @@
 //! it came from (`Origin`): another site's page can neither drive the flock
 //! nor open a socket with a visitor's access. Clients that send no `Origin`
 //! (curl, scripts) are not browsers acting for someone else and pass.
+//!
+//! With tokens configured, requests presenting no valid token count against
+//! their address's rate (`anonymous_requests_per_s`), health checks and
+//! metrics aside.
 
 use std::net::IpAddr;
 
@@ -66,8 +70,9 @@ fn refuse(field: &str, detail: String) -> Response {
     .into_response()
 }
 
-/// The middleware: checks `Host` on every request and `Origin` on changes
-/// and upgrades.
+/// The middleware: checks `Host` on every request, `Origin` on changes
+/// and upgrades, and holds requests presenting no valid token to their
+/// address's rate (when tokens are configured).
 pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Response {
     let allowed = &s.0.allowed;
     let headers = req.headers();
@@ -93,8 +98,9 @@ pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Respons
         let query = Query::<TokenQuery>::try_from_uri(req.uri())
             .unwrap_or_default()
             .0;
+        // The socket's order (`ws::upgrade`): the URL's, then the header's.
         let presented =
-            bearer(header_str(headers, header::AUTHORIZATION)).or(query.token.as_deref());
+            (query.token.as_deref()).or(bearer(header_str(headers, header::AUTHORIZATION)));
         if s.0.tokens.actor(presented).account.is_none() && !s.0.anonymous_requests.take(ip) {
             if req.uri().path() == "/ws" {
                 s.0.telemetry.viewer_refused("anonymous_rate");

@@ -55,7 +55,8 @@ pub struct ConnLimits {
 }
 
 /// The address group ([`address_group`]) a request came from, in each
-/// request's extensions (the viewer cap per address reads it).
+/// request's extensions (the viewer cap and connection rate per address,
+/// and the anonymous request rate, read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerGroup(pub IpAddr);
 

@@ -65,10 +65,12 @@ pub fn app(shared: Shared, web_dir: &Path) -> Router {
         .with_state(shared)
 }
 
-/// A failed response, logged: a 503 is a refusal (full, busy, no snapshot
-/// yet; the viewer ones counted in `viewers_refused`), at DEBUG (at ERROR, a
-/// client retrying on a full server wrote a line a try); any other failure
-/// at ERROR.
+/// A failed response, logged: a 503, at DEBUG (at ERROR, a client
+/// retrying on a full server wrote a line a try). Most are refusals (full,
+/// busy, no snapshot yet; the viewer ones counted in `viewers_refused`);
+/// the others are logged at WARN where they are made (an edge that cannot
+/// forward a command, `/readyz` with no fresh state). Any other failure at
+/// ERROR.
 fn on_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
     match class {
         ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
@@ -94,6 +96,8 @@ fn missing_viewer_page(dir: &Path) -> String {
 async fn readyz(State(s): State<Shared>) -> Response {
     let st = s.state();
     if st.at.elapsed() >= Duration::from_secs(2) {
+        // Logged here: the 503 is logged at DEBUG, with refusals.
+        tracing::warn!(age = ?st.at.elapsed(), "not ready: no fresh state");
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "no fresh state: the tick loop is not publishing, or an edge hears nothing from its origin over NATS",

@@ -115,6 +115,13 @@ mod tests {
         for k in 0..100 {
             assert!(stuck.take(k), "a new key gets its burst");
             assert!(stuck.buckets.lock().unwrap().len() <= 8);
+            if k == 8 {
+                assert_eq!(
+                    stuck.buckets.lock().unwrap().len(),
+                    7,
+                    "six kept and the new one"
+                );
+            }
         }
         assert!(!stuck.take(99), "the newest key is kept, spent");
         // The fullest are forgotten first: keys 0..4 spent half their

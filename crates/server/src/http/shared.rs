@@ -194,8 +194,9 @@ impl Shared {
     }
 
     /// Counts one more viewer from `peer` (an address group) until the
-    /// slot is dropped, or None when it holds `max_viewers_per_ip`
-    /// already: a few addresses cannot take every viewer slot.
+    /// slot is dropped, or refuses it (503 naming the setting) when it
+    /// holds `max_viewers_per_ip` already: a few addresses cannot take
+    /// every viewer slot.
     pub fn viewer_of(&self, peer: IpAddr) -> Result<AddressCount, ApiError> {
         let limits = &self.0.limits;
         self.0

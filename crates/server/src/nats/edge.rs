@@ -675,6 +675,8 @@ fn forward(
 }
 
 fn remote_busy(detail: &str) -> OpError {
+    // Logged here: the 503 it becomes is logged at DEBUG, with refusals.
+    tracing::warn!(detail, "a command could not be forwarded to the origin");
     OpError::Remote {
         status: 503,
         error: "busy".into(),

@@ -51,8 +51,9 @@ pub struct Budget {
 }
 
 /// The time between sends assumed until measured (the default snapshot
-/// rate's), and the longest it is taken to be (a paused server's sends).
+/// rate's).
 const START_INTERVAL_S: f64 = 1.0 / 30.0;
+/// The longest time between sends it is taken to be (a paused server's).
 const MAX_INTERVAL_S: f64 = 10.0;
 
 impl Budget {

@@ -395,8 +395,9 @@ impl ViewerInterest {
         }
     }
 
-    /// The address (group) the viewer connects from, which the linear
-    /// encodings it makes count against (`engine::interest::Asker`).
+    /// The address (group) the viewer connects from: the linear encodings
+    /// it makes count against its network, an IPv4 /24 or an IPv6 /48
+    /// (`engine::interest::Asker::viewer`).
     pub fn set_address(&mut self, address: std::net::IpAddr) {
         self.asker = Asker::viewer(address);
     }
