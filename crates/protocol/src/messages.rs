@@ -14,7 +14,7 @@ use crate::quant::QuantBox;
 /// a close. Bumped on any incompatible change.
 pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version: additions an older peer can ignore.
-pub const PROTOCOL_MINOR: u16 = 7;
+pub const PROTOCOL_MINOR: u16 = 8;
 /// The minor that brought the interest stream (`Subscribe`'s region, cell
 /// updates with fixed-width fields).
 pub const INTEREST_MINOR: u16 = 2;
@@ -39,6 +39,9 @@ pub const NO_HEADING_MINOR: u16 = 6;
 /// tick): servers send it only to clients that subscribed with at least
 /// this minor.
 pub const COMPACT_BATCH_MINOR: u16 = 7;
+/// The minor that brought [`CloseReason::Busy`]: servers send it only to
+/// clients that subscribed with at least this minor.
+pub const BUSY_CLOSE_MINOR: u16 = 8;
 
 /// What a connection may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -546,6 +549,10 @@ pub enum CloseReason {
     TooSlow,
     /// The token was refused.
     Unauthorized,
+    /// The server holds as many connections of this kind as it may (1.8;
+    /// the detail says which, and what to do instead). A client that
+    /// subscribed with an older minor is sent `Shutdown` instead.
+    Busy,
 }
 
 /// Sent just before the server closes.

@@ -102,6 +102,13 @@ pub struct Config {
     /// checks and metrics; a request presenting a valid token (a bearer
     /// header, or `?token=`) is not counted. Behind a reverse proxy, raise it.
     pub anonymous_requests_per_s: f32,
+    /// The whole-world stream's viewers times its keyframe's bytes, at most
+    /// (a subscription past it gets `Close(Busy)` naming this setting; the
+    /// interest stream is not counted). Default 1073741824 (1 GiB: 127
+    /// viewers of a million boids, every allowed viewer of 100,000), range
+    /// 1048576 ..= 1099511627776: each whole-world viewer's socket keeps a
+    /// buffer as large as the largest frame it was sent.
+    pub whole_world_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
     /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
@@ -156,6 +163,7 @@ impl Default for Config {
             max_viewers_per_ip: l.max_viewers_per_ip,
             viewer_connects_per_s: l.viewer_connects_per_s,
             anonymous_requests_per_s: l.anonymous_requests_per_s,
+            whole_world_bytes: l.whole_world_bytes,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
@@ -343,6 +351,13 @@ impl Config {
                 "0.1 ..= 100000",
             ));
         }
+        if !(1 << 20..=1 << 40).contains(&self.whole_world_bytes) {
+            return Err(err(
+                "whole_world_bytes",
+                self.whole_world_bytes,
+                "1048576 ..= 1099511627776",
+            ));
+        }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
             return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
         }
@@ -516,6 +531,7 @@ impl Config {
             max_viewers_per_ip: self.max_viewers_per_ip,
             viewer_connects_per_s: self.viewer_connects_per_s,
             anonymous_requests_per_s: self.anonymous_requests_per_s,
+            whole_world_bytes: self.whole_world_bytes,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,

@@ -102,6 +102,10 @@ struct ServeArgs {
     /// when tokens are configured, in bursts of 100 (default 20).
     #[arg(long, env = "STARLING_ANONYMOUS_REQUESTS_PER_S")]
     anonymous_requests_per_s: Option<f32>,
+    /// The whole-world stream's viewers times its keyframe's bytes, at most
+    /// (default 1073741824).
+    #[arg(long, env = "STARLING_WHOLE_WORLD_BYTES")]
+    whole_world_bytes: Option<usize>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
@@ -330,6 +334,7 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.anonymous_requests_per_s = args
         .anonymous_requests_per_s
         .unwrap_or(config.anonymous_requests_per_s);
+    config.whole_world_bytes = args.whole_world_bytes.unwrap_or(config.whole_world_bytes);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip

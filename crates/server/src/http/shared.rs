@@ -39,6 +39,10 @@ pub struct Limits {
     /// tokens are configured (IPv6: one /56), in bursts of
     /// [`ANONYMOUS_REQUEST_BURST`].
     pub anonymous_requests_per_s: f32,
+    /// The whole-world stream's viewers times its keyframe's bytes, at
+    /// most (each viewer's socket keeps a buffer as large as the largest
+    /// frame it was sent).
+    pub whole_world_bytes: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
@@ -61,6 +65,7 @@ impl Default for Limits {
             max_viewers_per_ip: 64,
             viewer_connects_per_s: 2.0,
             anonymous_requests_per_s: 20.0,
+            whole_world_bytes: 1 << 30,
             stall_timeout: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
@@ -145,6 +150,8 @@ pub struct Inner {
     viewer_connects: RateBuckets<IpAddr>,
     /// Requests without a token, per address group (`http/guard.rs`).
     pub anonymous_requests: RateBuckets<IpAddr>,
+    /// Viewers on the whole-world stream (see `Limits::whole_world_bytes`).
+    pub whole_world_viewers: std::sync::atomic::AtomicUsize,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -184,6 +191,7 @@ impl Shared {
                 limits.max_viewers_per_ip as f32,
                 RATE_ADDRESSES,
             ),
+            whole_world_viewers: std::sync::atomic::AtomicUsize::new(0),
             anonymous_requests: RateBuckets::with_max_keys(
                 limits.anonymous_requests_per_s,
                 ANONYMOUS_REQUEST_BURST,

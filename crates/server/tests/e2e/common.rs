@@ -349,6 +349,17 @@ impl Viewer {
         }
     }
 
+    /// Reads until the first snapshot (true) or the close (false).
+    pub(crate) async fn admitted(&mut self) -> bool {
+        loop {
+            match self.read_one().await {
+                Event::Frame(_) => return true,
+                Event::Closed => return false,
+                _ => {}
+            }
+        }
+    }
+
     /// The next snapshot.
     pub(crate) async fn next_frame(&mut self) -> Frame {
         let deadline = tokio::time::Instant::now() + WAIT;

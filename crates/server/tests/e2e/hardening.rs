@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use starling_protocol::{
-    ClientMsg, CloseReason, Command, ServerFrame, ServerMsg, decode_server, encode_client,
+    BUSY_CLOSE_MINOR, ClientMsg, CloseReason, Command, ErrorCode, PROTOCOL_MINOR, ServerFrame,
+    ServerMsg, View, decode_server, encode_client,
 };
 use starling_server::config::Config;
 use starling_server::http::listen::MAX_HEAD_BYTES;
@@ -600,6 +601,67 @@ async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_
         );
     }
     assert_eq!(status(from("127.0.0.2").get(&url)).await, 200);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_world_stream_holds_at_most_its_bytes_of_viewers_and_views_are_not_counted() {
+    // Each whole-world viewer's socket keeps a buffer as large as a
+    // keyframe (8 MB at a million boids): a thousand of them held 8 GB.
+    let server = TestServer::start(Config {
+        population: 20_000,
+        whole_world_bytes: 1 << 20,
+        ..test_config()
+    })
+    .await;
+    let join = |minor: u16| Viewer::connect_minor(server.addr, None, 30, None, minor);
+    // 20,000 boids make keyframes of about 160 kB: six fit in 1 MiB.
+    let mut held = Vec::new();
+    let mut refused = loop {
+        let mut v = join(PROTOCOL_MINOR).await;
+        if !v.admitted().await {
+            break v;
+        }
+        held.push(v);
+        assert!(held.len() <= 8, "never refused");
+    };
+    assert!((5..=7).contains(&held.len()), "{} let in", held.len());
+    assert!(refused.until(|s| s.close.is_some()).await);
+    let close = refused.seen.close.clone().unwrap();
+    assert_eq!(close.reason, CloseReason::Busy);
+    assert!(
+        close.detail.contains("whole_world_bytes"),
+        "{}",
+        close.detail
+    );
+    let e = &refused.seen.errors[0];
+    assert_eq!(
+        (e.code, e.field.as_deref()),
+        (ErrorCode::Busy, Some("region"))
+    );
+    // A client older than the Busy reason is told Shutdown.
+    let mut old = join(BUSY_CLOSE_MINOR - 1).await;
+    assert!(!old.admitted().await);
+    assert_eq!(
+        old.seen.close.clone().unwrap().reason,
+        CloseReason::Shutdown
+    );
+    // A view is served whatever the whole-world stream holds.
+    let view = View {
+        min: [0.0; 3],
+        max: [50.0; 3],
+        eye: None,
+        budget_bytes_per_s: None,
+    };
+    let mut viewing = Viewer::connect_view(server.addr, None, 30, Some(view)).await;
+    viewing.next_cells().await;
+    // Once a whole-world viewer goes, another joins.
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while !join(PROTOCOL_MINOR).await.admitted().await {
+        assert!(tokio::time::Instant::now() < deadline, "no room came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.stop().await.unwrap();
 }
 

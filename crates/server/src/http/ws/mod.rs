@@ -35,8 +35,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use starling_protocol::{
-    ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR, PROTOCOL_MINOR,
-    ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
+    BUSY_CLOSE_MINOR, ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR,
+    PROTOCOL_MINOR, ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
     limits::{MAX_MESSAGE_BYTES, MAX_STRING_BYTES},
 };
 use tokio::sync::mpsc;
@@ -146,6 +146,47 @@ pub async fn upgrade(
             s.0.telemetry.viewers.dec();
             drop((slot, address));
         })
+}
+
+/// A viewer on the whole-world stream, counted until dropped.
+struct WholeWorld(Shared);
+
+impl WholeWorld {
+    /// Counts one more whole-world viewer, or refuses it (the close reason
+    /// for a client that subscribed with `minor`, and why) when the stream's
+    /// viewers times the keyframe's bytes would pass `whole_world_bytes`:
+    /// each whole-world viewer's socket keeps a buffer as large as the
+    /// largest frame it was sent (a keyframe: 8 MB at a million boids). The
+    /// first is always let in.
+    fn join(s: &Shared, minor: u16) -> Result<Self, (CloseReason, String)> {
+        use std::sync::atomic::Ordering;
+        let keyframe = s.state().broadcast.as_ref().map_or(0, |b| b.keyframe.len());
+        let most = s.0.limits.whole_world_bytes;
+        let n = s.0.whole_world_viewers.fetch_add(1, Ordering::SeqCst) + 1;
+        let joined = Self(s.clone());
+        if n == 1 || n.saturating_mul(keyframe) <= most {
+            return Ok(joined);
+        }
+        let reason = if minor >= BUSY_CLOSE_MINOR {
+            CloseReason::Busy
+        } else {
+            CloseReason::Shutdown
+        };
+        Err((
+            reason,
+            format!(
+                "the whole-world stream holds {} viewers of {keyframe}-byte keyframes, its most (whole_world_bytes = {most}: each keeps a buffer as large as a keyframe); subscribe with a view (the interest stream; on the page, ?budget=auto)",
+                n - 1
+            ),
+        ))
+    }
+}
+
+impl Drop for WholeWorld {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        self.0.0.whole_world_viewers.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The viewer dropped what it held (`Resync`): its next frame is a
@@ -295,6 +336,21 @@ async fn serve(
         }
     };
 
+    // A whole-world viewer counts against the stream's bytes until it goes.
+    let _whole_world = match view {
+        Some(_) => None,
+        None => match WholeWorld::join(&s, minor) {
+            Ok(w) => Some(w),
+            Err((reason, detail)) => {
+                s.0.telemetry.viewer_refused("whole_world_full");
+                let _ = w
+                    .send(error_msg(None, ErrorCode::Busy, Some("region"), &detail))
+                    .await;
+                w.close(reason, &detail).await;
+                return;
+            }
+        },
+    };
     let (outbox, mut inbox, mut ended) = outbox::outbox();
     let (rate_tx, mut rate_rx) = mpsc::channel::<u16>(4);
     let (resync_tx, mut resync_rx) = mpsc::channel::<()>(1);
