@@ -526,6 +526,12 @@ impl App {
                 ) {
                     self.give_up = true;
                 }
+                // The whole-world stream is full: the page reopens itself
+                // on the interest stream, which is not.
+                if c.reason == CloseReason::Busy && self.interest.is_none() && reopen_on_interest()
+                {
+                    self.give_up = true;
+                }
                 self.dom.message(
                     &format!("the server closed the connection: {}", c.detail),
                     true,
@@ -1257,4 +1263,20 @@ impl App {
                 .message("the connection is backed up; commands may be slow", true);
         }
     }
+}
+
+/// Reopens the page on the interest stream (`?budget=auto`, the page's
+/// other parameters kept); false when it cannot.
+fn reopen_on_interest() -> bool {
+    let Some(loc) = web_sys::window().map(|w| w.location()) else {
+        return false;
+    };
+    let Ok(params) = loc
+        .search()
+        .and_then(|s| web_sys::UrlSearchParams::new_with_str(&s))
+    else {
+        return false;
+    };
+    params.set("budget", "auto");
+    loc.set_search(&String::from(params.to_string())).is_ok()
 }

@@ -291,6 +291,7 @@ fn server_msg() -> impl Strategy<Value = ServerMsg> {
         Just(CloseReason::ProtocolError),
         Just(CloseReason::TooSlow),
         Just(CloseReason::Unauthorized),
+        Just(CloseReason::Busy),
     ];
     prop_oneof![
         hello,

@@ -102,12 +102,14 @@ pub struct Config {
     /// checks and metrics; a request presenting a valid token (a bearer
     /// header, or `?token=`) is not counted. Behind a reverse proxy, raise it.
     pub anonymous_requests_per_s: f32,
-    /// The whole-world stream's viewers times its keyframe's bytes, at most
-    /// (a subscription past it gets `Close(Busy)` naming this setting; the
-    /// interest stream is not counted). Default 1073741824 (1 GiB: 127
-    /// viewers of a million boids, every allowed viewer of 100,000), range
-    /// 1048576 ..= 1099511627776: each whole-world viewer's socket keeps a
-    /// buffer as large as the largest frame it was sent.
+    /// The bytes the whole-world stream's sockets may hold, at most: each
+    /// whole-world viewer's keeps a buffer as large as the largest frame it
+    /// was sent. A subscription, or a frame larger than a viewer was sent
+    /// before (the flock grew), that would pass it gets `Close(Busy)`
+    /// naming this setting; a viewer alone on the stream never does, and
+    /// the interest stream is not counted. Default 1073741824 (1 GiB: the
+    /// keyframes of 127 viewers at 1,048,576 boids, 134 at a million, every
+    /// allowed viewer at 100,000), range 1048576 ..= 1099511627776.
     pub whole_world_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,

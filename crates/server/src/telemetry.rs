@@ -36,7 +36,7 @@ pub struct Telemetry {
     pub frames_skipped: Counter,
     /// Viewers dropped for not keeping up.
     pub viewers_dropped: Counter,
-    /// Viewer connections refused before the upgrade, by reason
+    /// Viewer connections refused, by reason
     /// (`server_full`, `address_full`, `connect_rate`, `no_snapshot`,
     /// `anonymous_rate`).
     pub viewers_refused: Family<ReasonLabels, Counter>,
@@ -136,7 +136,7 @@ impl Default for Telemetry {
         );
         registry.register(
             "viewers_refused",
-            "Viewer connections refused before the upgrade, by reason",
+            "Viewer connections refused (before the upgrade, or the whole-world stream full), by reason",
             t.viewers_refused.clone(),
         );
         registry.register(

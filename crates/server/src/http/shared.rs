@@ -39,9 +39,8 @@ pub struct Limits {
     /// tokens are configured (IPv6: one /56), in bursts of
     /// [`ANONYMOUS_REQUEST_BURST`].
     pub anonymous_requests_per_s: f32,
-    /// The whole-world stream's viewers times its keyframe's bytes, at
-    /// most (each viewer's socket keeps a buffer as large as the largest
-    /// frame it was sent).
+    /// The bytes the whole-world stream's sockets may hold, at most (each
+    /// viewer's keeps a buffer as large as the largest frame it was sent).
     pub whole_world_bytes: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
@@ -150,8 +149,11 @@ pub struct Inner {
     viewer_connects: RateBuckets<IpAddr>,
     /// Requests without a token, per address group (`http/guard.rs`).
     pub anonymous_requests: RateBuckets<IpAddr>,
-    /// Viewers on the whole-world stream (see `Limits::whole_world_bytes`).
+    /// Viewers on the whole-world stream, and the bytes their sockets
+    /// hold (see `Limits::whole_world_bytes`).
     pub whole_world_viewers: std::sync::atomic::AtomicUsize,
+    /// See `whole_world_viewers`.
+    pub whole_world_held: std::sync::atomic::AtomicUsize,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -192,6 +194,7 @@ impl Shared {
                 RATE_ADDRESSES,
             ),
             whole_world_viewers: std::sync::atomic::AtomicUsize::new(0),
+            whole_world_held: std::sync::atomic::AtomicUsize::new(0),
             anonymous_requests: RateBuckets::with_max_keys(
                 limits.anonymous_requests_per_s,
                 ANONYMOUS_REQUEST_BURST,

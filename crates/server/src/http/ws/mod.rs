@@ -148,25 +148,50 @@ pub async fn upgrade(
         })
 }
 
-/// A viewer on the whole-world stream, counted until dropped.
-struct WholeWorld(Shared);
+/// A viewer on the whole-world stream, counted until dropped, with the
+/// bytes its socket holds: tungstenite copies each message whole into a
+/// per-socket buffer that never shrinks, so as much as the largest frame it
+/// was sent (a keyframe: 8.4 MB at 1,048,576 boids).
+struct WholeWorld {
+    s: Shared,
+    /// The largest frame reserved for, bytes.
+    reserved: usize,
+}
 
 impl WholeWorld {
-    /// Counts one more whole-world viewer, or refuses it (the close reason
-    /// for a client that subscribed with `minor`, and why) when the stream's
-    /// viewers times the keyframe's bytes would pass `whole_world_bytes`:
-    /// each whole-world viewer's socket keeps a buffer as large as the
-    /// largest frame it was sent (a keyframe: 8 MB at a million boids). The
-    /// first is always let in.
+    /// Counts one more whole-world viewer, reserving the keyframe's bytes,
+    /// or refuses it (see [`Self::reserve`]).
     fn join(s: &Shared, minor: u16) -> Result<Self, (CloseReason, String)> {
         use std::sync::atomic::Ordering;
         let keyframe = s.state().broadcast.as_ref().map_or(0, |b| b.keyframe.len());
-        let most = s.0.limits.whole_world_bytes;
-        let n = s.0.whole_world_viewers.fetch_add(1, Ordering::SeqCst) + 1;
-        let joined = Self(s.clone());
-        if n == 1 || n.saturating_mul(keyframe) <= most {
-            return Ok(joined);
+        s.0.whole_world_viewers.fetch_add(1, Ordering::SeqCst);
+        let mut joined = Self {
+            s: s.clone(),
+            reserved: 0,
+        };
+        joined.reserve(keyframe, minor)?;
+        Ok(joined)
+    }
+
+    /// Reserves room for a frame of `bytes` (nothing when no larger than
+    /// one before), or says why not, with the close reason for a client
+    /// that subscribed with `minor`: the whole-world stream's sockets would
+    /// hold more than `whole_world_bytes`. A viewer alone on the stream is
+    /// never refused.
+    fn reserve(&mut self, bytes: usize, minor: u16) -> Result<(), (CloseReason, String)> {
+        use std::sync::atomic::Ordering;
+        if bytes <= self.reserved {
+            return Ok(());
         }
+        let inner = &self.s.0;
+        let extra = bytes - self.reserved;
+        let total = inner.whole_world_held.fetch_add(extra, Ordering::SeqCst) + extra;
+        let most = inner.limits.whole_world_bytes;
+        if total <= most || inner.whole_world_viewers.load(Ordering::SeqCst) <= 1 {
+            self.reserved = bytes;
+            return Ok(());
+        }
+        inner.whole_world_held.fetch_sub(extra, Ordering::SeqCst);
         let reason = if minor >= BUSY_CLOSE_MINOR {
             CloseReason::Busy
         } else {
@@ -175,8 +200,7 @@ impl WholeWorld {
         Err((
             reason,
             format!(
-                "the whole-world stream holds {} viewers of {keyframe}-byte keyframes, its most (whole_world_bytes = {most}: each keeps a buffer as large as a keyframe); subscribe with a view (the interest stream; on the page, ?budget=auto)",
-                n - 1
+                "the whole-world stream's sockets would hold {total} bytes of frames, past its most (whole_world_bytes = {most}: each keeps a buffer as large as the largest frame it was sent); subscribe with a view (the interest stream; on the page, ?budget=auto)"
             ),
         ))
     }
@@ -185,7 +209,11 @@ impl WholeWorld {
 impl Drop for WholeWorld {
     fn drop(&mut self) {
         use std::sync::atomic::Ordering;
-        self.0.0.whole_world_viewers.fetch_sub(1, Ordering::SeqCst);
+        let inner = &self.s.0;
+        inner.whole_world_viewers.fetch_sub(1, Ordering::SeqCst);
+        inner
+            .whole_world_held
+            .fetch_sub(self.reserved, Ordering::SeqCst);
     }
 }
 
@@ -337,7 +365,7 @@ async fn serve(
     };
 
     // A whole-world viewer counts against the stream's bytes until it goes.
-    let _whole_world = match view {
+    let mut whole_world = match view {
         Some(_) => None,
         None => match WholeWorld::join(&s, minor) {
             Ok(w) => Some(w),
@@ -446,7 +474,16 @@ async fn serve(
                     if held[0].is_some_and(|h| b.seq > h + 1) {
                         s.0.telemetry.frames_skipped.inc_by(b.seq - held[0].unwrap_or(0) - 1);
                     }
-                    frame = Some((b.seq, b.tick, Some(pick(b, held))));
+                    let bytes = pick(b, held);
+                    // A larger frame than any before (the flock grew) grows
+                    // what its socket holds.
+                    if let Some(ww) = whole_world.as_mut()
+                        && let Err((reason, detail)) = ww.reserve(bytes.len(), minor)
+                    {
+                        s.0.telemetry.viewer_refused("whole_world_full");
+                        break refused(reason, &detail);
+                    }
+                    frame = Some((b.seq, b.tick, Some(bytes)));
                 }
                 drop(st);
                 let mut failed = None;
