@@ -695,6 +695,26 @@ test('a page given two edges moves to the other when its edge stops', async () =
   await page.close();
 });
 
+test('a page the whole-world stream has no room for reopens itself on the interest stream', async () => {
+  // 8,000 boids: keyframes of 64 kB, and the whole-world stream's sockets
+  // may hold 100 kB, so one whole-world page fits and a second not.
+  const server = await startServer(['--population', '8000', '--whole-world-bytes', '100000']);
+  const first = await openViewer(server);
+  const second = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  second.on('pageerror', (e) => errors.push(e.message));
+  await second.goto(server.url + '/?view=1');
+  await until('the second page on the interest stream', async () => new URL(second.url()).searchParams.get('budget') === 'auto');
+  assert.equal(new URL(second.url()).searchParams.get('view'), '1', 'its other parameters kept');
+  await until('frames on the reopened page', async () => Number(await second.locator('#st-frames').innerText()) >= 3);
+  assert.deepEqual(errors, [], 'no script errors');
+  assert.ok(Number(await first.locator('#st-frames').innerText()) >= 3, 'the first page still whole-world');
+  assert.equal(new URL(first.url()).searchParams.get('budget'), null);
+  await shot(second, 'whole-world-full-reopened');
+  await first.close();
+  await second.close();
+});
+
 test('a token the server does not know is named in the banner', async () => {
   const server = await startServer(['--operator-token', 'the-real-operator-token']);
   const page = await openViewer(server, '?token=a-typo-in-the-token');

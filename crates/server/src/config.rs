@@ -109,7 +109,7 @@ pub struct Config {
     /// naming this setting; a viewer alone on the stream never does, and
     /// the interest stream is not counted. Default 1073741824 (1 GiB: the
     /// keyframes of 127 viewers at 1,048,576 boids, 134 at a million, every
-    /// allowed viewer at 100,000), range 1048576 ..= 1099511627776.
+    /// allowed viewer at 100,000), range 65536 ..= 1099511627776.
     pub whole_world_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
@@ -353,11 +353,11 @@ impl Config {
                 "0.1 ..= 100000",
             ));
         }
-        if !(1 << 20..=1 << 40).contains(&self.whole_world_bytes) {
+        if !(1 << 16..=1 << 40).contains(&self.whole_world_bytes) {
             return Err(err(
                 "whole_world_bytes",
                 self.whole_world_bytes,
-                "1048576 ..= 1099511627776",
+                "65536 ..= 1099511627776",
             ));
         }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
