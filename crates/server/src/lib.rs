@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+pub mod address;
 pub mod app;
 pub mod command;
 pub mod config;

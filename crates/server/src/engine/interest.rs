@@ -85,15 +85,7 @@ impl Asker {
     /// count by: an IPv4 /24, an IPv6 /48. Three addresses (then /64s)
     /// filled the seven slots viewers may take.
     pub fn viewer(address: std::net::IpAddr) -> Self {
-        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-        let v4 = |a: Ipv4Addr| IpAddr::V4(Ipv4Addr::from(u32::from(a) & !0xff));
-        Self::Viewer(Some(match address {
-            IpAddr::V4(a) => v4(a),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(a) => v4(a),
-                None => IpAddr::V6(Ipv6Addr::from(u128::from(a) & !((1u128 << 80) - 1))),
-            },
-        }))
+        Self::Viewer(Some(crate::address::block(address, 24, 48)))
     }
 }
 

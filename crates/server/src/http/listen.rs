@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,13 +112,7 @@ impl Drop for AddressCount {
 /// included) as they are, other IPv6 addresses by their /56 block, so that
 /// one subscriber's many addresses share one cap.
 fn address_group(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 72) - 1))),
-        },
-    }
+    crate::address::block(ip, 32, 56)
 }
 
 /// When a socket last moved a byte either way, in milliseconds since the
