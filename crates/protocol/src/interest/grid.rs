@@ -169,6 +169,25 @@ fn fit<T>(column: &mut Vec<T>, len: usize) {
     }
 }
 
+/// Fills `out` with the boids of `whole` at frame indices `members`
+/// (ascending, so `out` keeps id order), sized and reused as
+/// [`CellGrid::split`] sizes each cell's frame: the per-cell half of a
+/// split done elsewhere (the server's parallel one).
+pub fn fill_cell(whole: &Frame, members: impl ExactSizeIterator<Item = usize>, out: &mut Frame) {
+    let k = members.len();
+    out.tick = whole.tick;
+    out.quant = whole.quant;
+    fit(&mut out.ids, k);
+    fit(&mut out.pos, 3 * k);
+    fit(&mut out.heading, 2 * k);
+    for i in members {
+        out.ids.push(whole.ids[i]);
+        out.pos.extend_from_slice(&whole.pos[3 * i..3 * i + 3]);
+        out.heading
+            .extend_from_slice(&whole.heading[2 * i..2 * i + 2]);
+    }
+}
+
 impl CellGrid {
     /// Appends `cell`, the next of a strictly ascending list of cells
     /// after `prev` (None: the first), as a compact batch lists them

@@ -31,7 +31,7 @@ pub use batch::{
 pub use fields::{Coding, Codings, RICE_ESCAPE};
 pub use grid::{
     CellGrid, MAX_TARGET_FACTOR, TARGET_BOIDS_PER_CELL, TARGET_CELLS_2D, TARGET_CELLS_3D,
-    target_cells,
+    fill_cell, target_cells,
 };
 pub use mirror::{Applied, CellMirror};
 pub use precision::{MAX_HEADING_SHIFT, MAX_POS_SHIFT, NO_HEADING, Precision};

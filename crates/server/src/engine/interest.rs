@@ -40,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use rayon::prelude::*;
 use starling_protocol::interest::{
     BatchedHeader, CELL_UPDATE_HEADER_BYTES, CellGrid, CellScratch, CellSummary, Codings,
     Held as HeldFrame, Precision, SUMMARY_BYTES, encode_cell_update, put_compact_summaries,
@@ -49,6 +48,7 @@ use starling_protocol::interest::{
 
 use starling_protocol::{Frame, QuantBox};
 
+use super::split::CellSplitter;
 use crate::telemetry::Telemetry;
 
 /// Bytes a boid takes in a full cell update: id, position and, when it
@@ -402,6 +402,8 @@ pub struct CellBuilder {
     /// The cells the grid aims for ([`target_cells`]: finer for a larger
     /// flock; 0 before the first build).
     target: usize,
+    /// The split's buffers.
+    splitter: CellSplitter,
 }
 
 impl CellBuilder {
@@ -433,12 +435,7 @@ impl CellBuilder {
             self.ring.clear();
         }
         let mut cells = std::mem::take(&mut self.spare);
-        grid.split(whole, &mut cells);
-        // PERF: cells summarised in parallel (in cell order, whatever the pool).
-        let summaries = (0..grid.len() as u32)
-            .into_par_iter()
-            .filter_map(|c| CellSummary::of(c, &cells[c as usize], &quant))
-            .collect::<Vec<_>>();
+        let summaries = self.splitter.split(&grid, whole, &quant, &mut cells);
         let mut compact_summaries = Vec::with_capacity(9 * summaries.len());
         put_compact_summaries(&summaries, &grid, &quant, &mut compact_summaries);
         let now = Arc::new(CellFrames {

@@ -1,7 +1,7 @@
 //! The live simulation and what it produces: the tick loop (`tick.rs`)
 //! owns the flock and applies ops at tick boundaries; `broadcast.rs`
 //! encodes each snapshot once for every viewer, and `interest.rs` cuts it
-//! into cells whose updates are encoded once for every viewer of the
+//! into cells (`split.rs`, on the pool) whose updates are encoded once for every viewer of the
 //! interest stream; `swarm.rs` measures swarm
 //! metrics on a worker thread; `published.rs` is what everyone else reads;
 //! `history.rs` keeps the last minute for trajectory export;
@@ -14,6 +14,7 @@ pub mod history;
 pub mod interest;
 pub mod published;
 pub mod recording;
+pub mod split;
 pub mod swarm;
 pub mod tick;
 
