@@ -118,6 +118,11 @@ pub struct Plan {
     /// (its time and memory).
     #[arg(long)]
     pub no_snapshots: bool,
+    /// Scenario B's snapshots are also cut into interest cells and
+    /// summarised, as the server's tick does while any viewer is on the
+    /// interest stream (the whole tick then includes it).
+    #[arg(long, conflicts_with = "no_snapshots")]
+    pub cells: bool,
 }
 
 /// Runs the plan, printing one JSON line per run.
@@ -183,11 +188,27 @@ pub fn run(plan: &Plan) -> Result<()> {
                 continue;
             }
             for &t in &plan.threads {
-                bench(s, n, t, ticks, warmup, !plan.no_snapshots)?;
+                let snapshots = match (plan.no_snapshots, plan.cells) {
+                    (true, _) => Snapshots::None,
+                    (false, false) => Snapshots::Whole,
+                    (false, true) => Snapshots::WithCells,
+                };
+                bench(s, n, t, ticks, warmup, snapshots)?;
             }
         }
     }
     Ok(())
+}
+
+/// What scenario B's broadcasting ticks encode besides the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Snapshots {
+    /// Nothing: the engine alone.
+    None,
+    /// The whole-world snapshot (keyframe and deltas).
+    Whole,
+    /// That, and the interest stream's cells and summaries.
+    WithCells,
 }
 
 fn bench(
@@ -196,7 +217,7 @@ fn bench(
     threads: usize,
     ticks: u64,
     warmup: u64,
-    snapshots: bool,
+    snapshots: Snapshots,
 ) -> Result<()> {
     let (name, config): (&str, FlockConfig) = match s {
         Scenario::Kernel => ("A-kernel", scenarios::kernel_a(n)),
@@ -212,13 +233,15 @@ fn bench(
     let mut times_ms: Vec<f64> = Vec::with_capacity(ticks as usize);
     let mut candidates = 0.0f64;
     // B also runs the server's snapshot encoder (quantise, id order, a
-    // keyframe and the deltas) on the ticks a default server broadcasts,
-    // on the same pool: the whole tick the server's tick thread runs.
-    let broadcasts = snapshots && matches!(s, Scenario::Full);
+    // keyframe and the deltas; with `--cells` the interest cells too) on
+    // the ticks a default server broadcasts, on the same pool: the whole
+    // tick the server's tick thread runs.
+    let broadcasts = snapshots != Snapshots::None && matches!(s, Scenario::Full);
     let server = Config::default();
     let stride = u64::from((flock.params().tick_hz / server.snapshot_hz.max(1)).max(1));
     let keyframe_every = (server.keyframe_interval_s * server.snapshot_hz as f32).max(1.0) as u64;
-    let (mut encoder, telemetry) = (Encoder::new(false), Arc::new(Telemetry::default()));
+    let cells = snapshots == Snapshots::WithCells;
+    let (mut encoder, telemetry) = (Encoder::new(cells), Arc::new(Telemetry::default()));
     let (mut snapshot_ms, mut whole_ms) = (Vec::new(), Vec::new());
     warmed_up(threads, &mut flock, warmup, |flock| {
         // Untimed: the encoder's buffers grow and its delta chain fills
@@ -276,6 +299,7 @@ fn bench(
         // Snapshots at the default server's rate; the whole tick is a
         // broadcasting tick's step plus its snapshot.
         line["snapshot_hz"] = server.snapshot_hz.into();
+        line["snapshot_cells"] = cells.into();
         line["snapshot_ms_p50"] = snapshot[0].into();
         line["snapshot_ms_p99"] = snapshot[1].into();
         line["whole_tick_ms_p50"] = whole[0].into();

@@ -81,6 +81,28 @@ fn scenario_b_reports_the_whole_tick_with_its_snapshot() {
         assert!(ms > 0.0, "{key} = {ms}: {line}");
     }
     assert!(line["whole_tick_ms_p99"].as_f64() > line["snapshot_ms_p99"].as_f64());
+    assert_eq!(line["snapshot_cells"], false, "{line}");
+    // With the interest stream's cells, as a server with an interest viewer.
+    let cells = bench_line(&[
+        "--scenario",
+        "full",
+        "--population",
+        "2000",
+        "--threads",
+        "1",
+        "--ticks",
+        "8",
+        "--warmup",
+        "2",
+        "--cells",
+    ]);
+    assert_eq!(cells["snapshot_cells"], true, "{cells}");
+    assert!(
+        cells["whole_tick_ms_p50"]
+            .as_f64()
+            .is_some_and(|ms| ms > 0.0),
+        "{cells}"
+    );
 }
 
 /// `--kernel` picks the neighbour kernel; every path computes the same
