@@ -93,9 +93,40 @@ pub struct TokenQuery {
     pub token: Option<String>,
 }
 
+impl TokenQuery {
+    /// The token a request presents: the URL's, else its `Authorization:
+    /// Bearer` header's (the order the socket and the request guard share).
+    pub fn presented<'a>(&'a self, headers: &'a axum::http::HeaderMap) -> Option<&'a str> {
+        let header = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.token.as_deref().or(bearer(header))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_presents_its_url_token_else_its_header_token() {
+        let mut headers = axum::http::HeaderMap::new();
+        let none = TokenQuery::default();
+        assert_eq!(none.presented(&headers), None);
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer from-header".parse().unwrap(),
+        );
+        assert_eq!(none.presented(&headers), Some("from-header"));
+        let url = TokenQuery {
+            token: Some("from-url".into()),
+        };
+        assert_eq!(url.presented(&headers), Some("from-url"));
+        assert_eq!(
+            url.presented(&axum::http::HeaderMap::new()),
+            Some("from-url")
+        );
+    }
 
     #[test]
     fn roles_and_accounts_follow_tokens() {

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{TokenQuery, bearer};
+use super::auth::TokenQuery;
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::shared::{ANONYMOUS_REQUEST_BURST, Shared};
@@ -98,9 +98,7 @@ pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Respons
         let query = Query::<TokenQuery>::try_from_uri(req.uri())
             .unwrap_or_default()
             .0;
-        // The socket's order (`ws::upgrade`): the URL's, then the header's.
-        let presented =
-            (query.token.as_deref()).or(bearer(header_str(headers, header::AUTHORIZATION)));
+        let presented = query.presented(headers);
         if s.0.tokens.actor(presented).account.is_none() && !s.0.anonymous_requests.take(ip) {
             if req.uri().path() == "/ws" {
                 s.0.telemetry.viewer_refused("anonymous_rate");

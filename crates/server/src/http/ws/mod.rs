@@ -41,7 +41,7 @@ use starling_protocol::{
 };
 use tokio::sync::mpsc;
 
-use super::auth::{TokenQuery, bearer};
+use super::auth::TokenQuery;
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::shared::Shared;
@@ -101,10 +101,7 @@ pub async fn upgrade(
             return ApiError::invalid(e.status(), Some(field.into()), detail).into_response();
         }
     };
-    let header = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let presented = q.token.as_deref().or(bearer(header));
+    let presented = q.presented(&headers);
     let actor = s.0.tokens.actor(presented);
     let unknown_token = s.0.tokens.unknown(presented);
     let refuse = |reason: &'static str, e: ApiError| {
