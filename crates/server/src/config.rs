@@ -417,11 +417,14 @@ impl Config {
                 && t.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         };
-        if self.nats_subject.len() > 64 || !self.nats_subject.split('.').all(token_ok) {
+        if self.nats_subject.len() > 64
+            || !self.nats_subject.split('.').all(token_ok)
+            || self.nats_subject.split('.').next() == Some(crate::nats::wire::INBOX_PREFIX)
+        {
             return Err(err(
                 "nats_subject",
                 format!("{:?}", self.nats_subject),
-                "letters, digits, - and _ in .-separated tokens, at most 64 bytes",
+                "letters, digits, - and _ in .-separated tokens, at most 64 bytes, the first not _INBOX (where replies go)",
             ));
         }
         if role_named(&self.trajectories_role).is_none() {
@@ -614,6 +617,25 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field, "max_population");
         assert!(e.to_string().contains("1500000"), "{e}");
+    }
+
+    #[test]
+    fn a_nats_subject_is_named_when_refused() {
+        for bad in ["", "a..b", "a b", "_INBOX", "_INBOX.flock", "x.>"] {
+            let c = Config {
+                nats_subject: bad.into(),
+                ..Config::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("nats_subject"), "{bad:?}: {e}");
+        }
+        for good in ["starling", "flock-2.eu_west", "_INBOXES"] {
+            let c = Config {
+                nats_subject: good.into(),
+                ..Config::default()
+            };
+            c.validate().unwrap();
+        }
     }
 
     #[test]

@@ -27,6 +27,12 @@ pub enum NatsError {
     Io(#[from] std::io::Error),
 }
 
+/// Messages each subscription buffers before the client drops them as a
+/// slow consumer (async-nats' default, 65,536, held up to 65,536 messages
+/// of `max_payload` in front of the feed's own bounds): two broadcasts of
+/// the finest grid, every cell an update, each cut in two parts.
+pub const SUBSCRIPTION_CAPACITY: usize = 4 * starling_protocol::limits::MAX_CELLS;
+
 /// Connects to `url` (`nats://host:4222`, credentials in the URL if the
 /// server wants them), retrying in the background until it answers and
 /// reconnecting for ever after a loss (async-nats logs each event).
@@ -43,6 +49,8 @@ pub async fn connect(
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(2))
         .request_timeout(Some(Duration::from_secs(5)))
+        .subscription_capacity(SUBSCRIPTION_CAPACITY)
+        .custom_inbox_prefix(wire::INBOX_PREFIX)
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((100 * attempts as u64).min(1_000))
         })

@@ -59,6 +59,7 @@ pub async fn start(
     let commands = subscribe(subjects.command()).await?;
     tokio::spawn(answer_keyframes(
         client.clone(),
+        subjects.clone(),
         keyframes,
         asked.clone(),
         shared.clone(),
@@ -67,6 +68,7 @@ pub async fn start(
     ));
     tokio::spawn(answer_commands(
         client.clone(),
+        subjects.clone(),
         commands,
         secret,
         shared.clone(),
@@ -368,6 +370,7 @@ impl Publisher {
 /// asks before it cost one full broadcast).
 async fn answer_keyframes(
     client: Client,
+    subjects: Subjects,
     mut sub: async_nats::Subscriber,
     asked: Arc<AtomicBool>,
     shared: Shared,
@@ -380,6 +383,12 @@ async fn answer_keyframes(
             m = sub.next() => match m { Some(m) => m, None => break },
             _ = stop.changed() => break,
         };
+        // Answered only on an inbox (`Subjects::is_reply`).
+        let reply = msg.reply.filter(|r| subjects.is_reply(r));
+        if reply.is_none() {
+            shared.0.telemetry.nats_drop("bad_reply");
+            continue;
+        }
         // Anyone on the NATS server may ask (its permissions decide who
         // publishes here): a full set at most every KEYFRAME_ASKS_EVERY.
         if honoured.is_some_and(|t: Instant| t.elapsed() < KEYFRAME_ASKS_EVERY) {
@@ -389,7 +398,7 @@ async fn answer_keyframes(
             asked.store(true, Ordering::Relaxed);
             shared.0.telemetry.nats_keyframe_requests.inc();
         }
-        if let Some(reply) = msg.reply {
+        if let Some(reply) = reply {
             let _ = client
                 .publish(reply, epoch.to_le_bytes().to_vec().into())
                 .await;
@@ -401,6 +410,7 @@ async fn answer_keyframes(
 /// origin's own table, then [`Shared::submit`] as for any caller.
 async fn answer_commands(
     client: Client,
+    subjects: Subjects,
     mut sub: async_nats::Subscriber,
     secret: Option<String>,
     shared: Shared,
@@ -416,6 +426,10 @@ async fn answer_commands(
             shared.0.telemetry.nats_drop("malformed");
             continue;
         };
+        if !subjects.is_reply(&reply_to) {
+            shared.0.telemetry.nats_drop("bad_reply");
+            continue;
+        }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             let busy = refusal(ApiError::busy(
                 "the origin has too many forwarded commands in flight",

@@ -40,6 +40,10 @@ pub const MAX_STATE_BYTES: usize = 4 * 1024 * 1024;
 /// Largest command (JSON) an origin accepts from an edge.
 pub const MAX_COMMAND_BYTES: usize = 128 * 1024;
 
+/// The prefix of every reply subject (a requester's inbox): the origin
+/// answers asks and forwarded commands only on subjects under it.
+pub const INBOX_PREFIX: &str = "_INBOX";
+
 /// The subjects of one origin's stream.
 #[derive(Debug, Clone)]
 pub struct Subjects {
@@ -52,6 +56,20 @@ impl Subjects {
         Self {
             prefix: prefix.to_owned(),
         }
+    }
+
+    /// Whether `reply` may be answered on: a requester's inbox
+    /// ([`INBOX_PREFIX`]), never one of this stream's own subjects. A
+    /// request names its reply subject itself, so a client allowed only to
+    /// ask could otherwise have the origin publish its answers into every
+    /// edge's stream (found by an audit).
+    pub fn is_reply(&self, reply: &str) -> bool {
+        let under = |prefix: &str| {
+            reply
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('.') && rest.len() > 1)
+        };
+        under(INBOX_PREFIX) && !under(&self.prefix)
     }
 
     /// Everything one broadcast is published on (an edge subscribes to it,
@@ -415,6 +433,23 @@ pub fn parse_reply(bytes: &[u8]) -> Result<CommandReply, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_go_only_to_inboxes_never_into_the_stream() {
+        let subjects = Subjects::new("starling");
+        assert!(subjects.is_reply("_INBOX.abc.1"));
+        for bad in [
+            "starling.frame.end",
+            "starling.frame.state",
+            "evil.reply",
+            "_INBOX",
+            "_INBOX.",
+            "_INBOXES.x",
+            "",
+        ] {
+            assert!(!subjects.is_reply(bad), "{bad:?}");
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -314,6 +314,65 @@ async fn malformed_nats_messages_are_counted_and_dropped() {
     origin.stop().await.unwrap();
 }
 
+/// The origin answers asks and forwarded commands only on reply inboxes:
+/// a request naming another reply subject (one of the stream's own, say)
+/// is counted and dropped, and nothing is published there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_origin_answers_only_on_reply_inboxes() {
+    use futures_util::StreamExt;
+    let nats = Nats::start().await.unwrap();
+    let origin = TestServer::start(origin_config(&nats)).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut evil = client.subscribe("evil.reply").await.unwrap();
+    client.flush().await.unwrap();
+    // The origin answers once it has subscribed.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while client
+        .request("starling.keyframes", Vec::new().into())
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the origin never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (subject, reply, payload) in [
+        ("starling.keyframes", "evil.reply", Vec::new()),
+        ("starling.command", "evil.reply", b"{not json".to_vec()),
+        ("starling.keyframes", "starling.frame.end", Vec::new()),
+        (
+            "starling.command",
+            "starling.frame.state",
+            b"{not json".to_vec(),
+        ),
+    ] {
+        client
+            .publish_with_reply(subject, reply, payload.into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    // Asks on an inbox are still answered (the origin's run, 8 bytes).
+    let answer = client
+        .request("starling.keyframes", Vec::new().into())
+        .await
+        .unwrap();
+    assert_eq!(answer.payload.len(), 8);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while dropped(origin.addr, "bad_reply").await < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "requests with a bad reply subject not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = tokio::time::timeout(Duration::from_millis(500), evil.next()).await;
+    assert!(got.is_err(), "the origin answered on evil.reply: {got:?}");
+    origin.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_edge_serves_nothing_until_the_origin_sent_it_every_cell() {
     let nats = Nats::start().await.unwrap();
