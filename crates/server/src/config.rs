@@ -14,6 +14,7 @@ use crate::command::AgentCaps;
 use crate::http::auth::Tokens;
 use crate::http::guard::Allowed;
 use crate::http::listen::ConnLimits;
+use crate::http::proxy::TrustedProxies;
 use crate::http::shared::{Limits, MAX_SERVED_POPULATION};
 
 /// Everything `starling serve` needs.
@@ -67,6 +68,10 @@ pub struct Config {
     /// and open the WebSocket, besides the server's own.
     #[serde(deserialize_with = "one_or_many")]
     pub allow_origin: Vec<String>,
+    /// Reverse proxies (addresses or prefixes, `10.0.0.0/8`) whose
+    /// `X-Real-IP` header names the client that the per-address limits
+    /// count; from any other peer the header is ignored (`http/proxy.rs`).
+    pub trusted_proxies: Vec<String>,
     /// Seconds a request's headers may take to arrive, and an idle
     /// keep-alive connection may wait for its next request. Default 10,
     /// range 1 ..= 300.
@@ -161,6 +166,7 @@ impl Default for Config {
             max_connections: None,
             public_host: Vec::new(),
             allow_origin: Vec::new(),
+            trusted_proxies: Vec::new(),
             max_viewers: l.max_viewers,
             max_viewers_per_ip: l.max_viewers_per_ip,
             viewer_connects_per_s: l.viewer_connects_per_s,
@@ -489,6 +495,20 @@ impl Config {
                 return Err(err(field, format!("{bad:?}"), allowed));
             }
         }
+        if self.trusted_proxies.len() > MAX_ALLOWED_NAMES {
+            return Err(err(
+                "trusted_proxies",
+                format!("{} entries", self.trusted_proxies.len()),
+                &format!("at most {MAX_ALLOWED_NAMES}"),
+            ));
+        }
+        if let Err(bad) = TrustedProxies::parse(&self.trusted_proxies) {
+            return Err(err(
+                "trusted_proxies",
+                format!("{bad:?}"),
+                "an IP address or a prefix (10.0.0.0/8, 2001:db8::/32)",
+            ));
+        }
         if !self.bind.ip().is_loopback() && self.operator_token.is_empty() {
             return Err(err(
                 "bind",
@@ -510,6 +530,8 @@ impl Config {
         Allowed {
             public_hosts: lower(&self.public_host),
             origins: lower(&self.allow_origin),
+            // Checked by `validate`.
+            proxies: TrustedProxies::parse(&self.trusted_proxies).unwrap_or_default(),
         }
     }
 
@@ -635,6 +657,25 @@ mod tests {
                 ..Config::default()
             };
             c.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_prefixes() {
+        let c = Config {
+            trusted_proxies: vec!["10.0.0.0/8".into(), "::1".into()],
+            ..Config::default()
+        };
+        c.validate().unwrap();
+        assert!(c.allowed().proxies.contains("10.9.8.7".parse().unwrap()));
+        for bad in ["nginx", "10.0.0.0/40"] {
+            let c = Config {
+                trusted_proxies: vec![bad.into()],
+                ..Config::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field, "trusted_proxies");
+            assert!(e.to_string().contains(bad), "{e}");
         }
     }
 

@@ -84,6 +84,10 @@ struct ServeArgs {
     /// besides the server's own, e.g. https://dash.example.org.
     #[arg(long, env = "STARLING_ALLOW_ORIGIN")]
     allow_origin: Vec<String>,
+    /// Reverse proxies (addresses or prefixes, e.g. 10.0.0.0/8) whose
+    /// X-Real-IP header names the client the per-address limits count.
+    #[arg(long = "trusted-proxy", env = "STARLING_TRUSTED_PROXIES")]
+    trusted_proxies: Vec<String>,
     /// Record every applied command and state digests to this file (JSON
     /// Lines), for `starling replay`.
     #[arg(long, env = "STARLING_RECORD")]
@@ -357,6 +361,7 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         (&args.operator_token, &mut config.operator_token),
         (&args.public_host, &mut config.public_host),
         (&args.allow_origin, &mut config.allow_origin),
+        (&args.trusted_proxies, &mut config.trusted_proxies),
     ] {
         if !given.is_empty() {
             *from_file = given

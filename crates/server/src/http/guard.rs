@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use super::auth::TokenQuery;
 use super::error::ApiError;
 use super::listen::PeerGroup;
+use super::proxy::TrustedProxies;
 use super::shared::{ANONYMOUS_REQUEST_BURST, Shared};
 
 /// Which hosts and origins the server answers.
@@ -33,6 +34,9 @@ pub struct Allowed {
     /// Origins (`scheme://host[:port]`) whose pages may change things,
     /// besides the server's own, lower case.
     pub origins: Vec<String>,
+    /// Peers whose `X-Real-IP` names the client the limits count
+    /// (`proxy.rs`).
+    pub proxies: TrustedProxies,
 }
 
 /// The host part of a `Host` value or an origin's authority (no port).
@@ -73,8 +77,10 @@ fn refuse(field: &str, detail: String) -> Response {
 /// The middleware: checks `Host` on every request, `Origin` on changes
 /// and upgrades, and holds requests presenting no valid token to their
 /// address's rate (when tokens are configured).
-pub async fn check(State(s): State<Shared>, req: Request, next: Next) -> Response {
+pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Response {
     let allowed = &s.0.allowed;
+    // Through a trusted proxy, the client it names is who is counted.
+    allowed.proxies.attribute(&mut req);
     let headers = req.headers();
     let host = header_str(headers, header::HOST).unwrap_or("");
     if !allowed.host_ok(host) {
@@ -139,6 +145,7 @@ mod tests {
         let a = Allowed {
             public_hosts: vec!["flock.example.org".into()],
             origins: vec!["https://dash.example.org".into()],
+            proxies: TrustedProxies::default(),
         };
         for host in [
             "127.0.0.1:8080",

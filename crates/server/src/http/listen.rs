@@ -29,6 +29,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tower_layer::Layer;
 
+use super::proxy::PeerAddr;
+
 /// The most a request's head (its line and headers) may take, bytes, and
 /// so what one socket buffers for it (hyper's default, about 400 KiB,
 /// let an address's 256 sockets hold 100 MB): a browser's, cookies and
@@ -111,7 +113,7 @@ impl Drop for AddressCount {
 /// The address a socket counts against: IPv4 addresses (IPv4-mapped IPv6
 /// included) as they are, other IPv6 addresses by their /56 block, so that
 /// one subscriber's many addresses share one cap.
-fn address_group(ip: IpAddr) -> IpAddr {
+pub(crate) fn address_group(ip: IpAddr) -> IpAddr {
     crate::address::block(ip, 32, 56)
 }
 
@@ -240,7 +242,10 @@ pub async fn serve(
             .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(
                 TokioIo::new(io),
-                TowerToHyperService::new(Extension(PeerGroup(group)).layer(router.clone())),
+                TowerToHyperService::new(
+                    Extension(PeerAddr(peer.ip()))
+                        .layer(Extension(PeerGroup(group)).layer(router.clone())),
+                ),
             )
             .with_upgrades();
         let (mut closing, open) = (closing.clone(), open_tx.clone());

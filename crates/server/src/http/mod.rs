@@ -1,6 +1,8 @@
 //! The HTTP surface: [`app`] is the whole router (tests call it directly).
 //! `rest/` is `/api/v1`, one file per resource; `ws.rs` is one viewer's
-//! WebSocket; `auth.rs` turns tokens into actors; `error.rs` is the one
+//! WebSocket; `auth.rs` turns tokens into actors; `guard.rs` checks
+//! every request's Host, Origin and anonymous rate, and `proxy.rs` whom a
+//! proxied one is for; `error.rs` is the one
 //! error type; `shared.rs` is what every handler shares, with
 //! [`Shared::submit`], the one door into the tick loop.
 
@@ -8,6 +10,7 @@ pub mod auth;
 pub mod error;
 pub mod guard;
 pub mod listen;
+pub mod proxy;
 pub mod rate;
 pub mod rest;
 pub mod shared;

@@ -306,16 +306,83 @@ async fn connect_from(
     server: &TestServer,
     from: &str,
 ) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    connect_as(server, from, None).await
+}
+
+/// [`connect_from`], the upgrade naming `real_ip` in `X-Real-IP` (as a
+/// reverse proxy does).
+async fn connect_as(
+    server: &TestServer,
+    from: &str,
+    real_ip: Option<&str>,
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
     let tcp = socket.connect(server.addr).await.unwrap();
-    let url = format!("ws://{}/ws", server.addr);
-    let connect = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp));
+    let mut request = format!("ws://{}/ws", server.addr)
+        .into_client_request()
+        .unwrap();
+    if let Some(ip) = real_ip {
+        request
+            .headers_mut()
+            .insert("x-real-ip", ip.parse().unwrap());
+    }
+    let connect = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp));
     let (mut ws, _) = tokio::time::timeout(WAIT, connect)
         .await
         .expect("an answer")?;
     ws.send(Message::Binary(subscribe_bytes(30).into())).await?;
     Ok(ws)
+}
+
+/// Behind a trusted proxy, each client the proxy names (`X-Real-IP`) has
+/// its own share of the viewer slots; from any other peer the header is
+/// ignored. Before, every viewer through the edges' balancer counted as
+/// the balancer, so compose raised the per-address cap to the whole
+/// server's and one client could take every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_client_it_names_has_its_own_share() {
+    let server = TestServer::start(Config {
+        max_viewers: 10,
+        max_viewers_per_ip: 2,
+        trusted_proxies: vec!["127.0.0.1".into()],
+        ..test_config()
+    })
+    .await;
+    let refused = |r: Result<Socket, tokio_tungstenite::tungstenite::Error>| match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert_eq!(r.status(), 503, "{body}");
+            assert!(body.contains("max_viewers_per_ip"), "{body}");
+        }
+        other => panic!("a viewer past its address's share: {:?}", other.map(|_| ())),
+    };
+    let mut held = Vec::new();
+    // Two clients through the proxy (127.0.0.1): two viewers each.
+    for client in ["203.0.113.5", "203.0.113.6"] {
+        for _ in 0..2 {
+            held.push(
+                connect_as(&server, "127.0.0.1", Some(client))
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    refused(connect_as(&server, "127.0.0.1", Some("203.0.113.5")).await);
+    // From a peer that is not a proxy, X-Real-IP counts for nothing: its
+    // own address has two.
+    for client in ["198.51.100.1", "198.51.100.2"] {
+        held.push(
+            connect_as(&server, "127.0.0.2", Some(client))
+                .await
+                .unwrap(),
+        );
+    }
+    refused(connect_as(&server, "127.0.0.2", Some("198.51.100.3")).await);
+    drop(held);
+    server.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
