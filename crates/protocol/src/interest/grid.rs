@@ -169,17 +169,21 @@ fn fit<T>(column: &mut Vec<T>, len: usize) {
     }
 }
 
-/// Fills `out` with the boids of `whole` at frame indices `members`
-/// (ascending, so `out` keeps id order), sized and reused as
-/// [`CellGrid::split`] sizes each cell's frame: the per-cell half of a
-/// split done elsewhere (the server's parallel one).
-pub fn fill_cell(whole: &Frame, members: impl ExactSizeIterator<Item = usize>, out: &mut Frame) {
-    let k = members.len();
+/// Empties `out`, a cell's frame of `whole`, and sizes it for `k` boids.
+fn prepare_cell(whole: &Frame, k: usize, out: &mut Frame) {
     out.tick = whole.tick;
     out.quant = whole.quant;
     fit(&mut out.ids, k);
     fit(&mut out.pos, 3 * k);
     fit(&mut out.heading, 2 * k);
+}
+
+/// Fills `out` with the boids of `whole` at frame indices `members`
+/// (ascending, so `out` keeps id order), sized and reused as
+/// [`CellGrid::split`] sizes each cell's frame: the per-cell half of a
+/// split done elsewhere (the server's parallel one).
+pub fn fill_cell(whole: &Frame, members: impl ExactSizeIterator<Item = usize>, out: &mut Frame) {
+    prepare_cell(whole, members.len(), out);
     for i in members {
         out.ids.push(whole.ids[i]);
         out.pos.extend_from_slice(&whole.pos[3 * i..3 * i + 3]);
@@ -236,11 +240,7 @@ impl CellGrid {
             counts[self.cell_of(whole.position(i)) as usize] += 1;
         }
         for (f, &k) in out.iter_mut().zip(&counts) {
-            f.tick = whole.tick;
-            f.quant = whole.quant;
-            fit(&mut f.ids, k);
-            fit(&mut f.pos, 3 * k);
-            fit(&mut f.heading, 2 * k);
+            prepare_cell(whole, k, f);
         }
         for i in 0..whole.len() {
             let f = &mut out[self.cell_of(whole.position(i)) as usize];

@@ -414,6 +414,7 @@ impl CellBuilder {
         // Nothing is kept for a split that may never come (no interest
         // viewer is connected while the tick restarts the chain each time).
         self.retired.clear();
+        self.splitter = CellSplitter::default();
     }
 
     /// Builds the cells of broadcast `seq` from its whole frame.

@@ -25,8 +25,23 @@ use rayon::prelude::*;
 use starling_protocol::interest::{CellGrid, CellSummary, fill_cell};
 use starling_protocol::{Frame, QuantBox};
 
-/// Boids of the whole frame per chunk of the counting passes.
+/// Boids of the whole frame per chunk of the counting passes (fixed, so
+/// the chunks, and with them nothing of the result, depend on the pool).
 const CHUNK: usize = 16 * 1024;
+/// Room a buffer keeps beyond twice what this split needs: past it, it is
+/// replaced, so a flock that shrinks (or a burst at a million boids) does
+/// not leave its largest buffers behind, as `fit` keeps the cells' frames.
+const SLACK: usize = 4096;
+
+/// Sizes `v` to `len` entries (those kept hold stale values, which the
+/// split overwrites), replacing it when it is far larger than that.
+fn size<T>(v: &mut Vec<T>, len: usize, new: impl FnMut() -> T) {
+    if v.capacity() > 2 * len + SLACK {
+        *v = Vec::new();
+    }
+    v.truncate(len);
+    v.resize_with(len, new);
+}
 
 /// The split's buffers, reused from broadcast to broadcast.
 #[derive(Debug, Default)]
@@ -59,11 +74,14 @@ impl CellSplitter {
         out: &mut Vec<Frame>,
     ) -> Vec<CellSummary> {
         let (cells, len) = (grid.len(), whole.len());
+        // Frame indices are u32: a frame holds at most MAX_BOIDS (the
+        // builder and the edges' mirror refuse more).
+        debug_assert!(len <= starling_protocol::limits::MAX_BOIDS);
         out.resize_with(cells, Frame::default);
         let chunks = len.div_ceil(CHUNK);
-        self.cell.resize(len, 0);
+        size(&mut self.cell, len, || 0);
         self.next.clear();
-        self.next.resize(chunks * cells, 0);
+        size(&mut self.next, chunks * cells, || 0);
         // Each boid's cell, and each chunk's count per cell.
         self.cell
             .par_chunks_mut(CHUNK)
@@ -95,10 +113,8 @@ impl CellSplitter {
                 (*slot, *at) = (*at, *at + *slot);
             }
         }
-        if self.order.len() < len {
-            self.order.resize_with(len, || AtomicU32::new(0));
-        }
-        let order = &self.order[..len];
+        size(&mut self.order, len, || AtomicU32::new(0));
+        let order = &self.order[..];
         self.cell
             .par_chunks(CHUNK)
             .zip(self.next.par_chunks_mut(cells.max(1)))
@@ -166,16 +182,62 @@ mod tests {
         ) {
             let quant = QuantBox { origin_m: [0.0; 3], extent_m: [160.0, 160.0, 80.0] };
             let grid = CellGrid { cells: [nx, ny, nz] };
-            let (mut splitter, mut out) = (CellSplitter::default(), Vec::new());
-            // A clump first, then the frame under test in the same buffers.
-            let clump: Vec<_> = before.iter().map(|&(x, _, _)| (x, 7, 7)).collect();
-            splitter.split(&CellGrid { cells: [3, 2, 1] }, &frame(1, quant, &clump), &quant, &mut out);
             let whole = frame(2, quant, &boids);
-            let summaries = splitter.split(&grid, &whole, &quant, &mut out);
             let (cells, expected) = reference(&grid, &whole, &quant);
-            prop_assert_eq!(&out, &cells);
-            prop_assert_eq!(summaries, expected);
+            // On pools of one, two and eight threads.
+            for threads in [1, 2, 8] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let (mut splitter, mut out) = (CellSplitter::default(), Vec::new());
+                // A clump first, then the frame under test in the same buffers.
+                let clump: Vec<_> = before.iter().map(|&(x, _, _)| (x, 7, 7)).collect();
+                let summaries = pool.install(|| {
+                    splitter.split(&CellGrid { cells: [3, 2, 1] }, &frame(1, quant, &clump), &quant, &mut out);
+                    splitter.split(&grid, &whole, &quant, &mut out)
+                });
+                prop_assert_eq!(&out, &cells, "{} threads", threads);
+                prop_assert_eq!(&summaries, &expected, "{} threads", threads);
+            }
         }
+    }
+
+    #[test]
+    fn a_large_split_leaves_no_large_buffers_behind() {
+        // A million boids once, then a small flock: the splitter and the
+        // cells' frames keep room for about the small one.
+        let quant = QuantBox {
+            origin_m: [0.0; 3],
+            extent_m: [160.0, 160.0, 80.0],
+        };
+        let (mut splitter, mut out) = (CellSplitter::default(), Vec::new());
+        let spread = |n: u32| -> Vec<(u16, u16, u16)> {
+            (0..n)
+                .map(|i| {
+                    let h = i.wrapping_mul(2_654_435_761);
+                    (h as u16, (h >> 16) as u16, i.wrapping_mul(31) as u16)
+                })
+                .collect()
+        };
+        let big = frame(1, quant, &spread(1 << 20));
+        let grid = CellGrid { cells: [16, 16, 8] };
+        splitter.split(&grid, &big, &quant, &mut out);
+        let small = frame(2, quant, &spread(5000));
+        for _ in 0..2 {
+            splitter.split(&grid, &small, &quant, &mut out);
+        }
+        let held = splitter.cell.capacity()
+            + splitter.order.capacity()
+            + splitter.next.capacity()
+            + splitter.starts.capacity()
+            + splitter.cursor.capacity();
+        assert!(
+            held < 4 * (2 * 5000 + SLACK + 2 * grid.len()),
+            "{held} entries kept"
+        );
+        let room: usize = out.iter().map(|f| f.ids.capacity()).sum();
+        assert!(
+            room < 4 * 5000 + 64 * grid.len(),
+            "{room} ids of room in the cells"
+        );
     }
 
     #[test]
