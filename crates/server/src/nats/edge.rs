@@ -292,11 +292,14 @@ impl Versions {
         match self.seen {
             None => self.own = (params, agents),
             Some((e, p, a)) => {
+                // Wrapping: the origin's versions seed these, and a forged
+                // u64::MAX must not panic a debug build (a change is still
+                // a different number).
                 if e != epoch || p != params {
-                    self.own.0 += 1;
+                    self.own.0 = self.own.0.wrapping_add(1);
                 }
                 if e != epoch || a != agents {
-                    self.own.1 += 1;
+                    self.own.1 = self.own.1.wrapping_add(1);
                 }
             }
         }
@@ -540,15 +543,22 @@ impl Feed {
         self.in_step = true;
         self.last_seq = env.seq;
         self.want_keyframes.store(false, Ordering::Relaxed);
-        self.publish(pending.state, out);
+        if !self.publish(pending.state, out) {
+            // The cells made no frame (an id in two cells, say): what is
+            // held is wrong, so out of step, asking for keyframes, rather
+            // than in step and serving the last frame for ever.
+            let e = format!("broadcast {}: its cells make no frame", env.seq);
+            return Err(self.malformed(e));
+        }
         Ok(())
     }
 
     /// Merges the held cells into the whole frame (ascending ids, as the
-    /// origin's), encodes it for this edge's viewers and publishes.
-    fn publish(&mut self, state: StateMsg, out: &watch::Sender<Arc<Published>>) {
+    /// origin's), encodes it for this edge's viewers and publishes; false
+    /// when they make no frame.
+    fn publish(&mut self, state: StateMsg, out: &watch::Sender<Arc<Published>>) -> bool {
         let Some(stream) = self.stream.as_ref() else {
-            return;
+            return false;
         };
         self.order.clear();
         for c in stream.mirror.held_cells() {
@@ -582,10 +592,11 @@ impl Feed {
             &self.telemetry,
         );
         let Some(broadcast) = broadcast else {
-            return;
+            return false;
         };
         self.telemetry.nats_broadcasts.inc();
         self.send(state, broadcast, out);
+        true
     }
 
     /// Publishes the origin's state with a broadcast for this edge's
@@ -624,7 +635,9 @@ fn forward(
     let in_flight = Arc::new(Semaphore::new(COMMANDS_IN_FLIGHT));
     while let Ok(Request { op, actor, reply }) = rx.recv() {
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let _ = reply.send(Err(remote_busy("the edge has too many commands in flight")));
+            let _ = reply.send(Err(remote_busy(&format!(
+                "the edge has {COMMANDS_IN_FLIGHT} commands in flight to the origin, the most it forwards at once (COMMANDS_IN_FLIGHT); retry shortly"
+            ))));
             continue;
         };
         let msg = CommandMsg {
@@ -664,7 +677,10 @@ fn forward(
                             Err(e) => Err(remote_busy(&format!("the origin's answer: {e}"))),
                         },
                         Ok(Err(e)) => Err(remote_busy(&format!("the origin did not answer: {e}"))),
-                        Err(_) => Err(remote_busy("the origin did not answer in time")),
+                        Err(_) => Err(remote_busy(&format!(
+                            "the origin did not answer within {} s (COMMAND_TIMEOUT); the command may still apply, so look before retrying",
+                            COMMAND_TIMEOUT.as_secs()
+                        ))),
                     }
                 }
                 Err(e) => Err(remote_busy(&e.to_string())),
@@ -995,5 +1011,68 @@ mod tests {
             g.on_state(&msgs[0].1).is_err(),
             "another world needs a full set"
         );
+    }
+
+    /// A broadcast whose cells make no frame (one boid in two cells, as
+    /// only a forged or broken stream could have) leaves the edge out of
+    /// step, asking for keyframes: before, it went in step first and kept
+    /// serving its last frame, never asking again.
+    #[test]
+    fn cells_that_make_no_frame_put_the_edge_out_of_step() {
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let mut f = feed();
+        let a = frame(2, 0, WORLD);
+        // The same boids, the last one in another cell.
+        let mut b = a.clone();
+        b.pos[3 * 3000..3 * 3000 + 3].copy_from_slice(&[10, 60_000, 30_000]);
+        let ours = Side::new().send(&Side::new().publish(&a, WORLD), false);
+        let theirs = Side::new().send(&Side::new().publish(&b, WORLD), false);
+        let subjects = Subjects::new("starling");
+        let is_cell = |m: &Message| subjects.kind_of(&m.0) == Some(FrameSubject::Cell);
+        let mut forged: Vec<Message> = ours[..ours.len() - 1].to_vec();
+        forged.extend(
+            theirs
+                .iter()
+                .filter(|m| is_cell(m) && !ours.iter().any(|o| o.0 == m.0))
+                .cloned(),
+        );
+        let cells = forged.iter().filter(|m| is_cell(m)).count() as u32;
+        let mut end = ours.last().unwrap().1.to_vec();
+        let at = end.len() - 4;
+        end[at..].copy_from_slice(&cells.to_le_bytes());
+        forged.push((subjects.end(), end.into()));
+        assert!(play(&mut f, &forged, &tx).is_err());
+        f.out_of_step("test");
+        assert!(f.want_keyframes.load(Ordering::Relaxed));
+        assert!(rx.borrow().broadcast.is_none(), "nothing served");
+        // A true full set brings it back.
+        let good = Side::new().send(&Side::new().publish(&a, WORLD), false);
+        play(&mut f, &good, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&a));
+    }
+
+    #[test]
+    fn edge_versions_bump_without_overflow() {
+        let mut v = Versions::default();
+        assert_eq!(v.of(1, u64::MAX, u64::MAX), (u64::MAX, u64::MAX));
+        assert_eq!(v.of(1, 3, u64::MAX), (0, u64::MAX));
+        assert_eq!(v.of(2, 3, u64::MAX), (1, 0));
+    }
+
+    /// A state whose parameters the origin would refuse is dropped as
+    /// malformed, never served as the origin's.
+    #[test]
+    fn a_state_with_parameters_out_of_range_is_dropped() {
+        let mut f = feed();
+        let msgs = Side::new().send(&Side::new().publish(&frame(2, 0, WORLD), WORLD), false);
+        let state = &msgs[0].1;
+        let at = crate::nats::wire::ENVELOPE_BYTES;
+        f.on_state(state).unwrap();
+        let mut json: serde_json::Value = serde_json::from_slice(&state[at..]).unwrap();
+        json["sim"]["params"]["w_coh"] = 1e9.into();
+        let mut forged = state[..at].to_vec();
+        forged.extend(serde_json::to_vec(&json).unwrap());
+        let e = feed().on_state(&forged).unwrap_err();
+        assert!(e.contains("state.sim.params") && e.contains("w_coh"), "{e}");
     }
 }

@@ -431,9 +431,9 @@ async fn answer_commands(
             continue;
         }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let busy = refusal(ApiError::busy(
-                "the origin has too many forwarded commands in flight",
-            ));
+            let busy = refusal(ApiError::busy(format!(
+                "the origin has {COMMANDS_IN_FLIGHT} forwarded commands in flight, the most it takes at once (COMMANDS_IN_FLIGHT); retry shortly"
+            )));
             let _ = client.publish(reply_to, busy.into()).await;
             continue;
         };
