@@ -400,6 +400,21 @@ impl Feed {
             }
             return Err(why);
         }
+        // What the edge serves as the origin's parameters must be within
+        // this edge's ranges. Refused like a newer protocol (by name, no
+        // keyframes asked for): an origin of another release whose ranges
+        // differ would otherwise be asked for a full set twice a second
+        // for ever.
+        if let Err(e) = state.sim.params.validate() {
+            self.telemetry.nats_drop("protocol");
+            let why = format!(
+                "the origin's parameters are outside this edge's ranges ({e}): run an edge of the origin's release"
+            );
+            if !std::mem::replace(&mut self.refused_protocol, true) {
+                tracing::error!(why, "edge cannot serve the origin's state");
+            }
+            return Err(why);
+        }
         self.refused_protocol = false;
         if self.pending.is_some() {
             // The last broadcast never ended; this one may be a full set
@@ -1059,10 +1074,11 @@ mod tests {
         assert_eq!(v.of(2, 3, u64::MAX), (1, 0));
     }
 
-    /// A state whose parameters the origin would refuse is dropped as
-    /// malformed, never served as the origin's.
+    /// A state whose parameters are outside this edge's ranges is refused
+    /// by name, never served, and no keyframes are asked for (they would
+    /// not help: the origin's ranges differ).
     #[test]
-    fn a_state_with_parameters_out_of_range_is_dropped() {
+    fn a_state_with_parameters_out_of_range_is_refused_by_name() {
         let mut f = feed();
         let msgs = Side::new().send(&Side::new().publish(&frame(2, 0, WORLD), WORLD), false);
         let state = &msgs[0].1;
@@ -1072,7 +1088,12 @@ mod tests {
         json["sim"]["params"]["w_coh"] = 1e9.into();
         let mut forged = state[..at].to_vec();
         forged.extend(serde_json::to_vec(&json).unwrap());
-        let e = feed().on_state(&forged).unwrap_err();
-        assert!(e.contains("state.sim.params") && e.contains("w_coh"), "{e}");
+        let mut g = feed();
+        let e = g.on_state(&forged).unwrap_err();
+        assert!(e.contains("w_coh") && e.contains("release"), "{e}");
+        g.out_of_step(&e);
+        assert!(!g.want_keyframes.load(Ordering::Relaxed));
+        // The origin's next valid state is read again.
+        g.on_state(state).unwrap();
     }
 }

@@ -355,19 +355,11 @@ fn read_by_edges_without_the_field(minor: &u16) -> bool {
 
 /// Parses a state message's JSON.
 pub fn parse_state(rest: &[u8]) -> Result<StateMsg, WireError> {
-    let state: StateMsg = parse_json(
+    parse_json(
         rest,
         (MAX_STATE_BYTES, "at most MAX_STATE_BYTES"),
         ("state", "the state JSON"),
-    )?;
-    // What the edge serves as the origin's parameters is what the origin
-    // would accept (a forged or broken state is dropped, not served).
-    state
-        .sim
-        .params
-        .validate()
-        .map_err(|e| wire_error("state.sim.params", e, "parameters within their ranges"))?;
-    Ok(state)
+    )
 }
 
 /// JSON of at most `max` bytes (`allowed` says so); a parse error names
