@@ -80,7 +80,7 @@ fn refuse(field: &str, detail: String) -> Response {
 pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Response {
     let allowed = &s.0.allowed;
     // Through a trusted proxy, the client it names is who is counted.
-    allowed.proxies.attribute(&mut req);
+    let forwarded = allowed.proxies.attribute(&mut req);
     let headers = req.headers();
     let host = header_str(headers, header::HOST).unwrap_or("");
     if !allowed.host_ok(host) {
@@ -95,8 +95,8 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
     // counts against its address's rate: every request costs a worker's
     // time, which the tick's threads share. Probes and scrapes are not
     // counted (a load balancer's health checks share its address with the
-    // pages it passes on).
-    let probe = matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics");
+    // pages it passes on), unless a proxy passed them on for a client.
+    let probe = !forwarded && matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics");
     if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied()
         && s.0.tokens.any()
         && !probe

@@ -85,18 +85,20 @@ impl TrustedProxies {
     }
 
     /// Counts `req` against its client's address group when it came
-    /// through a trusted proxy that named the client.
-    pub fn attribute(&self, req: &mut Request) {
+    /// through a trusted proxy that named the client; whether it did.
+    pub fn attribute(&self, req: &mut Request) -> bool {
         if !self.any() {
-            return;
+            return false;
         }
         let Some(PeerAddr(peer)) = req.extensions().get::<PeerAddr>().copied() else {
-            return;
+            return false;
         };
-        if let Some(client) = self.client(peer, req.headers()) {
-            req.extensions_mut()
-                .insert(PeerGroup(address_group(client)));
-        }
+        let Some(client) = self.client(peer, req.headers()) else {
+            return false;
+        };
+        req.extensions_mut()
+            .insert(PeerGroup(address_group(client)));
+        true
     }
 }
 

@@ -672,6 +672,47 @@ async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_
     server.stop().await.unwrap();
 }
 
+/// Through a trusted proxy, each client it names has its own anonymous
+/// rate, and probes it passes on for a client count (a browser hammering
+/// `/metrics` through the balancer is held to its rate); the proxy's own
+/// probes, naming no client, do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_client_has_its_own_anonymous_rate() {
+    let server = TestServer::start(Config {
+        operator_token: vec!["operator-token-0123".into()],
+        anonymous_requests_per_s: 0.5,
+        trusted_proxies: vec!["127.0.0.1".into()],
+        ..test_config()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let get = |path: &str, real_ip: Option<&str>| {
+        let mut r = client.get(server.url(path));
+        if let Some(ip) = real_ip {
+            r = r.header("x-real-ip", ip);
+        }
+        async move { r.send().await.unwrap().status().as_u16() }
+    };
+    let mut served = 0;
+    let refused = loop {
+        match get("/metrics", Some("203.0.113.5")).await {
+            200 => served += 1,
+            other => break other,
+        }
+        assert!(served <= 200, "never refused");
+    };
+    assert_eq!(refused, 429);
+    assert!(
+        (100..=101).contains(&served),
+        "the burst is 100: {served} served"
+    );
+    // Another client behind the proxy, and the proxy's own probe.
+    assert_eq!(get("/api/v1/state", Some("203.0.113.6")).await, 200);
+    assert_eq!(get("/metrics", None).await, 200);
+    assert_eq!(get("/healthz", None).await, 200);
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_world_stream_holds_at_most_its_bytes_of_viewers_and_views_are_not_counted() {
     // Each whole-world viewer's socket keeps a buffer as large as the
