@@ -56,7 +56,7 @@ fn a_million_boid_flock_stays_under_120_mib() {
 /// server broadcasts, and the whole tick (step plus snapshot) with it.
 #[test]
 fn scenario_b_reports_the_whole_tick_with_its_snapshot() {
-    let line = bench_line(&[
+    let b = [
         "--scenario",
         "full",
         "--population",
@@ -67,7 +67,8 @@ fn scenario_b_reports_the_whole_tick_with_its_snapshot() {
         "8",
         "--warmup",
         "2",
-    ]);
+    ];
+    let line = bench_line(&b);
     assert_eq!(line["snapshot_hz"], 30, "{line}");
     for key in [
         "snapshot_ms_p50",
@@ -83,19 +84,7 @@ fn scenario_b_reports_the_whole_tick_with_its_snapshot() {
     assert!(line["whole_tick_ms_p99"].as_f64() > line["snapshot_ms_p99"].as_f64());
     assert_eq!(line["snapshot_cells"], false, "{line}");
     // With the interest stream's cells, as a server with an interest viewer.
-    let cells = bench_line(&[
-        "--scenario",
-        "full",
-        "--population",
-        "2000",
-        "--threads",
-        "1",
-        "--ticks",
-        "8",
-        "--warmup",
-        "2",
-        "--cells",
-    ]);
+    let cells = bench_line(&[&b[..], &["--cells"]].concat());
     assert_eq!(cells["snapshot_cells"], true, "{cells}");
     assert!(
         cells["whole_tick_ms_p50"]
