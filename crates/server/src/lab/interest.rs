@@ -64,6 +64,11 @@ pub struct InterestStats {
     pub boids_in_box_mean: f64,
     /// Share of the boids inside the box updated at 20 Hz or more.
     pub in_box_share_at_20hz: f64,
+    /// Share of the boids inside the box whose cell was never updated in
+    /// full (cells the box grazes, left out of the full set all along);
+    /// the rest of those under 20 Hz are in cells the set took in for part
+    /// of the time.
+    pub in_box_share_never_updated: f64,
     /// Boids the probe holds in full (its level of detail), mean over broadcasts.
     pub full_boids_mean: f64,
     /// How often the boids it holds in full are updated, per second.
@@ -271,6 +276,10 @@ pub fn measure(
             fast + if fast_cell { in_box_boids[c] } else { 0 },
         )
     });
+    let in_box_never: u64 = (0..probe_updates.len())
+        .filter(|&c| probe_updates[c] == 0)
+        .map(|c| in_box_boids[c])
+        .sum();
     let per_send = median(viewer_us.clone());
     let grid_len = probe_updates.len();
     Ok(InterestStats {
@@ -290,6 +299,7 @@ pub fn measure(
         in_view_share_at_20hz: at_20,
         boids_in_box_mean: in_box as f64 / broadcasts as f64,
         in_box_share_at_20hz: in_box_fast as f64 / in_box.max(1) as f64,
+        in_box_share_never_updated: in_box_never as f64 / in_box.max(1) as f64,
         full_boids_mean: held_boids as f64 / broadcasts as f64,
         full_update_hz: probe_boids as f64 / held_boids.max(1) as f64 * f64::from(fps),
         summaries_cover: cover,

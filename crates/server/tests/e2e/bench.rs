@@ -164,6 +164,10 @@ fn the_interest_bench_keeps_the_budget_and_shares_encodes() {
         assert_eq!(l["summaries_cover"], 1.0, "{l}");
         assert!(l["probe_budget_ratio"].as_f64().unwrap() <= 1.1, "{l}");
         assert!(l["in_view_update_hz_mean"].as_f64().unwrap() > 0.0, "{l}");
+        // The in-box boids never updated are among those under 20 Hz.
+        let never = l["in_box_share_never_updated"].as_f64().unwrap();
+        let fast = l["in_box_share_at_20hz"].as_f64().unwrap();
+        assert!((0.0..=1.0 - fast + 1e-9).contains(&never), "{l}");
         // At most a full and three linear forms of each cell.
         let cells = l["cells"].as_f64().unwrap();
         assert!(
