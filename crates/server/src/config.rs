@@ -71,6 +71,7 @@ pub struct Config {
     /// Reverse proxies (addresses or prefixes, `10.0.0.0/8`) whose
     /// `X-Real-IP` header names the client that the per-address limits
     /// count; from any other peer the header is ignored (`http/proxy.rs`).
+    #[serde(deserialize_with = "one_or_many")]
     pub trusted_proxies: Vec<String>,
     /// Seconds a request's headers may take to arrive, and an idle
     /// keep-alive connection may wait for its next request. Default 10,

@@ -55,7 +55,9 @@ pub struct Telemetry {
     /// NATS: broadcasts an origin published, or an edge rebuilt and served.
     pub nats_broadcasts: Counter,
     /// NATS: messages dropped, by reason (`malformed`, `stale`, `overflow`,
-    /// `unauthorised`, `slow_consumer`).
+    /// `unauthorised`, `slow_consumer`, `rate_limited`, `bad_reply`, and
+    /// `protocol`: an origin state an edge cannot serve, its protocol too
+    /// new or its parameters outside the edge's ranges).
     pub nats_dropped: Family<ReasonLabels, Counter>,
     /// NATS: payload bytes an origin published, or an edge received.
     pub nats_bytes: Counter,

@@ -408,7 +408,7 @@ impl Feed {
         if let Err(e) = state.sim.params.validate() {
             self.telemetry.nats_drop("protocol");
             let why = format!(
-                "the origin's parameters are outside this edge's ranges ({e}): run an edge of the origin's release"
+                "the origin's parameters are outside this edge's ranges ({e}): run an edge of the origin's release (a newer one whose ranges are tighter refuses them too)"
             );
             if !std::mem::replace(&mut self.refused_protocol, true) {
                 tracing::error!(why, "edge cannot serve the origin's state");
@@ -1079,21 +1079,38 @@ mod tests {
     /// not help: the origin's ranges differ).
     #[test]
     fn a_state_with_parameters_out_of_range_is_refused_by_name() {
-        let mut f = feed();
-        let msgs = Side::new().send(&Side::new().publish(&frame(2, 0, WORLD), WORLD), false);
-        let state = &msgs[0].1;
+        let (tx, rx) = watch::channel(Arc::new(nothing_yet()));
+        let mut side = Side::new();
+        let st = side.publish(&frame(2, 0, WORLD), WORLD);
+        let first = side.send(&st, false);
+        let st = side.publish(&frame(4, 1, WORLD), WORLD);
+        let next = side.send(&st, false);
         let at = crate::nats::wire::ENVELOPE_BYTES;
-        f.on_state(state).unwrap();
-        let mut json: serde_json::Value = serde_json::from_slice(&state[at..]).unwrap();
-        json["sim"]["params"]["w_coh"] = 1e9.into();
-        let mut forged = state[..at].to_vec();
-        forged.extend(serde_json::to_vec(&json).unwrap());
-        let mut g = feed();
-        let e = g.on_state(&forged).unwrap_err();
+        let forge = |state: &[u8]| {
+            let mut json: serde_json::Value = serde_json::from_slice(&state[at..]).unwrap();
+            json["sim"]["params"]["w_coh"] = 1e9.into();
+            let mut forged = state[..at].to_vec();
+            forged.extend(serde_json::to_vec(&json).unwrap());
+            forged
+        };
+        let mut f = feed();
+        let e = f.on_state(&forge(&first[0].1)).unwrap_err();
         assert!(e.contains("w_coh") && e.contains("release"), "{e}");
-        g.out_of_step(&e);
-        assert!(!g.want_keyframes.load(Ordering::Relaxed));
-        // The origin's next valid state is read again.
-        g.on_state(state).unwrap();
+        f.out_of_step(&e);
+        assert!(
+            !f.want_keyframes.load(Ordering::Relaxed),
+            "no keyframes asked"
+        );
+        assert!(rx.borrow().broadcast.is_none(), "nothing served");
+        // The origin's next state, valid but not a full set: the edge asks
+        // for keyframes again (it cannot follow a broadcast it never had).
+        let e = play(&mut f, &next, &tx).unwrap_err();
+        f.out_of_step(&e);
+        assert!(f.want_keyframes.load(Ordering::Relaxed));
+        // A full set brings it back.
+        let st = side.publish(&frame(6, 2, WORLD), WORLD);
+        let full = side.send(&st, true);
+        play(&mut f, &full, &tx).unwrap();
+        assert_eq!(served(&rx), keyframe(&frame(6, 2, WORLD)));
     }
 }

@@ -700,8 +700,11 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_anonymous_rate() {
         async move { r.send().await.unwrap().status().as_u16() }
     };
     served_until_429(|| get("/metrics", Some("203.0.113.5"))).await;
-    // Another client behind the proxy, and the proxy's own probe.
+    // Another client behind the proxy is served.
     assert_eq!(get("/api/v1/state", Some("203.0.113.6")).await, 200);
+    // The proxy's own requests name no client: they count against its
+    // own address, its probes never.
+    served_until_429(|| get("/api/v1/state", None)).await;
     assert_eq!(get("/metrics", None).await, 200);
     assert_eq!(get("/healthz", None).await, 200);
     server.stop().await.unwrap();
