@@ -107,8 +107,9 @@ pub const CSV_HEADER: &str = "tick,time_s,id,x,y,z,vx,vy,vz\n";
 impl Window {
     /// Writes the window as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`) in
     /// chunks of about `chunk_bytes`, handing each to `emit`; stops early
-    /// when `emit` returns false (the reader went away).
-    pub fn write_csv(&self, chunk_bytes: usize, mut emit: impl FnMut(String) -> bool) {
+    /// when `emit` returns false (the reader went away or stalled).
+    /// Whether every chunk was taken.
+    pub fn write_csv(&self, chunk_bytes: usize, mut emit: impl FnMut(String) -> bool) -> bool {
         let hz = f64::from(self.tick_hz);
         let mut out = String::with_capacity(chunk_bytes + 256);
         out.push_str(CSV_HEADER);
@@ -134,12 +135,10 @@ impl Window {
                         String::with_capacity(chunk_bytes + 256),
                     ))
                 {
-                    return;
+                    return false;
                 }
             }
         }
-        if !out.is_empty() {
-            emit(out);
-        }
+        out.is_empty() || emit(out)
     }
 }

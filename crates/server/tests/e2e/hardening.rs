@@ -967,6 +967,44 @@ async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limit
     server.stop().await.unwrap();
 }
 
+/// An export whose client stops taking it is cut after the stall timeout,
+/// and the client sees a broken transfer, not a CSV that looks whole (it
+/// ended cleanly, short by millions of rows); the export slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
+    let server = TestServer::start(Config {
+        population: 20_000,
+        operator_token: vec!["operator-token".into()],
+        stall_timeout_s: 1.0,
+        ..test_config()
+    })
+    .await;
+    let mut v = Viewer::connect(server.addr, None, 5).await;
+    while v.next_frame().await.tick < 330 {}
+    drop(v);
+    // About 20 MB of CSV, more than loopback's socket buffers hold.
+    let url = server.url("/api/v1/trajectories.csv?seconds=60");
+    let held = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth("operator-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let body = held.bytes().await;
+    assert!(
+        body.is_err(),
+        "a cut export read as whole: {:?} bytes",
+        body.map(|b| b.len())
+    );
+    // The slot is free again: the next export is served whole.
+    let short = server.url("/api/v1/trajectories.csv?seconds=1");
+    let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
+    assert_eq!(s, 200);
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_clients_downloading_trajectories_do_not_slow_the_tick() {
     let dir = std::env::temp_dir().join(format!("starling-export-{}", std::process::id()));

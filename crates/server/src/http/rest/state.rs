@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
@@ -96,8 +97,9 @@ struct TrajectoryQuery {
 const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
 /// Chunks an export writes ahead of its client, at most: an export's
 /// memory is bounded. A client that takes longer than the stall timeout
-/// (`stall_timeout_s`) to take a chunk loses its export, and the export
-/// slot is free again.
+/// (`stall_timeout_s`) to take a chunk loses its export (the body ends in
+/// an error, so it cannot pass for a whole CSV), and the export slot is
+/// free again.
 const EXPORT_AHEAD_CHUNKS: usize = 4;
 
 /// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
@@ -152,19 +154,41 @@ async fn trajectories(
         )));
     }
     let window = history.window(seconds);
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(EXPORT_AHEAD_CHUNKS);
+    let (tx, rx) = mpsc::channel::<Bytes>(EXPORT_AHEAD_CHUNKS);
     let (runtime, stall) = (tokio::runtime::Handle::current(), s.0.limits.stall_timeout);
+    // Set when the export stops before its end (its client stalled): the
+    // body then ends in an error, so the client sees a broken transfer,
+    // not a CSV that looks whole but is not.
+    let cut = Arc::new(AtomicBool::new(false));
+    let cut_by_writer = cut.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        window.write_csv(EXPORT_CHUNK_BYTES, |chunk| {
-            let sent =
-                runtime.block_on(tokio::time::timeout(stall, tx.send(Ok(Bytes::from(chunk)))));
+        let whole = window.write_csv(EXPORT_CHUNK_BYTES, |chunk| {
+            let sent = runtime.block_on(tokio::time::timeout(stall, tx.send(Bytes::from(chunk))));
             matches!(sent, Ok(Ok(())))
         });
+        cut_by_writer.store(!whole, Ordering::Relaxed);
     });
-    let chunks = futures_util::stream::unfold(rx, |mut rx| async {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    });
+    let chunks = futures_util::stream::unfold(
+        (rx, cut, false),
+        move |(mut rx, cut, ended)| async move {
+            if ended {
+                return None;
+            }
+            match rx.recv().await {
+                Some(chunk) => Some((Ok(chunk), (rx, cut, false))),
+                // The writer is done (its sender dropped after `cut` was set).
+                None if cut.load(Ordering::Relaxed) => {
+                    let e = std::io::Error::other(format!(
+                        "trajectory export cut short: its client took longer than stall_timeout_s ({} s) to take a chunk",
+                        stall.as_secs_f32()
+                    ));
+                    Some((Err(e), (rx, cut, true)))
+                }
+                None => None,
+            }
+        },
+    );
     Ok(([(CONTENT_TYPE, "text/csv")], Body::from_stream(chunks)).into_response())
 }
 
