@@ -573,8 +573,9 @@ async fn resync_is_honoured_at_most_once_a_second_and_never_refused() {
             at.push(asked_at.elapsed().as_secs_f64());
         }
     }
-    // (A frame skipped on a loaded machine also brings a keyframe.)
-    assert!(at.iter().any(|&t| t < 0.3), "the first ask at once: {at:?}");
+    // (A frame skipped on a loaded machine also brings a keyframe; and on
+    // one running the whole suite, "at once" took 0.3 s and more.)
+    assert!(at.iter().any(|&t| t < 0.6), "the first ask at once: {at:?}");
     assert!(
         at.iter().any(|t| (0.9..1.5).contains(t)),
         "the second at its turn: {at:?}"

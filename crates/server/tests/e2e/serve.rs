@@ -5,6 +5,7 @@ use super::common::*;
 use reqwest::Method;
 use serde_json::json;
 use starling_protocol::{Command, ErrorCode, PredatorMode, Role};
+use starling_server::config::Config;
 
 /// Ticks between snapshots at the default 60 Hz tick and 30 Hz snapshots.
 const STRIDE: u64 = 2;
@@ -270,6 +271,54 @@ async fn pause_stops_the_tick_and_step_advances_it_exactly() {
     .await;
     assert_eq!(status, 409);
     assert!(body["detail"].as_str().unwrap().contains("pause"), "{body}");
+    server.stop().await.unwrap();
+}
+
+/// A query parameter a route does not take is refused, named, and the
+/// change is not made (`?dry_run=true` on a patch was ignored, and the
+/// patch applied); a token may be given on the URL anywhere, and grants
+/// its role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_query_parameters_are_refused_by_name_and_change_nothing() {
+    let server = TestServer::start(Config {
+        operator_token: vec!["operator-token".into()],
+        ..test_config()
+    })
+    .await;
+    let url = |p: &str| server.url(p);
+    let w_coh = |b: &serde_json::Value| b["w_coh"].as_f64().unwrap();
+    let (_, before) = rest(Method::GET, &url("/api/v1/params"), None, None).await;
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params?dry_run=true"),
+        Some("operator-token"),
+        Some(json!({ "w_coh": w_coh(&before) + 0.5 })),
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("dry_run")), "{b}");
+    assert!(b["detail"].as_str().unwrap().contains("token"), "{b}");
+    let (_, after) = rest(Method::GET, &url("/api/v1/params"), None, None).await;
+    assert_eq!(w_coh(&after), w_coh(&before), "the patch was not made");
+    let (s, b) = rest(
+        Method::GET,
+        &url("/api/v1/trajectories.csv?secs=2"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("secs")), "{b}");
+    assert!(b["detail"].as_str().unwrap().contains("seconds"), "{b}");
+    // The token on the URL: taken everywhere, and it grants its role.
+    let (s, b) = rest(
+        Method::PATCH,
+        &url("/api/v1/params?token=operator-token"),
+        None,
+        Some(json!({ "w_coh": w_coh(&before) + 0.5 })),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, _) = rest(Method::GET, &url("/api/v1/state?token=x"), None, None).await;
+    assert_eq!(s, 200);
     server.stop().await.unwrap();
 }
 

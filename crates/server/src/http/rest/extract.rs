@@ -4,19 +4,21 @@
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
-use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
 
 use crate::command::{Actor, serde_field};
-use crate::http::auth::bearer;
+use crate::http::auth::TokenQuery;
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
 
-/// Who is calling: the role and account their bearer token grants.
+/// Who is calling: the role and account their token grants (`?token=`,
+/// else the bearer header: `TokenQuery::presented`, as the request guard
+/// and the WebSocket read it).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Caller(pub Actor);
 
@@ -24,11 +26,10 @@ impl FromRequestParts<Shared> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, s: &Shared) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        Ok(Caller(s.0.tokens.actor(bearer(header))))
+        let query = Query::<TokenQuery>::try_from_uri(&parts.uri)
+            .map(|Query(q)| q)
+            .unwrap_or_default();
+        Ok(Caller(s.0.tokens.actor(query.presented(&parts.headers))))
     }
 }
 

@@ -14,8 +14,12 @@ mod openapi;
 mod params;
 mod state;
 
-use axum::extract::OriginalUri;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, OriginalUri};
 use axum::http::{Method, StatusCode};
+use axum::response::IntoResponse;
 use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
@@ -35,11 +39,75 @@ pub fn routes(max_population: usize) -> (Router<Shared>, serde_json::Value) {
         .merge(control::routes())
         .merge(state::routes())
         .split_for_parts();
+    let doc = openapi::document(&doc, max_population);
+    let taken = Arc::new(query_parameters(&doc));
     let router = router
+        .route_layer(axum::middleware::from_fn(move |path, req, next| {
+            known_query(taken.clone(), path, req, next)
+        }))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method);
-    (router, openapi::document(&doc, max_population))
+    (router, doc)
 }
+
+/// The query parameters each route takes, by its path in the document
+/// (`/trajectories.csv`), as the OpenAPI document lists them.
+fn query_parameters(doc: &serde_json::Value) -> HashMap<String, Vec<String>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        let names = out.entry(path.clone()).or_default();
+        for op in item.as_object().into_iter().flat_map(|o| o.values()) {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                if p["in"] == "query"
+                    && let Some(name) = p["name"].as_str()
+                {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Refuses a query parameter the route does not take, naming it (a
+/// mistyped or unsupported one, `PATCH /params?dry_run=true` say, was
+/// ignored and the change applied). `token` is taken everywhere, as a
+/// request may present its token on the URL.
+async fn known_query(
+    taken: Arc<HashMap<String, Vec<String>>>,
+    path: MatchedPath,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = path
+        .as_str()
+        .strip_prefix("/api/v1")
+        .unwrap_or(path.as_str());
+    let names = taken.get(route).map(Vec::as_slice).unwrap_or_default();
+    let query = req.uri().query().unwrap_or("");
+    let unknown = query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
+        .find(|k| *k != TOKEN_PARAMETER && !names.iter().any(|n| n == k));
+    if let Some(key) = unknown {
+        let allowed = if names.is_empty() {
+            format!("none but {TOKEN_PARAMETER}")
+        } else {
+            format!("{}, {TOKEN_PARAMETER}", names.join(", "))
+        };
+        return ApiError::invalid(
+            StatusCode::BAD_REQUEST,
+            Some(key.to_owned()),
+            format!("{route} takes no query parameter {key:?}: allowed {allowed}"),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// The query parameter a request may present its token in on any route.
+const TOKEN_PARAMETER: &str = "token";
 
 /// An `/api/v1` path that names no resource.
 async fn no_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
@@ -63,7 +131,9 @@ async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) -> ApiError
     info(
         title = "Starling",
         description = "Control a live flock: parameters, agents, boids, pause/step/reset. \
-            Send `Authorization: Bearer <token>`; roles are viewer < pilot < operator. \
+            Send `Authorization: Bearer <token>` (or `?token=<token>` on the URL); \
+            roles are viewer < pilot < operator. A query parameter an operation does \
+            not list is refused with 400 naming it. \
             Pilots may move and remove only the agents their token created. \
             Errors are `{error, field, detail}` with a 4xx status.",
     ),

@@ -84,10 +84,10 @@ async fn state(State(s): State<Shared>) -> Json<StateBody> {
     })
 }
 
-/// `GET /trajectories.csv` query.
+/// `GET /trajectories.csv` query (other parameters than these and
+/// `token` are refused before the handler: `rest::known_query`).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 struct TrajectoryQuery {
     /// Seconds of history, 1 ..= 60 (default 10).
     seconds: Option<u32>,
