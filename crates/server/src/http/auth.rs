@@ -100,7 +100,10 @@ impl TokenQuery {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        self.token.as_deref().or(bearer(header))
+        self.token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .or(bearer(header))
     }
 }
 
@@ -122,6 +125,14 @@ mod tests {
             token: Some("from-url".into()),
         };
         assert_eq!(url.presented(&headers), Some("from-url"));
+        let empty = TokenQuery {
+            token: Some(String::new()),
+        };
+        assert_eq!(
+            empty.presented(&headers),
+            Some("from-header"),
+            "an empty ?token= is none"
+        );
         assert_eq!(
             url.presented(&axum::http::HeaderMap::new()),
             Some("from-url")

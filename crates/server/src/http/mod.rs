@@ -64,8 +64,23 @@ pub fn app(shared: Shared, web_dir: &Path) -> Router {
             guard::check,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http().on_failure(on_failure))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(on_failure),
+        )
         .with_state(shared)
+}
+
+/// A request's span: its method and path, never its query (a `?token=`
+/// would be written to the log).
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        version = ?req.version(),
+    )
 }
 
 /// A failed response, logged: a 503, at DEBUG (at ERROR, a client

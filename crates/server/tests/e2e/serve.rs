@@ -319,6 +319,29 @@ async fn unknown_query_parameters_are_refused_by_name_and_change_nothing() {
     assert_eq!(s, 200, "{b}");
     let (s, _) = rest(Method::GET, &url("/api/v1/state?token=x"), None, None).await;
     assert_eq!(s, 200);
+    let (s, b) = rest(
+        Method::GET,
+        &url("/api/v1/state?token=x&token=y"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("token")), "{b}");
+    // An export over HTTP/1.0 could not end in an error if cut short.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let ask = format!(
+        "GET /api/v1/trajectories.csv?seconds=1 HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer operator-token\r\n\r\n",
+        server.addr
+    );
+    tcp.write_all(ask.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.0 505"), "{answer}");
+    assert!(
+        answer.contains("\"version\"") && answer.contains("HTTP/1.1"),
+        "{answer}"
+    );
     server.stop().await.unwrap();
 }
 

@@ -85,11 +85,21 @@ async fn known_query(
         .unwrap_or(path.as_str());
     let names = taken.get(route).map(Vec::as_slice).unwrap_or_default();
     let query = req.uri().query().unwrap_or("");
-    let unknown = query
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
-        .find(|k| *k != TOKEN_PARAMETER && !names.iter().any(|n| n == k));
+    let keys = || {
+        query
+            .split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
+    };
+    if keys().filter(|k| *k == TOKEN_PARAMETER).count() > 1 {
+        return ApiError::invalid(
+            StatusCode::BAD_REQUEST,
+            Some(TOKEN_PARAMETER.into()),
+            format!("{route}: allowed at most one {TOKEN_PARAMETER}="),
+        )
+        .into_response();
+    }
+    let unknown = keys().find(|k| *k != TOKEN_PARAMETER && !names.iter().any(|n| n == k));
     if let Some(key) = unknown {
         let allowed = if names.is_empty() {
             format!("none but {TOKEN_PARAMETER}")

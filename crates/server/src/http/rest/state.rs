@@ -113,8 +113,20 @@ const EXPORT_AHEAD_CHUNKS: usize = 4;
 async fn trajectories(
     State(s): State<Shared>,
     Caller(actor): Caller,
+    version: axum::http::Version,
     query: Result<axum::extract::Query<TrajectoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    if version < axum::http::Version::HTTP_11 {
+        // An HTTP/1.0 body of unknown length ends when the connection
+        // closes, so an export cut short would look whole.
+        return Err(ApiError::invalid(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            Some("version".into()),
+            format!(
+                "{version:?}: the export is streamed, which needs HTTP/1.1 (behind nginx: proxy_http_version 1.1)"
+            ),
+        ));
+    }
     let axum::extract::Query(q) = query.map_err(|e| {
         let text = e.body_text();
         let field = serde_field(&text).unwrap_or("seconds").to_owned();
@@ -156,10 +168,11 @@ async fn trajectories(
     let window = history.window(seconds);
     let (tx, rx) = mpsc::channel::<Bytes>(EXPORT_AHEAD_CHUNKS);
     let (runtime, stall) = (tokio::runtime::Handle::current(), s.0.limits.stall_timeout);
-    // Set when the export stops before its end (its client stalled): the
-    // body then ends in an error, so the client sees a broken transfer,
-    // not a CSV that looks whole but is not.
-    let cut = Arc::new(AtomicBool::new(false));
+    // Cleared only when the export reached its end: otherwise (its client
+    // stalled, or the writer never ran or panicked) the body ends in an
+    // error, so the client sees a broken transfer, not a CSV that looks
+    // whole but is not.
+    let cut = Arc::new(AtomicBool::new(true));
     let cut_by_writer = cut.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -167,7 +180,11 @@ async fn trajectories(
             let sent = runtime.block_on(tokio::time::timeout(stall, tx.send(Bytes::from(chunk))));
             matches!(sent, Ok(Ok(())))
         });
-        cut_by_writer.store(!whole, Ordering::Relaxed);
+        if whole {
+            cut_by_writer.store(false, Ordering::Release);
+        } else {
+            tracing::warn!("trajectory export cut short: its client stopped taking it");
+        }
     });
     let chunks = futures_util::stream::unfold(
         (rx, cut, false),
@@ -178,7 +195,7 @@ async fn trajectories(
             match rx.recv().await {
                 Some(chunk) => Some((Ok(chunk), (rx, cut, false))),
                 // The writer is done (its sender dropped after `cut` was set).
-                None if cut.load(Ordering::Relaxed) => {
+                None if cut.load(Ordering::Acquire) => {
                     let e = std::io::Error::other(format!(
                         "trajectory export cut short: its client took longer than stall_timeout_s ({} s) to take a chunk",
                         stall.as_secs_f32()
