@@ -389,29 +389,27 @@ impl Feed {
     fn on_state(&mut self, payload: &[u8]) -> Result<(), String> {
         let (env, rest) = Envelope::split(payload).map_err(|e| self.malformed(e))?;
         let state = parse_state(rest).map_err(|e| self.malformed(e))?;
-        if state.protocol_minor > PROTOCOL_MINOR {
-            self.telemetry.nats_drop("protocol");
-            let why = format!(
+        // An origin this edge cannot serve: its cell updates need a newer
+        // protocol, or its parameters are outside this edge's ranges (an
+        // origin of another release). Refused by name, and no keyframes are
+        // asked for: they would not help, and the origin would send a full
+        // set twice a second for ever.
+        let refusal = if state.protocol_minor > PROTOCOL_MINOR {
+            Some(format!(
                 "the origin's cell updates need protocol {PROTOCOL_MAJOR}.{}; this edge reads up to {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run an edge of the origin's release or newer",
                 state.protocol_minor
-            );
-            if !std::mem::replace(&mut self.refused_protocol, true) {
-                tracing::error!(why, "edge cannot read the origin's stream");
-            }
-            return Err(why);
-        }
-        // What the edge serves as the origin's parameters must be within
-        // this edge's ranges. Refused like a newer protocol (by name, no
-        // keyframes asked for): an origin of another release whose ranges
-        // differ would otherwise be asked for a full set twice a second
-        // for ever.
-        if let Err(e) = state.sim.params.validate() {
+            ))
+        } else {
+            state.sim.params.validate().err().map(|e| {
+                format!(
+                    "the origin's parameters are outside this edge's ranges ({e}): run an edge of the origin's release (a newer one whose ranges are tighter refuses them too)"
+                )
+            })
+        };
+        if let Some(why) = refusal {
             self.telemetry.nats_drop("protocol");
-            let why = format!(
-                "the origin's parameters are outside this edge's ranges ({e}): run an edge of the origin's release (a newer one whose ranges are tighter refuses them too)"
-            );
             if !std::mem::replace(&mut self.refused_protocol, true) {
-                tracing::error!(why, "edge cannot serve the origin's state");
+                tracing::error!(why, "edge cannot serve the origin's stream");
             }
             return Err(why);
         }

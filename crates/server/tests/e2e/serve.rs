@@ -286,46 +286,31 @@ async fn unknown_query_parameters_are_refused_by_name_and_change_nothing() {
     })
     .await;
     let url = |p: &str| server.url(p);
+    let get = |p: &str| {
+        let u = url(p);
+        async move { rest(Method::GET, &u, None, None).await }
+    };
     let w_coh = |b: &serde_json::Value| b["w_coh"].as_f64().unwrap();
-    let (_, before) = rest(Method::GET, &url("/api/v1/params"), None, None).await;
-    let (s, b) = rest(
-        Method::PATCH,
-        &url("/api/v1/params?dry_run=true"),
-        Some("operator-token"),
-        Some(json!({ "w_coh": w_coh(&before) + 0.5 })),
-    )
-    .await;
+    let (_, before) = get("/api/v1/params").await;
+    // The same patch, on `path`, presenting `token` in the header.
+    let patch = |path: &str, token| {
+        let (u, body) = (url(path), json!({ "w_coh": w_coh(&before) + 0.5 }));
+        async move { rest(Method::PATCH, &u, token, Some(body)).await }
+    };
+    let (s, b) = patch("/api/v1/params?dry_run=true", Some("operator-token")).await;
     assert_eq!((s, b["field"].as_str()), (400, Some("dry_run")), "{b}");
     assert!(b["detail"].as_str().unwrap().contains("token"), "{b}");
-    let (_, after) = rest(Method::GET, &url("/api/v1/params"), None, None).await;
+    let (_, after) = get("/api/v1/params").await;
     assert_eq!(w_coh(&after), w_coh(&before), "the patch was not made");
-    let (s, b) = rest(
-        Method::GET,
-        &url("/api/v1/trajectories.csv?secs=2"),
-        None,
-        None,
-    )
-    .await;
+    let (s, b) = get("/api/v1/trajectories.csv?secs=2").await;
     assert_eq!((s, b["field"].as_str()), (400, Some("secs")), "{b}");
     assert!(b["detail"].as_str().unwrap().contains("seconds"), "{b}");
     // The token on the URL: taken everywhere, and it grants its role.
-    let (s, b) = rest(
-        Method::PATCH,
-        &url("/api/v1/params?token=operator-token"),
-        None,
-        Some(json!({ "w_coh": w_coh(&before) + 0.5 })),
-    )
-    .await;
+    let (s, b) = patch("/api/v1/params?token=operator-token", None).await;
     assert_eq!(s, 200, "{b}");
-    let (s, _) = rest(Method::GET, &url("/api/v1/state?token=x"), None, None).await;
+    let (s, _) = get("/api/v1/state?token=x").await;
     assert_eq!(s, 200);
-    let (s, b) = rest(
-        Method::GET,
-        &url("/api/v1/state?token=x&token=y"),
-        None,
-        None,
-    )
-    .await;
+    let (s, b) = get("/api/v1/state?token=x&token=y").await;
     assert_eq!((s, b["field"].as_str()), (400, Some("token")), "{b}");
     // An export over HTTP/1.0 could not end in an error if cut short.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
