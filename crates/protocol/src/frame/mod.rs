@@ -77,6 +77,15 @@ impl Frame {
         [self.heading[2 * i], self.heading[2 * i + 1]]
     }
 
+    /// Appends boid `i` of `from` (its id, position and heading).
+    #[inline]
+    pub fn push_boid(&mut self, from: &Frame, i: usize) {
+        self.ids.push(from.ids[i]);
+        self.pos.extend_from_slice(&from.pos[3 * i..3 * i + 3]);
+        self.heading
+            .extend_from_slice(&from.heading[2 * i..2 * i + 2]);
+    }
+
     /// The quantisation box (a frame without one is only a default value).
     fn quant_box(&self) -> Result<QuantBox, EncodeError> {
         self.quant

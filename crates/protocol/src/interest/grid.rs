@@ -185,10 +185,7 @@ fn prepare_cell(whole: &Frame, k: usize, out: &mut Frame) {
 pub fn fill_cell(whole: &Frame, members: impl ExactSizeIterator<Item = usize>, out: &mut Frame) {
     prepare_cell(whole, members.len(), out);
     for i in members {
-        out.ids.push(whole.ids[i]);
-        out.pos.extend_from_slice(&whole.pos[3 * i..3 * i + 3]);
-        out.heading
-            .extend_from_slice(&whole.heading[2 * i..2 * i + 2]);
+        out.push_boid(whole, i);
     }
 }
 
@@ -243,11 +240,7 @@ impl CellGrid {
             prepare_cell(whole, k, f);
         }
         for i in 0..whole.len() {
-            let f = &mut out[self.cell_of(whole.position(i)) as usize];
-            f.ids.push(whole.ids[i]);
-            f.pos.extend_from_slice(&whole.pos[3 * i..3 * i + 3]);
-            f.heading
-                .extend_from_slice(&whole.heading[2 * i..2 * i + 2]);
+            out[self.cell_of(whole.position(i)) as usize].push_boid(whole, i);
         }
     }
 }

@@ -34,7 +34,7 @@
 //! full updates (5 to 10 times the bytes a boid) for as long as it stayed
 //! (found by an audit).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +48,7 @@ use starling_protocol::interest::{
 
 use starling_protocol::{Frame, QuantBox};
 
+use super::crop::Crop;
 use super::split::CellSplitter;
 use crate::telemetry::Telemetry;
 
@@ -68,11 +69,26 @@ pub const LINEAR_FORMS: usize = 8;
 /// Of those, the most that viewers from one network may make (see
 /// [`Asker::viewer`]).
 pub const LINEAR_FORMS_PER_ADDRESS: usize = 3;
+/// Updates cropped to a view ([`Crop`]), linear or full, a cell keeps per
+/// broadcast, at most: a viewer asking for another is sent the cell whole.
+pub const CROPPED_FORMS: usize = 12;
+/// Of those, the most that viewers from one network may make.
+pub const CROPPED_FORMS_PER_ADDRESS: usize = 3;
+/// Cropped updates encoded per broadcast over every cell, at most,
+/// whoever asks: past it, cells are sent whole (against the cropped frames
+/// a viewer holds). The [`super::crop::CROPPING_VIEWERS`] viewers that crop
+/// make about 30 to 110 a broadcast each at 100k boids (a crop costs an
+/// encode of its own, about 5 µs); this bounds what they cost together,
+/// whatever views they choose, to about 3 ms a broadcast.
+pub const CROPPED_ENCODES: usize = 640;
+/// Of those, the most that viewers from one network may make in a
+/// broadcast: about the crops of two views of a tenth of the world.
+pub const CROPPED_ENCODES_PER_ADDRESS: usize = 160;
 
 /// Who an update is made for: a viewer, by its address block (`None`: a
 /// connection with no known address, counted as one), or the NATS
 /// publisher, which alone may take a cell's last linear slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Asker {
     /// A viewer from this block ([`Asker::viewer`]).
     Viewer(Option<std::net::IpAddr>),
@@ -129,8 +145,8 @@ impl CellFrames {
 }
 
 /// One frame of a cell a viewer holds: the seq of the broadcast it was
-/// sent from and its precision.
-pub type HeldAt = (u64, Precision);
+/// sent from, its precision and its crop (the boids of the cell it holds).
+pub type HeldAt = (u64, Precision, Crop);
 
 /// How a viewer holds a cell: the last two frames it was sent (newest first).
 pub type Held = [Option<HeldAt>; 2];
@@ -150,6 +166,20 @@ type LinearForm = (
 
 /// A full update of one cell: its precision and bytes.
 type FullForm = (Precision, Option<Shared>);
+
+/// An update of one cell cropped to a view ([`Crop`]): the held frames it
+/// applies to (None: full), its precision, its crop, the codings the
+/// receiver reads, its bytes (None when a linear one is not smaller than
+/// the cropped full one), who made it, and the boids it holds.
+type CroppedForm = (
+    Option<(HeldAt, Option<HeldAt>)>,
+    Precision,
+    Crop,
+    Codings,
+    Option<Shared>,
+    Asker,
+    usize,
+);
 
 /// An encoded cell update, shared among viewers: its bytes, and the header
 /// it has in a compact batch (1.7), made with it.
@@ -171,6 +201,8 @@ pub struct Update {
     /// Whether it is against the frames held (linear, or from the newer
     /// alone), not full.
     pub linear: bool,
+    /// The boids it brings the cell to.
+    pub boids: usize,
 }
 
 /// One broadcast's cells and their lazily encoded updates.
@@ -186,6 +218,10 @@ pub struct CellSet {
     /// Each cell's linear updates by the held pair they apply to and
     /// their precision; None when it would not be smaller than the full one.
     linear: Vec<Mutex<Vec<LinearForm>>>,
+    /// Each cell's updates cropped to a view, linear and full.
+    cropped: Vec<Mutex<Vec<CroppedForm>>>,
+    /// Cropped updates encoded so far, by who made them ([`CROPPED_ENCODES`]).
+    crop_encodes: Mutex<CropEncodes>,
     /// Time spent encoding this set's updates, nanoseconds.
     encode_ns: AtomicU64,
     telemetry: Arc<Telemetry>,
@@ -287,13 +323,16 @@ impl CellSet {
     }
 
     /// The cheapest update that brings a viewer holding the cell as `held`
-    /// to this broadcast at `precision` (or near it); `codings`: what the
-    /// viewer reads; `asker`: who it is for (a linear slot taken is theirs).
+    /// to this broadcast at `precision` (or near it) and `crop` (or the
+    /// whole cell, when the cell has no room for another cropped form);
+    /// `codings`: what the viewer reads; `asker`: who it is for (a linear
+    /// or cropped slot taken is theirs).
     pub fn update_for(
         &self,
         cell: u32,
         held: Held,
         precision: Precision,
+        crop: Crop,
         codings: Codings,
         asker: Asker,
     ) -> Option<Update> {
@@ -303,23 +342,127 @@ impl CellSet {
         // against the newer alone (so a cell whose second frame came late,
         // say after a large full update, is not sent in full again).
         let recent = |h: Option<HeldAt>| h.filter(|f| f.0 < seq && seq - f.0 <= HISTORY);
-        if let Some(a) = recent(held[0])
-            && let b = recent(held[1]).filter(|b| b.0 < a.0)
+        let pair = recent(held[0]).map(|a| (a, recent(held[1]).filter(|b| b.0 < a.0)));
+        if !crop.is_whole() && !matches!(asker, Asker::Publisher) {
+            if let Some((a, b)) = pair
+                && let Some((shared, boids)) =
+                    self.cropped(c, Some((a, b)), precision, crop, codings, asker)
+            {
+                return Some(Update {
+                    shared,
+                    held: [Some((seq, precision, crop)), Some(a)],
+                    linear: true,
+                    boids,
+                });
+            }
+            if let Some((shared, boids)) =
+                self.cropped(c, None, precision, crop, Codings::Fixed, asker)
+            {
+                return Some(Update {
+                    shared,
+                    held: [Some((seq, precision, crop)), held[0]],
+                    linear: false,
+                    boids,
+                });
+            }
+        }
+        let boids = self.now.cells.get(c)?.len();
+        if let Some((a, b)) = pair
             && let Some(shared) = self.linear(c, (a, b), precision, codings, asker)
         {
             return Some(Update {
                 shared,
-                held: [Some((seq, precision)), Some(a)],
+                held: [Some((seq, precision, Crop::WHOLE)), Some(a)],
                 linear: true,
+                boids,
             });
         }
         // The receiver keeps the frame it held as the one before.
         let (shared, p) = self.full(cell, precision)?;
         Some(Update {
             shared,
-            held: [Some((seq, p)), held[0]],
+            held: [Some((seq, p, Crop::WHOLE)), held[0]],
             linear: false,
+            boids,
         })
+    }
+
+    /// The update of cell `c` cropped to `crop`, against its frames held
+    /// as `pair` (None: full), at `precision`, and the boids it holds;
+    /// encoded once, None when not kept, when `asker` may make no more, or
+    /// when a linear one is not smaller than the cropped full one.
+    fn cropped(
+        &self,
+        c: usize,
+        pair: Option<(HeldAt, Option<HeldAt>)>,
+        precision: Precision,
+        crop: Crop,
+        codings: Codings,
+        asker: Asker,
+    ) -> Option<(Shared, usize)> {
+        let mut forms = lock(self.cropped.get(c)?);
+        let serves =
+            |f: &CroppedForm| f.3 == codings || (codings == Codings::Fixed && f.4.is_none());
+        if let Some(f) = forms
+            .iter()
+            .find(|f| f.0 == pair && f.1 == precision && f.2 == crop && serves(f))
+        {
+            return f.4.clone().map(|b| (b, f.6));
+        }
+        if forms.len() >= CROPPED_FORMS
+            || forms.iter().filter(|f| f.5 == asker).count() >= CROPPED_FORMS_PER_ADDRESS
+            || !lock(&self.crop_encodes).take(asker)
+        {
+            return None;
+        }
+        let made = CROP_SCRATCH.with_borrow_mut(|[next, base, base2]| {
+            self.crop_into(crop, c, self.now.cells.get(c)?, next);
+            let full_len = CELL_UPDATE_HEADER_BYTES
+                + full_bytes_per_boid(precision.has_heading()) * next.len();
+            let bytes = match pair {
+                None => self.encode(None, None, next, precision, Codings::Fixed),
+                Some((a, b)) => {
+                    let base = self.held_frame(c, a, base)?;
+                    let base2 = match b {
+                        Some(b) => Some(self.held_frame(c, b, base2)?),
+                        None => None,
+                    };
+                    self.encode(Some(base), base2, next, precision, codings)
+                        .filter(|l| l.bytes.len() < full_len)
+                }
+            };
+            Some((bytes, next.len()))
+        });
+        let (bytes, boids) = made?;
+        forms.push((pair, precision, crop, codings, bytes.clone(), asker, boids));
+        bytes.map(|b| (b, boids))
+    }
+
+    /// Writes `whole`, cell `c`'s frame, cropped to `crop` into `out`;
+    /// counted as encoding time (it is part of making a cropped update).
+    fn crop_into(&self, crop: Crop, c: usize, whole: &Frame, out: &mut Frame) {
+        let t0 = Instant::now();
+        crop.apply(&self.now.grid, c as u32, whole, out);
+        let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.encode_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Cell `c`'s frame as held at `at` (cropped into `scratch` when it
+    /// was sent cropped).
+    fn held_frame<'a>(
+        &'a self,
+        c: usize,
+        (seq, precision, crop): HeldAt,
+        scratch: &'a mut Frame,
+    ) -> Option<HeldFrame<'a>> {
+        let whole = self.frames_at(seq)?.cells.get(c)?;
+        let frame = if crop.is_whole() {
+            whole
+        } else {
+            self.crop_into(crop, c, whole, scratch);
+            &*scratch
+        };
+        Some(HeldFrame { frame, precision })
     }
 
     /// The update of cell `c` against its frames held as `a` and, when
@@ -355,26 +498,53 @@ impl CellSet {
         if !room {
             return None;
         }
-        let held = |(seq, p): HeldAt| -> Option<HeldFrame<'_>> {
-            Some(HeldFrame {
-                frame: self.frames_at(seq)?.cells.get(c)?,
-                precision: p,
-            })
-        };
-        let base = held(a)?;
-        let base2 = match b {
-            Some(b) => Some(held(b)?),
-            None => None,
-        };
         // A full update's size is known without encoding it.
         let full_len = CELL_UPDATE_HEADER_BYTES
             + full_bytes_per_boid(precision.has_heading()) * self.now.cells[c].len();
-        let bytes = self
-            .encode(Some(base), base2, &self.now.cells[c], precision, codings)
-            .filter(|l| l.bytes.len() < full_len);
+        let bytes = CROP_SCRATCH.with_borrow_mut(|[_, base, base2]| {
+            let base = self.held_frame(c, a, base)?;
+            let base2 = match b {
+                Some(b) => Some(self.held_frame(c, b, base2)?),
+                None => None,
+            };
+            Some(
+                self.encode(Some(base), base2, &self.now.cells[c], precision, codings)
+                    .filter(|l| l.bytes.len() < full_len),
+            )
+        })?;
         forms.push((a, b, precision, codings, bytes.clone(), asker));
         bytes
     }
+}
+
+/// The cropped updates a broadcast has encoded: in all, and by each
+/// network that made any.
+#[derive(Debug, Default)]
+struct CropEncodes {
+    total: usize,
+    by_asker: HashMap<Asker, usize>,
+}
+
+impl CropEncodes {
+    /// Counts one more for `asker`, unless that would pass
+    /// [`CROPPED_ENCODES`] or [`CROPPED_ENCODES_PER_ADDRESS`].
+    fn take(&mut self, asker: Asker) -> bool {
+        if self.total >= CROPPED_ENCODES {
+            return false;
+        }
+        let made = self.by_asker.entry(asker).or_default();
+        if *made >= CROPPED_ENCODES_PER_ADDRESS {
+            return false;
+        }
+        *made += 1;
+        self.total += 1;
+        true
+    }
+}
+
+thread_local! {
+    /// Cropped frames an encode reads: the new one and the two held.
+    static CROP_SCRATCH: std::cell::RefCell<[Frame; 3]> = Default::default();
 }
 
 /// A lock whose holder panicking leaves the forms usable (they are only
@@ -457,6 +627,8 @@ impl CellBuilder {
             past: self.ring.iter().cloned().collect(),
             full: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             linear: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            cropped: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            crop_encodes: Mutex::new(CropEncodes::default()),
             encode_ns: AtomicU64::new(0),
             telemetry: telemetry.clone(),
         };
@@ -557,7 +729,7 @@ mod tests {
                     let codings = [Codings::Range, Codings::Fixed, Codings::Rice][v % 3];
                     let asker = Asker::viewer(std::net::IpAddr::from([10, 0, v as u8, 0]));
                     let u = set
-                        .update_for(c, *h, precisions[v], codings, asker)
+                        .update_for(c, *h, precisions[v], Crop::WHOLE, codings, asker)
                         .unwrap();
                     // Only a 1.4 or later reader gets the compact header,
                     // Rice codes from 1.4 on, range codes only to 1.5.
@@ -694,8 +866,9 @@ mod tests {
         let u = set
             .update_for(
                 c,
-                [Some((3, e)), Some((2, e))],
+                [Some((3, e, Crop::WHOLE)), Some((2, e, Crop::WHOLE))],
                 e,
+                Crop::WHOLE,
                 Codings::Range,
                 Asker::Publisher,
             )
@@ -703,7 +876,7 @@ mod tests {
         assert!(!u.linear);
         assert_eq!(
             u.held,
-            [Some((4, e)), Some((3, e))],
+            [Some((4, e, Crop::WHOLE)), Some((3, e, Crop::WHOLE))],
             "a full update after the jump"
         );
     }
@@ -729,21 +902,32 @@ mod tests {
         let u = set
             .update_for(
                 c,
-                [Some((10, e)), Some((2, e))],
+                [Some((10, e, Crop::WHOLE)), Some((2, e, Crop::WHOLE))],
                 e,
+                Crop::WHOLE,
                 Codings::Range,
                 Asker::Publisher,
             )
             .unwrap();
         assert!(u.linear, "not a full update");
-        assert_eq!(u.held, [Some((12, e)), Some((10, e))]);
+        assert_eq!(
+            u.held,
+            [Some((12, e, Crop::WHOLE)), Some((10, e, Crop::WHOLE))]
+        );
         let view = starling_protocol::interest::CellUpdateView::parse(&u.shared.bytes).unwrap();
         assert_eq!(view.predict, starling_protocol::interest::Predict::FromBase);
         // Held only at seq 2: in full.
         assert!(
-            !set.update_for(c, [Some((2, e)), None], e, Codings::Range, Asker::Publisher)
-                .unwrap()
-                .linear
+            !set.update_for(
+                c,
+                [Some((2, e, Crop::WHOLE)), None],
+                e,
+                Crop::WHOLE,
+                Codings::Range,
+                Asker::Publisher
+            )
+            .unwrap()
+            .linear
         );
     }
 
@@ -770,9 +954,16 @@ mod tests {
         // A key of its own for each ask: the frames held at another precision.
         let ask = |k: u8, asker: Asker| {
             let p = Precision::new(k % 7, k / 7).unwrap();
-            set.update_for(c, [Some((2, p)), Some((1, p))], p, Codings::Range, asker)
-                .unwrap()
-                .linear
+            set.update_for(
+                c,
+                [Some((2, p, Crop::WHOLE)), Some((1, p, Crop::WHOLE))],
+                p,
+                Crop::WHOLE,
+                Codings::Range,
+                asker,
+            )
+            .unwrap()
+            .linear
         };
         let address = |n: u8| Asker::viewer(std::net::IpAddr::from([10, 0, n, 1]));
         let first: Vec<bool> = (0..6).map(|k| ask(k, address(1))).collect();

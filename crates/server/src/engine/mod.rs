@@ -10,6 +10,7 @@
 
 pub mod broadcast;
 pub mod checkpoint;
+pub mod crop;
 pub mod history;
 pub mod interest;
 pub mod published;

@@ -154,6 +154,9 @@ pub struct Inner {
     pub whole_world_viewers: std::sync::atomic::AtomicUsize,
     /// See `whole_world_viewers`.
     pub whole_world_held: std::sync::atomic::AtomicUsize,
+    /// The interest viewers whose cells are cropped to their view
+    /// (`engine/crop.rs`).
+    pub crop_slots: Arc<crate::engine::crop::CropSlots>,
     /// Recent boid states for trajectory export (none on an edge: the
     /// origin keeps them).
     pub history: Option<History>,
@@ -195,6 +198,7 @@ impl Shared {
             ),
             whole_world_viewers: std::sync::atomic::AtomicUsize::new(0),
             whole_world_held: std::sync::atomic::AtomicUsize::new(0),
+            crop_slots: Arc::default(),
             anonymous_requests: RateBuckets::with_max_keys(
                 limits.anonymous_requests_per_s,
                 ANONYMOUS_REQUEST_BURST,

@@ -23,6 +23,7 @@ use starling_protocol::interest::CellMirror;
 use starling_protocol::{Frame, FrameBuilder, QuantBox, View};
 use starling_sim::Flock;
 
+use crate::engine::crop::CropSlots;
 use crate::engine::interest::CellBuilder;
 use crate::http::ws::interest::ViewerInterest;
 use crate::telemetry::Telemetry;
@@ -62,13 +63,23 @@ pub struct InterestStats {
     /// Boids inside the probe's view box itself (the in-view counts above
     /// take every boid of each cell the box touches), mean over broadcasts.
     pub boids_in_box_mean: f64,
-    /// Share of the boids inside the box updated at 20 Hz or more.
+    /// Share of the boids inside the box whose cell was updated at 20 Hz
+    /// or more over the whole run (a cell that missed a turn, or was out
+    /// of the full set for a while, or empty for a while, counts as slower).
     pub in_box_share_at_20hz: f64,
+    /// Share of the boids inside the box, counted at every broadcast, that
+    /// the probe held from a frame of their cell at most a twentieth of a
+    /// second old then: what it drew of its view was updated at 20 Hz or
+    /// more at that moment.
+    pub in_box_share_fresh: f64,
     /// Share of the boids inside the box whose cell was never updated in
     /// full (cells the box grazes, left out of the full set all along);
     /// the rest of those under 20 Hz are in cells the set took in for part
     /// of the time.
     pub in_box_share_never_updated: f64,
+    /// Viewers whose cells are cropped to their view (`engine/crop.rs`),
+    /// the probe first.
+    pub viewers_cropping: usize,
     /// Boids the probe holds in full (its level of detail), mean over broadcasts.
     pub full_boids_mean: f64,
     /// How often the boids it holds in full are updated, per second.
@@ -136,6 +147,7 @@ pub fn measure(
             (s >> 11) as f32 / (1u64 << 53) as f32
         }
     };
+    let crop_slots = Arc::new(CropSlots::default());
     let mut clients: Vec<ViewerInterest> = (0..viewers.max(1))
         .map(|v| {
             let view = if v == 0 {
@@ -149,6 +161,9 @@ pub fn measure(
             vi.set_address(std::net::IpAddr::from(
                 (0x0a00_0000 + ((v as u32) << 8)).to_be_bytes(),
             ));
+            // The probe first: it crops, as do the next few (the server's
+            // first come).
+            vi.set_crop_slots(crop_slots.clone());
             vi
         })
         .collect();
@@ -160,6 +175,9 @@ pub fn measure(
     let mut in_box_boids: Vec<u64> = Vec::new();
     let (mut probe_bytes, mut probe_boids, mut boids_in_view) = (0usize, 0usize, 0u64);
     let mut held_boids = 0usize;
+    // In-box boids whose cell the probe holds from at most 1/20 s back.
+    let mut fresh_boids = 0u64;
+    let fresh_ticks = u64::from(p.tick_hz / 20);
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
     let mut encoded_before = telemetry.cell_updates_encoded.get();
     let mut cover = 0.0;
@@ -172,6 +190,7 @@ pub fn measure(
                 v.iter_mut().for_each(|x| *x = 0);
             }
             (probe_bytes, probe_boids, boids_in_view, held_boids) = (0, 0, 0, 0);
+            fresh_boids = 0;
             for v in [&mut build_ms, &mut encode_ms, &mut viewer_us] {
                 v.clear();
             }
@@ -226,12 +245,18 @@ pub fn measure(
             let cell = &set.now.cells[c as usize];
             let n = cell.len() as u64;
             in_view_boids[c as usize] += n;
-            in_box_boids[c as usize] += (0..cell.len())
+            let inside = (0..cell.len())
                 .filter(|&i| {
                     let p = set.now.quant.dequantize(cell.position(i));
                     (0..3).all(|a| p[a] >= probe_view.min[a] && p[a] <= probe_view.max[a])
                 })
                 .count() as u64;
+            in_box_boids[c as usize] += inside;
+            if m.cell(c)
+                .is_some_and(|f| set.now.tick.saturating_sub(f.tick) <= fresh_ticks)
+            {
+                fresh_boids += inside;
+            }
             boids_in_view += n;
             if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {
                 probe_updates[c as usize] += 1;
@@ -299,6 +324,8 @@ pub fn measure(
         in_view_share_at_20hz: at_20,
         boids_in_box_mean: in_box as f64 / broadcasts as f64,
         in_box_share_at_20hz: in_box_fast as f64 / in_box.max(1) as f64,
+        in_box_share_fresh: fresh_boids as f64 / in_box.max(1) as f64,
+        viewers_cropping: crop_slots.taken(),
         in_box_share_never_updated: in_box_never as f64 / in_box.max(1) as f64,
         full_boids_mean: held_boids as f64 / broadcasts as f64,
         full_update_hz: probe_boids as f64 / held_boids.max(1) as f64 * f64::from(fps),

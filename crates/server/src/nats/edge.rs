@@ -593,10 +593,8 @@ impl Feed {
                     let Some(f) = stream.mirror.cell(c) else {
                         continue;
                     };
-                    let i = i as usize;
-                    w.ids.push(id);
-                    w.pos.extend_from_slice(&f.pos[3 * i..3 * i + 3]);
-                    w.heading.extend_from_slice(&f.heading[2 * i..2 * i + 2]);
+                    debug_assert_eq!(f.ids[i as usize], id);
+                    w.push_boid(f, i as usize);
                 }
             },
             stream.world_m,

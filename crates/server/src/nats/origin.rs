@@ -25,6 +25,7 @@ use super::wire::{
     CellPart, CommandReply, Envelope, MIN_PART_BYTES, PART_BYTES, StateMsg, Subjects,
     parse_command, put_end,
 };
+use crate::engine::crop::Crop;
 use crate::engine::interest::{Asker, Held};
 use crate::engine::published::{Broadcast, Published};
 use crate::http::error::ApiError;
@@ -213,6 +214,7 @@ impl Stream {
                     c as u32,
                     self.held[c],
                     Precision::EXACT,
+                    Crop::WHOLE,
                     CODINGS,
                     Asker::Publisher,
                 )

@@ -35,6 +35,7 @@ use starling_protocol::interest::{
 use starling_protocol::{COMPACT_BATCH_MINOR, InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
+use crate::engine::crop::{Crop, CropSlot, CropSlots};
 use crate::engine::interest::{Asker, CellSet, HISTORY, Held, Shared, full_bytes_per_boid};
 
 /// How often the summaries of every cell are sent, per second...
@@ -252,6 +253,10 @@ struct CellState {
     last_sent: u64,
     /// The precision it is sent at (by its distance from the eye).
     precision: Precision,
+    /// The part of it in view, to an eighth of the cell (what it is sent).
+    crop: Crop,
+    /// The boids of its last update.
+    boids: u32,
 }
 
 /// The interest state of one viewer.
@@ -330,7 +335,16 @@ pub struct ViewerInterest {
     headings: bool,
     /// Whether it reads compact batches (1.7).
     compact: bool,
+    /// The slots to crop its cells with (None: never cropped).
+    crop_slots: Option<std::sync::Arc<CropSlots>>,
+    /// Its slot: its cells the view grazes are sent cropped to it.
+    crop_slot: Option<CropSlot>,
+    /// When it last asked for a slot and found none.
+    crop_asked: Option<Duration>,
 }
+
+/// How often a viewer without a crop slot asks again.
+const CROP_ASK_EVERY: Duration = Duration::from_secs(1);
 
 /// The stream's grid and budget are announced again when the budget (or
 /// the summaries' rate) moves by more than this fraction (at most once per
@@ -392,7 +406,39 @@ impl ViewerInterest {
             codings: Codings::for_minor(minor),
             headings: minor < NO_HEADING_MINOR,
             compact: minor >= COMPACT_BATCH_MINOR,
+            crop_slots: None,
+            crop_slot: None,
+            crop_asked: None,
         }
+    }
+
+    /// The slots its cells may be cropped with (`engine/crop.rs`): it
+    /// takes one when free (asking again every [`CROP_ASK_EVERY`]) and
+    /// holds it while it stays. Call after [`Self::set_address`].
+    pub fn set_crop_slots(&mut self, slots: std::sync::Arc<CropSlots>) {
+        self.crop_slots = Some(slots);
+    }
+
+    /// Whether its cells are cropped to its view now.
+    pub fn crops(&self) -> bool {
+        self.crop_slot.is_some()
+    }
+
+    /// Takes a crop slot when it has none and may ask; true when it took one.
+    fn ask_crop_slot(&mut self, now: Duration) -> bool {
+        if self.crop_slot.is_some()
+            || self
+                .crop_asked
+                .is_some_and(|t| now.saturating_sub(t) < CROP_ASK_EVERY)
+        {
+            return false;
+        }
+        let Some(slots) = &self.crop_slots else {
+            return false;
+        };
+        self.crop_slot = slots.take(self.asker);
+        self.crop_asked = Some(now);
+        self.crop_slot.is_some()
     }
 
     /// The address (group) the viewer connects from: the linear encodings
@@ -485,16 +531,23 @@ impl ViewerInterest {
                 p.without_heading()
             };
             if (0..3).any(|a| hi[a] < v.min[a] || lo[a] > v.max[a]) {
+                self.cells[c as usize].crop = Crop::WHOLE;
                 continue;
             }
+            let crop = if self.crop_slot.is_some() {
+                Crop::of_view(&grid, &quant, c, v.min, v.max)
+            } else {
+                Crop::WHOLE
+            };
+            self.cells[c as usize].crop = crop;
             let d2: f32 = (0..3)
                 .map(|a| {
                     let centre = 0.5 * (lo[a] + hi[a]);
                     (centre - eye[a]) * (centre - eye[a])
                 })
                 .sum();
-            // The share of the cell inside the view: a cell the box only
-            // grazes shows few of the boids it would cost.
+            // The share of the cell's crop inside the view: a crop a lattice
+            // step wider than the view shows a little less than it costs.
             let inside: f32 = (0..3)
                 .map(|a| {
                     let (len, view_len) = (hi[a] - lo[a], v.max[a] - v.min[a]);
@@ -504,8 +557,10 @@ impl ViewerInterest {
                     let overlap = hi[a].min(v.max[a]) - lo[a].max(v.min[a]);
                     (overlap / len).clamp(0.05, 1.0)
                 })
-                .product();
-            self.in_view.push((c, inside / (1.0 + d2.sqrt() / edge)));
+                .product::<f32>()
+                / crop.share();
+            self.in_view
+                .push((c, inside.min(1.0) / (1.0 + d2.sqrt() / edge)));
             self.in_view_mark[c as usize] = true;
         }
         self.in_view
@@ -587,7 +642,14 @@ impl ViewerInterest {
         };
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
-            let boids = set.now.counts[c as usize] as f32;
+            // A cropped cell's boids: as many as its last update held when
+            // it was cropped alike, else its share of the cell's (counting
+            // them is a pass over the cell per viewer).
+            let cell = &self.cells[c as usize];
+            let boids = match cell.held[0] {
+                Some((_, _, crop)) if crop == cell.crop && !crop.is_whole() => cell.boids as f32,
+                _ => set.now.counts[c as usize] as f32 * cell.crop.share(),
+            };
             if boids == 0.0 {
                 continue;
             }
@@ -595,7 +657,7 @@ impl ViewerInterest {
             // Only a cell held recently enough for a linear update keeps its
             // place with the slack: a stale one needs a full update, as a
             // joining one does.
-            let held = self.cells[c as usize].held[0].is_some_and(|(s, _)| recent(s, seq));
+            let held = self.cells[c as usize].held[0].is_some_and(|(s, ..)| recent(s, seq));
             let limit = if held {
                 allowance * HYSTERESIS
             } else {
@@ -626,6 +688,9 @@ impl ViewerInterest {
             self.last_summary = None;
             self.announced = None;
             self.reset_next = true;
+        }
+        if self.ask_crop_slot(now) {
+            self.locate(frames.grid, frames.quant);
         }
         self.budget.refill(now);
         let seq = set.seq();
@@ -698,7 +763,7 @@ impl ViewerInterest {
             // Off its turn a cell waits (one it missed goes now).
             if full[c as usize] && (last == 0 || turn(last, halves) != now_turn) {
                 let age = seq.saturating_sub(last).min(1 << 20) as f32;
-                let recent = cell.held[0].is_some_and(|(s, _)| recent(s, seq));
+                let recent = cell.held[0].is_some_and(|(s, ..)| recent(s, seq));
                 self.order.push((recent, age * weight, c));
             }
         }
@@ -759,10 +824,12 @@ impl ViewerInterest {
             if !self.budget.can_send() {
                 break;
             }
+            let cell = &self.cells[c as usize];
             let Some(update) = set.update_for(
                 c,
-                self.cells[c as usize].held,
-                self.cells[c as usize].precision,
+                cell.held,
+                cell.precision,
+                cell.crop,
                 self.codings,
                 self.asker,
             ) else {
@@ -787,7 +854,7 @@ impl ViewerInterest {
                 )
             };
             self.budget.spend(added);
-            let boids = set.now.counts[c as usize] as usize;
+            let boids = update.boids;
             if update.linear && boids >= 16 {
                 // A linear update: learn what a boid and the headers cost.
                 measured.body += (added - overhead) as f32;
@@ -795,8 +862,9 @@ impl ViewerInterest {
                 measured.headers += overhead as f32;
                 measured.updates += 1.0;
             }
-            self.cells[c as usize].held = update.held;
-            self.cells[c as usize].last_sent = seq;
+            let cell = &mut self.cells[c as usize];
+            (cell.held, cell.last_sent) = (update.held, seq);
+            cell.boids = boids.min(u32::MAX as usize) as u32;
             out.updates += 1;
         }
         self.cost.add(measured);
@@ -1332,6 +1400,69 @@ mod tests {
 
     fn at_hz(hz: f64) -> impl Fn(u64) -> (u64, Duration) {
         move |seq| (seq, Duration::from_secs_f64(seq as f64 / hz))
+    }
+
+    #[test]
+    fn a_viewer_with_a_crop_slot_holds_the_boids_in_its_view_and_little_else() {
+        // A view whose x faces cut cells (10 m cells: 23 and 61 m), a
+        // budget that holds all of it; one viewer crops, one may not.
+        let view = View {
+            min: [23.0, 0.0, 0.0],
+            max: [61.0, 100.0, 50.0],
+            eye: Some([42.0, 50.0, 120.0]),
+            budget_bytes_per_s: Some(2_000_000),
+        };
+        let slots = std::sync::Arc::new(CropSlots::default());
+        let mut vi = [0u8, 1].map(|_| ViewerInterest::new(view, Duration::ZERO, PROTOCOL_MINOR));
+        vi[0].set_crop_slots(slots.clone());
+        let (m, _, _) = serve(&mut vi, (1..=60).map(at_hz(30.0)), |_, _, _| {});
+        assert!(vi[0].crops() && !vi[1].crops());
+        // What the last broadcast holds (seq 60: tick 120).
+        let last = frame(120);
+        let quant = last.quant.unwrap();
+        let x = |q: [u16; 3]| quant.dequantize(q)[0];
+        let held = |m: &CellMirror| -> std::collections::HashMap<u32, f32> {
+            m.held_cells()
+                .filter_map(|c| m.cell(c))
+                .flat_map(|f| (0..f.len()).map(move |i| (f.ids[i], x(f.position(i)))))
+                .collect()
+        };
+        let (cropped, whole) = (held(&m[0]), held(&m[1]));
+        for i in 0..last.len() {
+            let p = x(last.position(i));
+            if (view.min[0]..=view.max[0]).contains(&p) {
+                for h in [&cropped, &whole] {
+                    let at = h.get(&last.ids[i]).copied();
+                    assert!(
+                        at.is_some_and(|a| (a - p).abs() < 0.2),
+                        "boid {} at {p}: {at:?}",
+                        last.ids[i]
+                    );
+                }
+            }
+        }
+        // Cropped: nothing further out than a step of the lattice (1.25 m)
+        // and a quantisation step; whole: the grazed cells' every boid.
+        let step = 10.0 / f32::from(crate::engine::crop::CROP_STEPS) + 0.01;
+        assert!(
+            cropped
+                .values()
+                .all(|&a| a >= view.min[0] - step && a <= view.max[0] + step),
+            "{:?}",
+            cropped
+                .values()
+                .filter(|&&a| a < view.min[0] - step || a > view.max[0] + step)
+                .collect::<Vec<_>>()
+        );
+        assert!(whole.values().any(|&a| a < view.min[0] - 2.0));
+        assert!(
+            cropped.len() < whole.len(),
+            "{} vs {}",
+            cropped.len(),
+            whole.len()
+        );
+        drop(vi);
+        assert_eq!(slots.taken(), 0, "the slot goes with the viewer");
     }
 
     #[test]

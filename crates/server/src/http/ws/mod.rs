@@ -392,6 +392,7 @@ async fn serve(
         if let Some(ip) = ip {
             vi.set_address(ip);
         }
+        vi.set_crop_slots(s.0.crop_slots.clone());
     }
     let _on_interest = interest.is_some().then(|| InterestGauge::new(&s));
     // The writer's own handle on the ending: when it ends the connection,
