@@ -45,6 +45,8 @@ pub struct Telemetry {
     pub interest_viewers: Gauge,
     /// Cell updates encoded (shared by every viewer that is sent them).
     pub cell_updates_encoded: Counter,
+    /// Of those, updates cropped to one viewer's view (`engine/crop.rs`).
+    pub cropped_updates_encoded: Counter,
     /// Snapshot broadcasts in memory: the latest, and any older one a
     /// viewer is still sending (each holds its frames and cells).
     pub broadcasts_alive: Gauge,
@@ -102,6 +104,7 @@ impl Default for Telemetry {
             viewers_refused: Family::default(),
             interest_viewers: Gauge::default(),
             cell_updates_encoded: Counter::default(),
+            cropped_updates_encoded: Counter::default(),
             broadcasts_alive: Gauge::default(),
             commands: Family::default(),
             swarm: Family::default(),
@@ -155,6 +158,11 @@ impl Default for Telemetry {
             "cell_updates_encoded",
             "Cell updates encoded, each shared by every viewer sent it",
             t.cell_updates_encoded.clone(),
+        );
+        registry.register(
+            "cropped_updates_encoded",
+            "Of the cell updates encoded, those cropped to one viewer's view",
+            t.cropped_updates_encoded.clone(),
         );
         registry.register(
             "commands",

@@ -44,12 +44,17 @@ pub const CROPPING_VIEWERS: usize = 8;
 /// Of those, the most from one network ([`Asker::viewer`]).
 pub const CROPPING_VIEWERS_PER_ADDRESS: usize = 2;
 
-/// Who crops now: [`CROPPING_VIEWERS`] slots, taken first come and held
-/// while the viewer stays.
+/// Who crops now: [`CROPPING_VIEWERS`] slots, taken first come. A viewer
+/// holds its slot for a lease (`http/ws/interest.rs`) and renews it
+/// unless a viewer was refused one meanwhile ([`CropSlots::refusals`]):
+/// then it hands it back and waits before asking again, so slots go round
+/// the viewers that want them instead of staying with the first comers.
 #[derive(Debug, Default)]
 pub struct CropSlots {
     /// Slots held, by network.
     held: Mutex<HashMap<Asker, usize>>,
+    /// Slots refused so far.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 /// A slot taken; given back when dropped (the viewer went).
@@ -67,6 +72,8 @@ impl CropSlots {
         let total: usize = held.values().sum();
         let mine = held.get(&asker).copied().unwrap_or(0);
         if total >= CROPPING_VIEWERS || mine >= CROPPING_VIEWERS_PER_ADDRESS {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return None;
         }
         held.insert(asker, mine + 1);
@@ -74,6 +81,12 @@ impl CropSlots {
             slots: self.clone(),
             asker,
         })
+    }
+
+    /// Slots refused so far: a holder whose lease ends renews it only when
+    /// this has not moved since it began.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Slots held now.
@@ -137,9 +150,10 @@ impl Crop {
 
     /// The smallest crop of `cell` that holds every boid whose quantised
     /// position lies within `[min, max]` (metres; widened by a
-    /// quantisation step, so a boid on the view's face is never cut),
-    /// the whole cell when the view misses it. In a 2-D grid (one cell
-    /// along z) z is not cropped.
+    /// quantisation step, so a boid on the view's face is never cut). An
+    /// axis of one cell (z in a 2-D world) is not cropped. For a cell the
+    /// view misses it is a sliver at the face nearest the view: callers
+    /// crop only cells the view touches.
     pub fn of_view(
         grid: &CellGrid,
         quant: &QuantBox,
@@ -152,7 +166,8 @@ impl Crop {
         let mut crop = Self::WHOLE;
         for a in 0..3 {
             let len = hi_m[a] - lo_m[a];
-            if len <= 0.0
+            if grid.cells[a] == 1
+                || len <= 0.0
                 || min[a]
                     .partial_cmp(&max[a])
                     .is_none_or(std::cmp::Ordering::is_gt)
@@ -166,9 +181,6 @@ impl Crop {
             let hi = t_hi.clamp(f32::from(lo) + 1.0, steps) as u8;
             crop.lo[a] = lo;
             crop.hi[a] = hi;
-        }
-        if crop.lo.iter().zip(&crop.hi).any(|(l, h)| l >= h) {
-            return Self::WHOLE;
         }
         crop
     }
@@ -214,8 +226,8 @@ mod tests {
 
     proptest! {
         /// Any view and any boids of a cell: every boid inside the view is
-        /// kept, none more than a step of the lattice outside it, and the
-        /// kept ones stay in order.
+        /// kept, none more than a step of the lattice (and the
+        /// quantisation margin) outside it, and the kept ones stay in order.
         #[test]
         fn a_crop_keeps_every_boid_in_view_and_little_else(
             cell in 0u32..(8 * 8 * 4),
@@ -259,9 +271,11 @@ mod tests {
                 if in_view {
                     prop_assert!(kept, "boid {:?} in view {:?}..{:?} was cut", p, min, max);
                 }
-                // Further than two lattice steps (and the quantisation
-                // margin) from a view that touches the cell: cut.
-                let far = (0..3).any(|a| p[a] < min[a] - 2.0 * step[a] - 0.01 || p[a] > max[a] + 2.0 * step[a] + 0.01);
+                // Further than a lattice step (and the quantisation margin,
+                // with a step of rounding between metres and quantised
+                // units) from a view that touches the cell: cut.
+                let margin = |a: usize| step[a] + 3.0 * quant.step_m()[a] + 1e-3;
+                let far = (0..3).any(|a| p[a] < min[a] - margin(a) || p[a] > max[a] + margin(a));
                 if touches && far {
                     prop_assert!(!kept, "boid {:?} far from view {:?}..{:?} was kept", p, min, max);
                 }
@@ -295,6 +309,24 @@ mod tests {
         );
         drop((a, others));
         assert_eq!(slots.taken(), 0);
+    }
+
+    #[test]
+    fn an_axis_of_one_cell_is_not_cropped() {
+        // A 2-D world: one cell along z, boids at its middle; a view of
+        // z = 0 only still takes the whole of z (a crop along it cut no
+        // boid, and read as a small share of the cell).
+        let grid = CellGrid { cells: [8, 8, 1] };
+        let quant = QuantBox {
+            origin_m: [0.0, 0.0, -1.0],
+            extent_m: [160.0, 160.0, 2.0],
+        };
+        let c = grid.cell_of([40_000, 40_000, 32_768]);
+        let (lo, hi) = grid.bounds_m(c, &quant);
+        let mid = 0.5 * (lo[0] + hi[0]);
+        let crop = Crop::of_view(&grid, &quant, c, [mid, -5.0, 0.0], [200.0, 200.0, 0.0]);
+        assert_eq!((crop.lo[2], crop.hi[2]), (0, CROP_STEPS));
+        assert!((0.5..=0.625).contains(&crop.share()), "{}", crop.share());
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //! headings when it asked for them and without when it did not, else the
 //! exact one). So a cell has at most
 //! `FULL_FORMS + 2 + LINEAR_FORMS` encodings per broadcast, however many
-//! viewers there are: the encode cost is flat in the viewer count.
+//! viewers there are, and [`CROPPED_FORMS`] cropped ones (`crop.rs`) made
+//! for the few viewers that crop: the encode cost is flat in the viewer
+//! count.
 //!
 //! The linear slots go first come, first served, so one network (an IPv4
 //! /24, an IPv6 /48: [`Asker::viewer`]) may make at most
@@ -78,8 +80,11 @@ pub const CROPPED_FORMS_PER_ADDRESS: usize = 3;
 /// whoever asks: past it, cells are sent whole (against the cropped frames
 /// a viewer holds). The [`super::crop::CROPPING_VIEWERS`] viewers that crop
 /// make about 30 to 110 a broadcast each at 100k boids (a crop costs an
-/// encode of its own, about 5 µs); this bounds what they cost together,
-/// whatever views they choose, to about 3 ms a broadcast.
+/// encode of its own, about 5 µs); this bounds their crops, whatever views
+/// they choose, to about 3 ms a broadcast. Past it, the whole cells they
+/// get against the cropped frames they hold are encodes of their own too,
+/// bounded as every linear update is ([`LINEAR_FORMS`] a cell): up to
+/// about as much again.
 pub const CROPPED_ENCODES: usize = 640;
 /// Of those, the most that viewers from one network may make in a
 /// broadcast: about the crops of two views of a tenth of the world.
@@ -324,7 +329,8 @@ impl CellSet {
 
     /// The cheapest update that brings a viewer holding the cell as `held`
     /// to this broadcast at `precision` (or near it) and `crop` (or the
-    /// whole cell, when the cell has no room for another cropped form);
+    /// whole cell, when the cell has no room for another cropped form or
+    /// the broadcast made its [`CROPPED_ENCODES`], in all or for `asker`);
     /// `codings`: what the viewer reads; `asker`: who it is for (a linear
     /// or cropped slot taken is theirs).
     pub fn update_for(
@@ -434,6 +440,7 @@ impl CellSet {
             Some((bytes, next.len()))
         });
         let (bytes, boids) = made?;
+        self.telemetry.cropped_updates_encoded.inc();
         forms.push((pair, precision, crop, codings, bytes.clone(), asker, boids));
         bytes.map(|b| (b, boids))
     }

@@ -123,6 +123,11 @@ pub struct Plan {
     /// interest stream (the whole tick then includes it).
     #[arg(long, conflicts_with = "no_snapshots")]
     pub cells: bool,
+    /// The `interest` scenario's viewers are never sent cells cropped to
+    /// their view (`engine/crop.rs`): every viewer as those past the
+    /// cropping few are on a server.
+    #[arg(long)]
+    pub no_crops: bool,
 }
 
 /// Runs the plan, printing one JSON line per run.
@@ -342,8 +347,7 @@ fn bench_interest(n: usize, plan: &Plan, warmup: u64) -> Result<()> {
         counts.push(plan.viewers as usize);
     }
     for viewers in counts {
-        let stats =
-            super::interest::measure(&mut flock, viewers, plan.fps, plan.seconds, plan.budget)?;
+        let stats = super::interest::measure(&mut flock, viewers, plan, !plan.no_crops)?;
         let mut line = serde_json::to_value(&stats)?;
         line["scenario"] = "interest".into();
         println!("{line}");

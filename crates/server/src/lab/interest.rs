@@ -68,9 +68,9 @@ pub struct InterestStats {
     /// of the full set for a while, or empty for a while, counts as slower).
     pub in_box_share_at_20hz: f64,
     /// Share of the boids inside the box, counted at every broadcast, that
-    /// the probe held from a frame of their cell at most a twentieth of a
-    /// second old then: what it drew of its view was updated at 20 Hz or
-    /// more at that moment.
+    /// the probe held then in a frame (of their cell, or of the cell they
+    /// just left) at most a twentieth of a second old: what it drew of its
+    /// view was updated at 20 Hz or more at that moment.
     pub in_box_share_fresh: f64,
     /// Share of the boids inside the box whose cell was never updated in
     /// full (cells the box grazes, left out of the full set all along);
@@ -121,15 +121,17 @@ pub(super) fn tenth(world: [f32; 3], centre: [f32; 2], budget: u32) -> View {
     }
 }
 
-/// Runs the flock for `seconds` (after `warmup` ticks) serving `viewers`
-/// viewers (the probe first) at `fps`.
+/// Runs the flock for the plan's `seconds` serving `viewers` viewers at
+/// its `fps` within its `budget`, in a turning order (the probe is not
+/// always served first); `crops`: the viewers may crop (first come, as on
+/// a server: the probe first).
 pub fn measure(
     flock: &mut Flock,
     viewers: usize,
-    fps: u32,
-    seconds: f64,
-    budget: u32,
+    plan: &super::bench::Plan,
+    crops: bool,
 ) -> Result<InterestStats> {
+    let (fps, seconds, budget) = (plan.fps, plan.seconds, plan.budget);
     let p = *flock.params();
     let stride = (p.tick_hz / fps.max(1)).max(1);
     let quant = QuantBox::around_world(p.world_m, p.dims);
@@ -163,7 +165,9 @@ pub fn measure(
             ));
             // The probe first: it crops, as do the next few (the server's
             // first come).
-            vi.set_crop_slots(crop_slots.clone());
+            if crops {
+                vi.set_crop_slots(crop_slots.clone());
+            }
             vi
         })
         .collect();
@@ -175,8 +179,8 @@ pub fn measure(
     let mut in_box_boids: Vec<u64> = Vec::new();
     let (mut probe_bytes, mut probe_boids, mut boids_in_view) = (0usize, 0usize, 0u64);
     let mut held_boids = 0usize;
-    // In-box boids whose cell the probe holds from at most 1/20 s back.
-    let mut fresh_boids = 0u64;
+    // In-box boids the probe holds from a frame at most 1/20 s old.
+    let (mut fresh_boids, mut fresh_ids) = (0u64, Vec::new());
     let fresh_ticks = u64::from(p.tick_hz / 20);
     let (mut build_ms, mut encode_ms, mut viewer_us) = (Vec::new(), Vec::new(), Vec::new());
     let mut encoded_before = telemetry.cell_updates_encoded.get();
@@ -217,7 +221,12 @@ pub fn measure(
         let now = Duration::from_secs_f64(seq as f64 / f64::from(fps));
         let t0 = Instant::now();
         let mut batch_of_probe = None;
-        for (v, c) in clients.iter_mut().enumerate() {
+        // A turning order, from the probe at the first broadcast (which
+        // takes the first crop slot, as the first viewer on a server does).
+        let n = clients.len();
+        let first = ((seq - 1) % n as u64) as usize;
+        for v in (first..n).chain(0..first) {
+            let c = &mut clients[v];
             let out = c.send(&set, now, false);
             // A link that drains whatever is sent: the budget is the declared one.
             let sent = out.batch.as_ref().map_or(0, |b| b.len());
@@ -236,6 +245,16 @@ pub fn measure(
             probe_bytes += b.len();
             probe_boids += m.apply(&b).context("the probe's batch applies")?.boids;
         }
+        // The ids the probe holds from frames at most 1/20 s old.
+        fresh_ids.clear();
+        for c in m.held_cells() {
+            if let Some(f) = m.cell(c)
+                && set.now.tick.saturating_sub(f.tick) <= fresh_ticks
+            {
+                fresh_ids.extend_from_slice(&f.ids);
+            }
+        }
+        fresh_ids.sort_unstable();
         for c in 0..grid.len() as u32 {
             let (lo, hi) = grid.bounds_m(c, &set.now.quant);
             let in_view = (0..3).all(|a| hi[a] >= probe_view.min[a] && lo[a] <= probe_view.max[a]);
@@ -245,17 +264,15 @@ pub fn measure(
             let cell = &set.now.cells[c as usize];
             let n = cell.len() as u64;
             in_view_boids[c as usize] += n;
-            let inside = (0..cell.len())
-                .filter(|&i| {
-                    let p = set.now.quant.dequantize(cell.position(i));
-                    (0..3).all(|a| p[a] >= probe_view.min[a] && p[a] <= probe_view.max[a])
-                })
-                .count() as u64;
-            in_box_boids[c as usize] += inside;
-            if m.cell(c)
-                .is_some_and(|f| set.now.tick.saturating_sub(f.tick) <= fresh_ticks)
-            {
-                fresh_boids += inside;
+            let inside = (0..cell.len()).filter(|&i| {
+                let p = set.now.quant.dequantize(cell.position(i));
+                (0..3).all(|a| p[a] >= probe_view.min[a] && p[a] <= probe_view.max[a])
+            });
+            for i in inside {
+                in_box_boids[c as usize] += 1;
+                if fresh_ids.binary_search(&cell.ids[i]).is_ok() {
+                    fresh_boids += 1;
+                }
             }
             boids_in_view += n;
             if m.cell(c).is_some_and(|f| f.tick == set.now.tick) {

@@ -2,8 +2,8 @@
 //! it holds and since when, and the batch it is sent at each send.
 //!
 //! Level of detail: the cells in view nearest the camera and most inside
-//! the view (weight: the share of the cell inside the view over 1 +
-//! distance in cell edges), as many as the budget can update at a regular
+//! the view (weight: the share of the cell inside the view, of its crop
+//! when the viewer crops, over 1 + distance in cell edges), as many as the budget can update at a regular
 //! cadence of [`FULL_HZ`] or more (at the bytes per boid this viewer's
 //! updates measure, or a full update's for a viewer whose turns are
 //! further apart than the cells' history), are held in full; the rest of the flock, in view or
@@ -269,8 +269,8 @@ pub struct ViewerInterest {
     frame: Option<(CellGrid, QuantBox)>,
     /// What the viewer knows of each cell.
     cells: Vec<CellState>,
-    /// Cells in view with their weight (the share of the cell inside the
-    /// view over 1 + distance in cell edges), heaviest first.
+    /// Cells in view with their weight (the share of the cell, or of its
+    /// crop, inside the view over 1 + distance in cell edges), heaviest first.
     in_view: Vec<(u32, f32)>,
     /// Sends per second, measured (a moving average).
     send_hz: f32,
@@ -337,12 +337,19 @@ pub struct ViewerInterest {
     compact: bool,
     /// The slots to crop its cells with (None: never cropped).
     crop_slots: Option<std::sync::Arc<CropSlots>>,
-    /// Its slot: its cells the view grazes are sent cropped to it.
-    crop_slot: Option<CropSlot>,
-    /// When it last asked for a slot and found none.
-    crop_asked: Option<Duration>,
+    /// Its slot (its cells the view grazes are sent cropped to it), the
+    /// time its lease began and the slots' refusals then.
+    crop_slot: Option<(CropSlot, Duration, u64)>,
+    /// When it may next ask for a slot.
+    crop_ask_at: Duration,
 }
 
+/// How long a viewer holds a crop slot before it renews it, or hands it
+/// back when another viewer was refused one meanwhile...
+const CROP_LEASE: Duration = Duration::from_secs(30);
+/// ...and how long it then waits before asking again (the others ask
+/// every [`CROP_ASK_EVERY`], so one waiting takes it).
+const CROP_REST: Duration = Duration::from_secs(5);
 /// How often a viewer without a crop slot asks again.
 const CROP_ASK_EVERY: Duration = Duration::from_secs(1);
 
@@ -408,13 +415,14 @@ impl ViewerInterest {
             compact: minor >= COMPACT_BATCH_MINOR,
             crop_slots: None,
             crop_slot: None,
-            crop_asked: None,
+            crop_ask_at: Duration::ZERO,
         }
     }
 
     /// The slots its cells may be cropped with (`engine/crop.rs`): it
     /// takes one when free (asking again every [`CROP_ASK_EVERY`]) and
-    /// holds it while it stays. Call after [`Self::set_address`].
+    /// holds it for [`CROP_LEASE`] at a time. Call after
+    /// [`Self::set_address`].
     pub fn set_crop_slots(&mut self, slots: std::sync::Arc<CropSlots>) {
         self.crop_slots = Some(slots);
     }
@@ -424,21 +432,37 @@ impl ViewerInterest {
         self.crop_slot.is_some()
     }
 
-    /// Takes a crop slot when it has none and may ask; true when it took one.
-    fn ask_crop_slot(&mut self, now: Duration) -> bool {
-        if self.crop_slot.is_some()
-            || self
-                .crop_asked
-                .is_some_and(|t| now.saturating_sub(t) < CROP_ASK_EVERY)
-        {
-            return false;
-        }
-        let Some(slots) = &self.crop_slots else {
+    /// Takes a crop slot when it has none and may ask, and at the end of
+    /// a lease renews it, or hands it back when another viewer was refused
+    /// one meanwhile; true when it took or gave one back (its crops change).
+    fn crop_turn(&mut self, now: Duration) -> bool {
+        let Some(slots) = self.crop_slots.clone() else {
             return false;
         };
-        self.crop_slot = slots.take(self.asker);
-        self.crop_asked = Some(now);
-        self.crop_slot.is_some()
+        if let Some((_, since, refusals)) = &mut self.crop_slot {
+            if now.saturating_sub(*since) < CROP_LEASE {
+                return false;
+            }
+            if slots.refusals() == *refusals {
+                (*since, *refusals) = (now, slots.refusals());
+                return false;
+            }
+            self.crop_slot = None;
+            self.crop_ask_at = now + CROP_REST;
+            return true;
+        }
+        if now < self.crop_ask_at {
+            return false;
+        }
+        self.crop_ask_at = now + CROP_ASK_EVERY;
+        let refusals = slots.refusals();
+        match slots.take(self.asker) {
+            Some(slot) => {
+                self.crop_slot = Some((slot, now, refusals));
+                true
+            }
+            None => false,
+        }
     }
 
     /// The address (group) the viewer connects from: the linear encodings
@@ -643,12 +667,17 @@ impl ViewerInterest {
         let mut used = 0.0;
         for &(c, _) in &self.in_view {
             // A cropped cell's boids: as many as its last update held when
-            // it was cropped alike, else its share of the cell's (counting
-            // them is a pass over the cell per viewer).
+            // it was cropped alike; the whole cell's when it was last sent
+            // whole (a crop refused at the cap costs that); else its share
+            // of the cell's (counting them is a pass over the cell per
+            // viewer).
             let cell = &self.cells[c as usize];
+            let count = set.now.counts[c as usize] as f32;
             let boids = match cell.held[0] {
-                Some((_, _, crop)) if crop == cell.crop && !crop.is_whole() => cell.boids as f32,
-                _ => set.now.counts[c as usize] as f32 * cell.crop.share(),
+                _ if cell.crop.is_whole() => count,
+                Some((_, _, crop)) if crop == cell.crop => cell.boids as f32,
+                Some((_, _, crop)) if crop.is_whole() => count,
+                _ => count * cell.crop.share(),
             };
             if boids == 0.0 {
                 continue;
@@ -689,7 +718,7 @@ impl ViewerInterest {
             self.announced = None;
             self.reset_next = true;
         }
-        if self.ask_crop_slot(now) {
+        if self.crop_turn(now) {
             self.locate(frames.grid, frames.quant);
         }
         self.budget.refill(now);
@@ -1463,6 +1492,123 @@ mod tests {
         );
         drop(vi);
         assert_eq!(slots.taken(), 0, "the slot goes with the viewer");
+    }
+
+    #[test]
+    fn cropping_viewers_whose_views_move_hold_exactly_what_they_were_sent() {
+        // Nine viewers from networks of their own (eight crop, the last
+        // may not) whose views cut cells at faces of their own and move
+        // every few broadcasts: a cell's cropped forms run out (twelve)
+        // and crops change under held frames. Every frame a viewer holds
+        // must be the cell's boids in the crop the server thinks it holds,
+        // at that broadcast, to within the precision it was sent at.
+        let slots = std::sync::Arc::new(CropSlots::default());
+        let view = |v: usize, seq: u64| {
+            let shift = (seq / 5 % 3) as f32 * 1.7 + v as f32 * 0.9;
+            View {
+                min: [11.0 + shift, 3.0 + shift, 0.0],
+                max: [58.0 + 2.0 * shift, 77.0 - shift, 31.0 + shift],
+                eye: Some([30.0, 30.0, 90.0]),
+                budget_bytes_per_s: Some(2_000_000),
+            }
+        };
+        let mut vi: Vec<ViewerInterest> = (0..9)
+            .map(|v| {
+                let mut vi = ViewerInterest::new(view(v, 0), Duration::ZERO, PROTOCOL_MINOR);
+                vi.set_address(std::net::IpAddr::from(
+                    (0x0a00_0000 + ((v as u32) << 8)).to_be_bytes(),
+                ));
+                vi.set_crop_slots(slots.clone());
+                vi
+            })
+            .collect();
+        let (mirrors, _, _) = serve(&mut vi, (1..=45).map(at_hz(30.0)), |v, seq, vi| {
+            if seq % 5 == 0 {
+                vi.set_view(view(v, seq));
+            }
+        });
+        assert_eq!(vi.iter().filter(|v| v.crops()).count(), 8);
+        let mut checked = [0usize; 2];
+        for (vi, m) in vi.iter().zip(&mirrors) {
+            let grid = m.grid();
+            for c in m.held_cells() {
+                let held = m.cell(c).unwrap();
+                let (seq, precision, crop) = vi.cells[c as usize].held[0].unwrap();
+                let whole = frame(2 * seq);
+                let mut cell = Frame {
+                    tick: whole.tick,
+                    quant: whole.quant,
+                    ..Frame::default()
+                };
+                for i in 0..whole.len() {
+                    if grid.cell_of(whole.position(i)) == c {
+                        cell.push_boid(&whole, i);
+                    }
+                }
+                let mut want = Frame::default();
+                crop.apply(&grid, c, &cell, &mut want);
+                assert_eq!(held.tick, 2 * seq, "cell {c}");
+                assert_eq!(held.ids, want.ids, "cell {c} cropped {crop:?}");
+                let tolerance = 1i32 << precision.pos_shift;
+                for i in 0..want.len() {
+                    let (a, b) = (held.position(i), want.position(i));
+                    assert!(
+                        (0..3).all(|k| (i32::from(a[k]) - i32::from(b[k])).abs() <= tolerance),
+                        "cell {c} boid {}: {a:?} for {b:?}",
+                        want.ids[i]
+                    );
+                }
+                checked[usize::from(crop.is_whole())] += 1;
+            }
+        }
+        assert!(
+            checked[0] > 20 && checked[1] > 20,
+            "cropped, whole: {checked:?}"
+        );
+    }
+
+    #[test]
+    fn crop_slots_go_round_the_viewers_that_want_them() {
+        let slots = std::sync::Arc::new(CropSlots::default());
+        let n = crate::engine::crop::CROPPING_VIEWERS + 1;
+        let mut vi: Vec<ViewerInterest> = (0..n)
+            .map(|v| {
+                let mut vi = watching(100_000);
+                vi.set_address(std::net::IpAddr::from(
+                    (0x0a00_0000 + ((v as u32) << 8)).to_be_bytes(),
+                ));
+                vi.set_crop_slots(slots.clone());
+                vi
+            })
+            .collect();
+        let at = |s: f64| Duration::from_secs_f64(s);
+        // Every second for a while: the first eight take the slots.
+        for t in 0..5 {
+            for v in &mut vi {
+                v.crop_turn(at(f64::from(t)));
+            }
+        }
+        let last = n - 1;
+        assert!(vi[..last].iter().all(ViewerInterest::crops));
+        assert!(!vi[last].crops(), "refused: all taken");
+        // Past the lease, with the last one refused meanwhile, the holders
+        // hand their slots back, and the last one (asking every second)
+        // takes one before they may ask again.
+        for t in 5..=(CROP_LEASE + CROP_REST).as_secs() + 2 {
+            for v in &mut vi {
+                v.crop_turn(at(t as f64));
+            }
+        }
+        assert!(vi[last].crops(), "the waiting viewer got a slot");
+        assert_eq!(slots.taken(), crate::engine::crop::CROPPING_VIEWERS);
+        // Alone, a holder renews its lease.
+        drop(vi);
+        let mut alone = watching(100_000);
+        alone.set_crop_slots(slots.clone());
+        for t in 0..100 {
+            alone.crop_turn(at(f64::from(t)));
+            assert!(t == 0 || alone.crops(), "gave its slot back at {t} s");
+        }
     }
 
     #[test]
