@@ -65,7 +65,8 @@ pub struct InterestStats {
     pub boids_in_box_mean: f64,
     /// Share of the boids inside the box whose cell was updated at 20 Hz
     /// or more over the whole run (a cell that missed a turn, or was out
-    /// of the full set for a while, or empty for a while, counts as slower).
+    /// of the full set for a while, counts as slower, and so does one that
+    /// was empty for a while: a cell is sent only while it holds boids).
     pub in_box_share_at_20hz: f64,
     /// Share of the boids inside the box, counted at every broadcast, that
     /// the probe held then in a frame (of their cell, or of the cell they

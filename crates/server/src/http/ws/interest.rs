@@ -253,7 +253,7 @@ struct CellState {
     last_sent: u64,
     /// The precision it is sent at (by its distance from the eye).
     precision: Precision,
-    /// The part of it in view, to an eighth of the cell (what it is sent).
+    /// The part of it in view, to a sixteenth of the cell (what it is sent).
     crop: Crop,
     /// The boids of its last update.
     boids: u32,
