@@ -611,7 +611,7 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
     lags.push(live - shown);
     statuses.push(await page.locator('#st-kbps').innerText());
     const kbps = Number(await page.locator('body').getAttribute('data-kbps'));
-    assert.ok(kbps <= (budget / 1000) * 1.1, `${kbps} kB/s over a budget of ${budget / 1000}`);
+    assert.ok(kbps <= budget / 1000, `${kbps} kB/s over a budget of ${budget / 1000}`);
   }
   // At 60 ticks a second, two seconds behind at most, and not growing.
   assert.ok(Math.max(...lags) < 120, `lag in ticks: ${lags}`);
@@ -625,6 +625,22 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
   const status = await page.locator('#st-kbps').innerText();
   const streamed = Number(status.match(/ \/ (\d+)( \((link|starting)\))?$/)?.[1]);
   assert.ok(streamed >= 32 && streamed <= budget / 1000, `the stream's budget in "${status}"`);
+  // On its lowered budget the page still keeps up, within that budget
+  // (the issue's 10 % over, for a rate measured over a second).
+  const after = [];
+  for (let i = 0; i < 3; i++) {
+    await new Promise((r) => setTimeout(r, 2000));
+    const shown = await number(page, '#st-tick');
+    const live = (await rest(server, '/state')).tick;
+    assert.ok(shown > last, `on its lowered budget the page's tick went from ${last} to ${shown}`);
+    last = shown;
+    after.push(live - shown);
+    const kbps = Number(await page.locator('body').getAttribute('data-kbps'));
+    const now = await page.locator('#st-kbps').innerText();
+    const lowered = Number(now.match(/ \/ (\d+)( \((link|starting)\))?$/)?.[1]);
+    assert.ok(kbps <= lowered * 1.1, `${kbps} kB/s on a lowered budget of ${lowered} ("${now}")`);
+  }
+  assert.ok(Math.max(...after) < 120, `lag in ticks on the lowered budget: ${after}`);
   assert.equal(await page.locator('#stream').inputValue(), String(budget));
   await shot(page, 'interest-2mbit');
   await page.close();

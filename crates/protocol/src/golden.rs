@@ -4,7 +4,9 @@
 //! the same for a 1.4 receiver: Rice-coded fields, compact headers), and
 //! (1.5) the range coder's worked example (its seven bytes are here), and
 //! (1.6) the cell batch again for a receiver that takes no headings, and
-//! (1.7) that batch in the compact layout. The
+//! (1.7) that batch in the compact layout, and the interest stream's
+//! control messages: a `Subscribe` with a view, a `SetView` and an
+//! `Interest` (their bytes are here; PROTOCOL.md decodes `SetView`). The
 //! other vectors' bytes are committed
 //! under `tests/golden/` and checked byte for byte natively
 //! (`tests/golden.rs`) and on wasm32 (`crates/protocol-wasm-check`), which
@@ -17,6 +19,7 @@ use crate::interest::{
     Precision, begin_batch, begin_compact_batch, encode_cell_update, push_compact_update,
     push_update, put_compact_summaries,
 };
+use crate::messages::{ClientMsg, InterestInfo, ServerMsg, View};
 use crate::quant::QuantBox;
 
 /// The committed keyframe bytes.
@@ -161,6 +164,86 @@ pub fn matches_committed() -> bool {
         && encode_cells_without_headings() == CELLS_NO_HEADING
         && encode_cells_compact() == CELLS_COMPACT
         && range_fields() == RANGE_FIELDS_BYTES
+        && control_messages().iter().all(|(made, want)| made == want)
+}
+
+/// A 1.8 client's `Subscribe` with a view of a 40 × 40 × 80 m box from
+/// above, within 250,000 bytes a second, at 30 frames a second.
+pub fn subscribe_with_view() -> ClientMsg {
+    ClientMsg::Subscribe {
+        major: 1,
+        minor: 8,
+        max_fps: 30,
+        region: Some(View {
+            min: [0.0, 0.0, 0.0],
+            max: [40.0, 40.0, 80.0],
+            eye: Some([20.0, 20.0, 120.0]),
+            budget_bytes_per_s: Some(250_000),
+        }),
+    }
+}
+
+/// [`subscribe_with_view`]'s bytes.
+pub const SUBSCRIBE_VIEW_BYTES: [u8; 54] = [
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x08, 0x00, 0x1e, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x42, 0x00, 0x00, 0x20, 0x42,
+    0x00, 0x00, 0xa0, 0x42, 0x01, 0x00, 0x00, 0xa0, 0x41, 0x00, 0x00, 0xa0, 0x41, 0x00, 0x00, 0xf0,
+    0x42, 0x01, 0x90, 0xd0, 0x03, 0x00,
+];
+
+/// The view moved 10 m along x, no eye (the box's centre) and no budget
+/// (as much as the link drains).
+pub fn set_view() -> ClientMsg {
+    ClientMsg::SetView(View {
+        min: [10.0, 0.0, 0.0],
+        max: [50.0, 40.0, 80.0],
+        eye: None,
+        budget_bytes_per_s: None,
+    })
+}
+
+/// [`set_view`]'s bytes (PROTOCOL.md decodes them).
+pub const SET_VIEW_BYTES: [u8; 31] = [
+    0x02, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x41, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x48, 0x42, 0x00, 0x00, 0x20, 0x42, 0x00, 0x00, 0xa0, 0x42, 0x00, 0x00,
+];
+
+/// The server's `Interest` for the golden cell grid ([`CELL_GRID`]) in a
+/// 160 × 160 × 80 m box, 250,000 bytes a second, summaries twice a second.
+pub fn interest() -> ServerMsg {
+    ServerMsg::Interest(InterestInfo {
+        grid: CELL_GRID,
+        quant: QuantBox {
+            origin_m: [0.0, 0.0, 0.0],
+            extent_m: [160.0, 160.0, 80.0],
+        },
+        budget_bytes_per_s: 250_000,
+        summary_hz: 2.0,
+    })
+}
+
+/// [`interest`]'s bytes.
+pub const INTEREST_BYTES: [u8; 43] = [
+    0x01, 0x08, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x43, 0x00, 0x00, 0x20, 0x43, 0x00,
+    0x00, 0xa0, 0x42, 0x90, 0xd0, 0x03, 0x00, 0x00, 0x00, 0x00, 0x40,
+];
+
+/// The control messages encoded on this platform, each with its
+/// committed bytes.
+pub fn control_messages() -> [(Vec<u8>, &'static [u8]); 3] {
+    let client = |m: ClientMsg| {
+        let mut out = Vec::new();
+        crate::codec::encode_client(&m, &mut out).expect("golden message encodes");
+        out
+    };
+    let mut server = Vec::new();
+    crate::codec::encode_server(&interest(), &mut server).expect("golden message encodes");
+    [
+        (client(subscribe_with_view()), &SUBSCRIBE_VIEW_BYTES),
+        (client(set_view()), &SET_VIEW_BYTES),
+        (server, &INTEREST_BYTES),
+    ]
 }
 
 /// The range coder's worked example (PROTOCOL.md): three boids' fields.

@@ -210,3 +210,23 @@ fn the_flock_messages_are_exactly_the_frames_and_cells() {
         );
     }
 }
+
+#[test]
+fn the_interest_control_messages_are_byte_identical_and_decode_back() {
+    use starling_protocol::{ServerFrame, decode_client, golden};
+    for (made, want) in golden::control_messages() {
+        assert_eq!(made, want, "control message bytes changed");
+    }
+    assert_eq!(
+        decode_client(&golden::SUBSCRIBE_VIEW_BYTES).unwrap(),
+        golden::subscribe_with_view()
+    );
+    assert_eq!(
+        decode_client(&golden::SET_VIEW_BYTES).unwrap(),
+        golden::set_view()
+    );
+    match decode_server(&golden::INTEREST_BYTES).unwrap() {
+        ServerFrame::Control(m) => assert_eq!(m, golden::interest()),
+        other => panic!("not a control message: {other:?}"),
+    }
+}

@@ -249,6 +249,22 @@ async fn bad_views_are_refused_naming_the_field() {
         "a flood of view updates was not limited"
     );
     v.next_cells().await;
+    // A bad view at Subscribe: an error naming the field, then a Close.
+    let bad = View {
+        max: [50.0, 50.0, -3.0],
+        ..good
+    };
+    let mut refused = Viewer::connect_view(server.addr, None, 30, Some(bad)).await;
+    assert!(
+        refused
+            .until(|s| s.close.is_some()
+                && s.errors
+                    .iter()
+                    .any(|e| e.field.as_deref() == Some("view.max[2]")))
+            .await,
+        "a bad view at Subscribe was not refused by name and closed: {:?}",
+        refused.seen.errors
+    );
     // A viewer on the whole-world stream cannot send views.
     let mut whole = Viewer::connect(server.addr, None, 30).await;
     whole.next_frame().await;
