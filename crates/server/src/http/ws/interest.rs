@@ -342,6 +342,8 @@ pub struct ViewerInterest {
     crop_slot: Option<(CropSlot, Duration, u64)>,
     /// When it may next ask for a slot.
     crop_ask_at: Duration,
+    /// Whether its view grazes a cell (only then does it want a slot).
+    grazes: bool,
 }
 
 /// How long a viewer holds a crop slot before it renews it, or hands it
@@ -416,6 +418,7 @@ impl ViewerInterest {
             crop_slots: None,
             crop_slot: None,
             crop_ask_at: Duration::ZERO,
+            grazes: false,
         }
     }
 
@@ -432,26 +435,33 @@ impl ViewerInterest {
         self.crop_slot.is_some()
     }
 
-    /// Takes a crop slot when it has none and may ask, and at the end of
-    /// a lease renews it, or hands it back when another viewer was refused
-    /// one meanwhile; true when it took or gave one back (its crops change).
+    /// Takes a crop slot when it has none, its view grazes a cell and it
+    /// may ask; at the end of a lease renews it, or hands it back when
+    /// another viewer was refused one meanwhile; hands it back when its
+    /// view no longer grazes any cell. True when it took or gave one back
+    /// (its crops change).
     fn crop_turn(&mut self, now: Duration) -> bool {
         let Some(slots) = self.crop_slots.clone() else {
             return false;
         };
         if let Some((_, since, refusals)) = &mut self.crop_slot {
+            if !self.grazes {
+                self.crop_slot = None;
+                self.crop_ask_at = now + CROP_ASK_EVERY;
+                return true;
+            }
             if now.saturating_sub(*since) < CROP_LEASE {
                 return false;
             }
             if slots.refusals() == *refusals {
-                (*since, *refusals) = (now, slots.refusals());
+                *since = now;
                 return false;
             }
             self.crop_slot = None;
             self.crop_ask_at = now + CROP_REST;
             return true;
         }
-        if now < self.crop_ask_at {
+        if !self.grazes || now < self.crop_ask_at {
             return false;
         }
         self.crop_ask_at = now + CROP_ASK_EVERY;
@@ -536,6 +546,7 @@ impl ViewerInterest {
             (e / 3.0).max(1e-3)
         };
         self.in_view.clear();
+        self.grazes = false;
         self.in_view_mark.clear();
         self.in_view_mark.resize(grid.len(), false);
         self.cells.resize(grid.len(), CellState::default());
@@ -558,8 +569,10 @@ impl ViewerInterest {
                 self.cells[c as usize].crop = Crop::WHOLE;
                 continue;
             }
+            let crop = Crop::of_view(&grid, &quant, c, v.min, v.max);
+            self.grazes |= !crop.is_whole();
             let crop = if self.crop_slot.is_some() {
-                Crop::of_view(&grid, &quant, c, v.min, v.max)
+                crop
             } else {
                 Crop::WHOLE
             };
@@ -673,15 +686,18 @@ impl ViewerInterest {
             // viewer).
             let cell = &self.cells[c as usize];
             let count = set.now.counts[c as usize] as f32;
+            // An empty cell is not sent (it is dropped); an empty crop of
+            // a cell that holds boids is, as any held cell (skipped, it
+            // was dropped and sent again at every other send).
+            if count == 0.0 {
+                continue;
+            }
             let boids = match cell.held[0] {
                 _ if cell.crop.is_whole() => count,
                 Some((_, _, crop)) if crop == cell.crop => cell.boids as f32,
                 Some((_, _, crop)) if crop.is_whole() => count,
                 _ => count * cell.crop.share(),
             };
-            if boids == 0.0 {
-                continue;
-            }
             let cost = overhead + boids * per_boid;
             // Only a cell held recently enough for a linear update keeps its
             // place with the slack: a stale one needs a full update, as a
@@ -1578,6 +1594,7 @@ mod tests {
                     (0x0a00_0000 + ((v as u32) << 8)).to_be_bytes(),
                 ));
                 vi.set_crop_slots(slots.clone());
+                vi.grazes = true; // as its first send would find
                 vi
             })
             .collect();
@@ -1601,10 +1618,29 @@ mod tests {
         }
         assert!(vi[last].crops(), "the waiting viewer got a slot");
         assert_eq!(slots.taken(), crate::engine::crop::CROPPING_VIEWERS);
+        // A view that grazes no cell (the whole quantisation box) takes no
+        // slot, and a holder whose view stops grazing gives its slot back.
+        let everything = View {
+            min: [-100.0, -100.0, -100.0],
+            max: [300.0, 300.0, 200.0],
+            eye: None,
+            budget_bytes_per_s: Some(100_000),
+        };
+        let mut wide = [ViewerInterest::new(
+            everything,
+            Duration::ZERO,
+            PROTOCOL_MINOR,
+        )];
+        wide[0].set_crop_slots(slots.clone());
+        let before = slots.taken();
+        serve(&mut wide, (1..=40).map(at_hz(30.0)), |_, _, _| {});
+        assert!(!wide[0].crops() && slots.taken() == before);
+        drop(wide);
         // Alone, a holder renews its lease.
         drop(vi);
         let mut alone = watching(100_000);
         alone.set_crop_slots(slots.clone());
+        alone.grazes = true;
         for t in 0..100 {
             alone.crop_turn(at(f64::from(t)));
             assert!(t == 0 || alone.crops(), "gave its slot back at {t} s");

@@ -74,7 +74,7 @@ pub(super) async fn read_loop(
         let bytes = match next {
             None | Some(Ok(Message::Close(_))) => break Ending::ClientLeft,
             Some(Err(e)) => {
-                broken = true;
+                broken = left_unread(&e);
                 break Ending::Refused(
                     CloseReason::ProtocolError,
                     format!("unreadable message: {e}"),
@@ -154,6 +154,15 @@ pub(super) async fn read_loop(
             Some(Err(_)) => return false,
         }
     }
+}
+
+/// Whether a read failed with bytes of the client's still unread: a
+/// message or frame over the size limit (tungstenite's capacity error,
+/// "Space limit exceeded", whose header was read and its payload not). A
+/// client that went away (a reset, an end without a closing handshake)
+/// left nothing to read, and its connection need not linger.
+fn left_unread(e: &axum::Error) -> bool {
+    e.to_string().contains("Space limit exceeded")
 }
 
 /// Hands a checked view to the writer, or says why not.
