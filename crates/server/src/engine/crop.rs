@@ -49,18 +49,25 @@ pub const CROPPING_VIEWERS: usize = 8;
 pub const CROPPING_VIEWERS_PER_ADDRESS: usize = 2;
 
 /// Who crops now: [`CROPPING_VIEWERS`] slots, taken first come. A viewer
-/// holds its slot for a lease (`http/ws/interest.rs`) and renews it
-/// unless a viewer was refused one meanwhile for want of a free slot
-/// ([`CropSlots::refusals`]; a network refused past its own share does not
-/// count): then it hands it back and waits before asking again, so slots
-/// go round the viewers that want them instead of staying with the first
-/// comers.
+/// refused one for want of a free slot waits ([`CropWait`], while it goes
+/// on asking); a holder at the end of its lease (`http/ws/interest.rs`)
+/// hands its slot back when more viewers wait than slots were handed back
+/// for them ([`CropSlots::hand_back`]), else renews it. So slots go round
+/// the viewers that want them, one handed back for each that waits (a
+/// network refused past its own share does not wait).
 #[derive(Debug, Default)]
 pub struct CropSlots {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
     /// Slots held, by network.
-    held: Mutex<HashMap<Asker, usize>>,
-    /// Slots refused so far because all were taken.
-    refused: std::sync::atomic::AtomicU64,
+    held: HashMap<Asker, usize>,
+    /// Viewers waiting for a slot.
+    waiting: usize,
+    /// Slots handed back for them and not taken since.
+    freed: usize,
 }
 
 /// A slot taken; given back when dropped (the viewer went).
@@ -70,54 +77,96 @@ pub struct CropSlot {
     asker: Asker,
 }
 
+/// A viewer waiting for a slot; it stops waiting when dropped (it took
+/// one, its view stopped grazing, or it went).
+#[derive(Debug)]
+pub struct CropWait {
+    slots: Arc<CropSlots>,
+}
+
+/// What asking for a slot got.
+#[derive(Debug)]
+pub enum Asked {
+    /// A slot.
+    Slot(CropSlot),
+    /// None free: the viewer should wait ([`CropSlots::wait`]).
+    Full,
+    /// Its network holds its share ([`CROPPING_VIEWERS_PER_ADDRESS`]).
+    NetworkFull,
+}
+
 impl CropSlots {
-    /// A slot for a viewer from `asker`, when one is free and its network
-    /// holds fewer than [`CROPPING_VIEWERS_PER_ADDRESS`].
-    pub fn take(self: &Arc<Self>, asker: Asker) -> Option<CropSlot> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: usize = held.values().sum();
-        let mine = held.get(&asker).copied().unwrap_or(0);
-        if total >= CROPPING_VIEWERS {
-            self.refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return None;
-        }
+    fn state(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Asks for a slot for a viewer from `asker`.
+    pub fn ask(self: &Arc<Self>, asker: Asker) -> Asked {
+        let mut st = self.state();
+        let total: usize = st.held.values().sum();
+        let mine = st.held.get(&asker).copied().unwrap_or(0);
         if mine >= CROPPING_VIEWERS_PER_ADDRESS {
-            return None;
+            return Asked::NetworkFull;
         }
-        held.insert(asker, mine + 1);
-        Some(CropSlot {
+        if total >= CROPPING_VIEWERS {
+            return Asked::Full;
+        }
+        st.held.insert(asker, mine + 1);
+        st.freed = st.freed.saturating_sub(1);
+        Asked::Slot(CropSlot {
             slots: self.clone(),
             asker,
         })
     }
 
-    /// Slots refused so far because all were taken: a holder whose lease
-    /// ends renews it only when this has not moved since it began.
-    pub fn refusals(&self) -> u64 {
-        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    /// A viewer refused for want of a free slot waits, until the guard is
+    /// dropped.
+    pub fn wait(self: &Arc<Self>) -> CropWait {
+        self.state().waiting += 1;
+        CropWait {
+            slots: self.clone(),
+        }
+    }
+
+    /// Whether a holder at the end of its lease hands its slot back: when
+    /// more viewers wait than slots were handed back for them (counted
+    /// handed back when so).
+    pub fn hand_back(&self) -> bool {
+        let mut st = self.state();
+        if st.waiting > st.freed {
+            st.freed += 1;
+            return true;
+        }
+        false
     }
 
     /// Slots held now.
     pub fn taken(&self) -> usize {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.values().sum()
+        self.state().held.values().sum()
+    }
+
+    /// Viewers waiting for a slot now.
+    pub fn waiting(&self) -> usize {
+        self.state().waiting
     }
 }
 
 impl Drop for CropSlot {
     fn drop(&mut self) {
-        let mut held = self
-            .slots
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = held.get_mut(&self.asker) {
+        let mut st = self.slots.state();
+        if let Some(n) = st.held.get_mut(&self.asker) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                held.remove(&self.asker);
+                st.held.remove(&self.asker);
             }
         }
+    }
+}
+
+impl Drop for CropWait {
+    fn drop(&mut self) {
+        let mut st = self.slots.state();
+        st.waiting = st.waiting.saturating_sub(1);
     }
 }
 
@@ -301,28 +350,33 @@ mod tests {
                 (0x0a00_0000 + (n << 8)).to_be_bytes(),
             ))
         };
-        let a: Vec<_> = (0..3).filter_map(|_| slots.take(ip(0))).collect();
+        let slot = |a: Asked| match a {
+            Asked::Slot(s) => Some(s),
+            _ => None,
+        };
+        let a: Vec<_> = (0..3).filter_map(|_| slot(slots.ask(ip(0)))).collect();
         assert_eq!(a.len(), CROPPING_VIEWERS_PER_ADDRESS, "one network's share");
-        // A network refused past its share is no reason for the holders
-        // to hand theirs back; a refusal for want of a free slot is.
-        assert_eq!(slots.refusals(), 0);
-        let mut others: Vec<_> = (1..=CROPPING_VIEWERS as u32)
-            .filter_map(|n| slots.take(ip(n)))
+        // A network refused past its share does not wait.
+        assert_eq!(slots.waiting(), 0);
+        let mut others: Vec<_> = (1..CROPPING_VIEWERS as u32 - 1)
+            .filter_map(|n| slot(slots.ask(ip(n))))
             .collect();
         assert_eq!(slots.taken(), CROPPING_VIEWERS);
-        assert_eq!(
-            others.len(),
-            CROPPING_VIEWERS - CROPPING_VIEWERS_PER_ADDRESS
-        );
-        let refused = slots.refusals();
-        assert!(slots.take(ip(99)).is_none(), "all taken");
-        assert_eq!(slots.refusals(), refused + 1);
-        others.pop();
-        assert!(
-            slots.take(ip(99)).is_some(),
-            "a viewer that went gives its slot back"
-        );
-        drop((a, others));
+        // Two refused for want of a slot wait.
+        assert!(matches!(slots.ask(ip(98)), Asked::Full));
+        assert!(matches!(slots.ask(ip(99)), Asked::Full));
+        let (w1, w2) = (slots.wait(), slots.wait());
+        assert_eq!(slots.waiting(), 2);
+        // Holders at the end of their leases: two hand back, the rest renew.
+        let backs = (0..CROPPING_VIEWERS).filter(|_| slots.hand_back()).count();
+        assert_eq!(backs, 2);
+        others.truncate(others.len() - 2);
+        let got: Vec<_> = [98, 99].map(|n| slot(slots.ask(ip(n)))).into();
+        assert!(got.iter().all(Option::is_some), "the waiting took them");
+        drop((w1, w2));
+        assert_eq!(slots.waiting(), 0);
+        assert!(!slots.hand_back(), "nobody waits: leases renew");
+        drop((a, others, got));
         assert_eq!(slots.taken(), 0);
     }
 

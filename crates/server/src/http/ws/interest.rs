@@ -35,7 +35,7 @@ use starling_protocol::interest::{
 use starling_protocol::{COMPACT_BATCH_MINOR, InterestInfo, NO_HEADING_MINOR, QuantBox, View};
 
 use super::budget::Budget;
-use crate::engine::crop::{Crop, CropSlot, CropSlots};
+use crate::engine::crop::{Asked, Crop, CropSlot, CropSlots, CropWait};
 use crate::engine::interest::{Asker, CellSet, HISTORY, Held, Shared, full_bytes_per_boid};
 
 /// How often the summaries of every cell are sent, per second...
@@ -337,9 +337,11 @@ pub struct ViewerInterest {
     compact: bool,
     /// The slots to crop its cells with (None: never cropped).
     crop_slots: Option<std::sync::Arc<CropSlots>>,
-    /// Its slot (its cells the view grazes are sent cropped to it), the
-    /// time its lease began and the slots' refusals then.
-    crop_slot: Option<(CropSlot, Duration, u64)>,
+    /// Its slot (its cells the view grazes are sent cropped to it) and
+    /// the time its lease began.
+    crop_slot: Option<(CropSlot, Duration)>,
+    /// It waits for a slot (it was refused one for want of a free slot).
+    crop_wait: Option<CropWait>,
     /// When it may next ask for a slot.
     crop_ask_at: Duration,
     /// Whether its view grazes a cell (only then does it want a slot).
@@ -347,7 +349,7 @@ pub struct ViewerInterest {
 }
 
 /// How long a viewer holds a crop slot before it renews it, or hands it
-/// back when another viewer was refused one meanwhile...
+/// back when more viewers wait for one than were handed back for...
 const CROP_LEASE: Duration = Duration::from_secs(30);
 /// ...and how long it then waits before asking again (the others ask
 /// every [`CROP_ASK_EVERY`], so one waiting takes it).
@@ -417,6 +419,7 @@ impl ViewerInterest {
             compact: minor >= COMPACT_BATCH_MINOR,
             crop_slots: None,
             crop_slot: None,
+            crop_wait: None,
             crop_ask_at: Duration::ZERO,
             grazes: false,
         }
@@ -436,15 +439,16 @@ impl ViewerInterest {
     }
 
     /// Takes a crop slot when it has none, its view grazes a cell and it
-    /// may ask; at the end of a lease renews it, or hands it back when
-    /// another viewer was refused one meanwhile; hands it back when its
-    /// view no longer grazes any cell. True when it took or gave one back
-    /// (its crops change).
+    /// may ask (refused for want of a free slot, it waits for one); at the
+    /// end of a lease renews it, or hands it back when more viewers wait
+    /// than slots were handed back for them; hands it back when its view
+    /// no longer grazes any cell. True when it took or gave one back (its
+    /// crops change).
     fn crop_turn(&mut self, now: Duration) -> bool {
         let Some(slots) = self.crop_slots.clone() else {
             return false;
         };
-        if let Some((_, since, refusals)) = &mut self.crop_slot {
+        if let Some((_, since)) = &mut self.crop_slot {
             if !self.grazes {
                 self.crop_slot = None;
                 self.crop_ask_at = now + CROP_ASK_EVERY;
@@ -453,7 +457,7 @@ impl ViewerInterest {
             if now.saturating_sub(*since) < CROP_LEASE {
                 return false;
             }
-            if slots.refusals() == *refusals {
+            if !slots.hand_back() {
                 *since = now;
                 return false;
             }
@@ -461,17 +465,30 @@ impl ViewerInterest {
             self.crop_ask_at = now + CROP_REST;
             return true;
         }
-        if !self.grazes || now < self.crop_ask_at {
+        if !self.grazes {
+            self.crop_wait = None;
+            return false;
+        }
+        if now < self.crop_ask_at {
             return false;
         }
         self.crop_ask_at = now + CROP_ASK_EVERY;
-        let refusals = slots.refusals();
-        match slots.take(self.asker) {
-            Some(slot) => {
-                self.crop_slot = Some((slot, now, refusals));
+        match slots.ask(self.asker) {
+            Asked::Slot(slot) => {
+                self.crop_wait = None;
+                self.crop_slot = Some((slot, now));
                 true
             }
-            None => false,
+            Asked::Full => {
+                if self.crop_wait.is_none() {
+                    self.crop_wait = Some(slots.wait());
+                }
+                false
+            }
+            Asked::NetworkFull => {
+                self.crop_wait = None;
+                false
+            }
         }
     }
 
@@ -1608,16 +1625,33 @@ mod tests {
         let last = n - 1;
         assert!(vi[..last].iter().all(ViewerInterest::crops));
         assert!(!vi[last].crops(), "refused: all taken");
-        // Past the lease, with the last one refused meanwhile, the holders
-        // hand their slots back, and the last one (asking every second)
-        // takes one before they may ask again.
-        for t in 5..=(CROP_LEASE + CROP_REST).as_secs() + 2 {
-            for v in &mut vi {
-                v.crop_turn(at(t as f64));
+        assert_eq!(slots.waiting(), 1);
+        // Past the lease, with the last one waiting, one holder hands its
+        // slot back (one viewer waits), the others renew theirs, and the
+        // last one (asking every second) takes it.
+        let turns = |vi: &mut [ViewerInterest], ts: std::ops::RangeInclusive<u64>| {
+            for t in ts {
+                for v in vi.iter_mut() {
+                    v.crop_turn(at(t as f64));
+                }
             }
-        }
+        };
+        let lease = CROP_LEASE.as_secs();
+        turns(&mut vi, 5..=lease + 1);
+        assert_eq!(
+            vi[..last].iter().filter(|v| v.crops()).count(),
+            last - 1,
+            "one holder handed back, for the one that waited"
+        );
+        turns(&mut vi, lease + 2..=lease + CROP_REST.as_secs() + 2);
         assert!(vi[last].crops(), "the waiting viewer got a slot");
+        assert_eq!(slots.waiting(), 1, "the one that handed back waits in turn");
         assert_eq!(slots.taken(), crate::engine::crop::CROPPING_VIEWERS);
+        assert_eq!(
+            vi[..last].iter().filter(|v| v.crops()).count(),
+            last - 1,
+            "one holder handed back, for the one that waited"
+        );
         // A view that grazes no cell (the whole quantisation box) takes no
         // slot, and a holder whose view stops grazing gives its slot back.
         let everything = View {
