@@ -87,8 +87,10 @@ pub const CROPPED_FORMS_PER_ADDRESS: usize = 3;
 /// about as much again.
 pub const CROPPED_ENCODES: usize = 640;
 /// Of those, the most that viewers from one network may make in a
-/// broadcast: about the crops of two views of a tenth of the world.
-pub const CROPPED_ENCODES_PER_ADDRESS: usize = 160;
+/// broadcast: its share of the cropping viewers' (160, about the crops of
+/// two views of a tenth of the world).
+pub const CROPPED_ENCODES_PER_ADDRESS: usize =
+    CROPPED_ENCODES / super::crop::CROPPING_VIEWERS * super::crop::CROPPING_VIEWERS_PER_ADDRESS;
 
 /// Who an update is made for: a viewer, by its address block (`None`: a
 /// connection with no known address, counted as one), or the NATS
@@ -423,18 +425,10 @@ impl CellSet {
         }
         let made = CROP_SCRATCH.with_borrow_mut(|[next, base, base2]| {
             self.crop_into(crop, c, self.now.cells.get(c)?, next);
-            let full_len = CELL_UPDATE_HEADER_BYTES
-                + full_bytes_per_boid(precision.has_heading()) * next.len();
             let bytes = match pair {
                 None => self.encode(None, None, next, precision, Codings::Fixed),
-                Some((a, b)) => {
-                    let base = self.held_frame(c, a, base)?;
-                    let base2 = match b {
-                        Some(b) => Some(self.held_frame(c, b, base2)?),
-                        None => None,
-                    };
-                    self.encode(Some(base), base2, next, precision, codings)
-                        .filter(|l| l.bytes.len() < full_len)
+                Some(pair) => {
+                    self.against_held(c, pair, next, precision, codings, [base, base2])?
                 }
             };
             Some((bytes, next.len()))
@@ -452,6 +446,33 @@ impl CellSet {
         crop.apply(&self.now.grid, c as u32, whole, out);
         let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         self.encode_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// `next`, a frame of cell `c`, encoded against the cell's frames held
+    /// as `a` and, when linear, `b` (cropped into `scratch` as they were
+    /// sent): None when a held frame is past the history, Some(None) when
+    /// the update would not be smaller than a full one of `next` (its size
+    /// is known without encoding it).
+    fn against_held(
+        &self,
+        c: usize,
+        (a, b): (HeldAt, Option<HeldAt>),
+        next: &Frame,
+        precision: Precision,
+        codings: Codings,
+        [base, base2]: [&mut Frame; 2],
+    ) -> Option<Option<Shared>> {
+        let full_len =
+            CELL_UPDATE_HEADER_BYTES + full_bytes_per_boid(precision.has_heading()) * next.len();
+        let base = self.held_frame(c, a, base)?;
+        let base2 = match b {
+            Some(b) => Some(self.held_frame(c, b, base2)?),
+            None => None,
+        };
+        Some(
+            self.encode(Some(base), base2, next, precision, codings)
+                .filter(|l| l.bytes.len() < full_len),
+        )
     }
 
     /// Cell `c`'s frame as held at `at` (cropped into `scratch` when it
@@ -505,18 +526,14 @@ impl CellSet {
         if !room {
             return None;
         }
-        // A full update's size is known without encoding it.
-        let full_len = CELL_UPDATE_HEADER_BYTES
-            + full_bytes_per_boid(precision.has_heading()) * self.now.cells[c].len();
         let bytes = CROP_SCRATCH.with_borrow_mut(|[_, base, base2]| {
-            let base = self.held_frame(c, a, base)?;
-            let base2 = match b {
-                Some(b) => Some(self.held_frame(c, b, base2)?),
-                None => None,
-            };
-            Some(
-                self.encode(Some(base), base2, &self.now.cells[c], precision, codings)
-                    .filter(|l| l.bytes.len() < full_len),
+            self.against_held(
+                c,
+                (a, b),
+                &self.now.cells[c],
+                precision,
+                codings,
+                [base, base2],
             )
         })?;
         forms.push((a, b, precision, codings, bytes.clone(), asker));

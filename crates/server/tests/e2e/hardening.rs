@@ -943,13 +943,7 @@ async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limit
     let (s, b) = rest(reqwest::Method::GET, &url, None, None).await;
     assert_eq!((s, b["error"].as_str()), (403, Some("forbidden")), "{b}");
     // One at a time: while a client holds an export unread, another is refused.
-    let held = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth("operator-token")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(held.status(), 200);
+    let held = start_export(&url).await;
     let (s, b) = rest(reqwest::Method::GET, &url, Some("operator-token"), None).await;
     assert_eq!((s, b["error"].as_str()), (503, Some("busy")), "{b}");
     // Read to the end: 20 000 boids in each sample.
@@ -970,6 +964,18 @@ async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limit
     server.stop().await.unwrap();
 }
 
+/// An operator's export of `url`, started (200) and its body not read yet.
+async fn start_export(url: &str) -> reqwest::Response {
+    let held = reqwest::Client::new()
+        .get(url)
+        .bearer_auth("operator-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    held
+}
+
 /// An export whose client stops taking it is cut after the stall timeout,
 /// and the client sees a broken transfer, not a CSV that looks whole (it
 /// ended cleanly, short by millions of rows); the export slot is free again.
@@ -987,13 +993,7 @@ async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
     drop(v);
     // About 20 MB of CSV, more than loopback's socket buffers hold.
     let url = server.url("/api/v1/trajectories.csv?seconds=60");
-    let held = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth("operator-token")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(held.status(), 200);
+    let held = start_export(&url).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let body = held.bytes().await;
     assert!(

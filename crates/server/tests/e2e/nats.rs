@@ -66,6 +66,16 @@ async fn dropped(addr: SocketAddr, reason: &str) -> u64 {
     metric(addr, &name).await.unwrap_or(0)
 }
 
+/// Waits until `addr` has dropped at least `least` messages for `reason`
+/// (`what` says what was not counted).
+async fn until_dropped(addr: SocketAddr, reason: &str, least: u64, what: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while dropped(addr, reason).await < least {
+        assert!(tokio::time::Instant::now() < deadline, "{what} not counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge_apply() {
     let nats = Nats::start().await.unwrap();
@@ -297,14 +307,7 @@ async fn malformed_nats_messages_are_counted_and_dropped() {
         .unwrap();
     let answer: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
     assert_eq!(answer["refused"]["status"], 400, "{answer}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while dropped(edge.addr, "malformed").await < 3 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "malformed messages not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_dropped(edge.addr, "malformed", 3, "malformed messages").await;
     assert!(dropped(origin.addr, "malformed").await >= 1);
     // The edge is still serving, and back in step.
     ready(edge.addr, 200).await;
@@ -360,14 +363,13 @@ async fn the_origin_answers_only_on_reply_inboxes() {
         .await
         .unwrap();
     assert_eq!(answer.payload.len(), 8);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while dropped(origin.addr, "bad_reply").await < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "requests with a bad reply subject not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_dropped(
+        origin.addr,
+        "bad_reply",
+        4,
+        "requests with a bad reply subject",
+    )
+    .await;
     let got = tokio::time::timeout(Duration::from_millis(500), evil.next()).await;
     assert!(got.is_err(), "the origin answered on evil.reply: {got:?}");
     origin.stop().await.unwrap();
