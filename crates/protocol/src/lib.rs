@@ -61,4 +61,6 @@ pub use frame::{
     KIND_DELTA, KIND_KEYFRAME, KeyframeView, RESIDUAL_ESCAPE, encode_delta, encode_keyframe,
 };
 pub use messages::*;
-pub use quant::{OCT_PLUS_X, Q_MAX, QUANT_MARGIN, QuantBox, oct_decode, oct_encode};
+pub use quant::{
+    Lanes3, OCT_PLUS_X, Q_MAX, QUANT_LANES, QUANT_MARGIN, QuantBox, oct_decode, oct_encode,
+};

@@ -76,6 +76,30 @@ impl QuantBox {
         q
     }
 
+    /// [`QuantBox::quantize`] of each position `p` and [`oct_encode`] of
+    /// each velocity `v`, [`QUANT_LANES`] boids side by side (columns by
+    /// axis, boid `l` in lane `l`): the same bits, lane by lane.
+    /// PERF: one boid at a time takes six divisions, one after another,
+    /// and branches on the heading's octant; side by side the steps
+    /// vectorise (the server's quantising pass, 100k boids on two threads:
+    /// about 0.6 ms a broadcast before).
+    #[inline]
+    pub fn quantize_lanes(
+        &self,
+        p: &Lanes3,
+        v: &Lanes3,
+    ) -> ([[u16; QUANT_LANES]; 3], [[u8; QUANT_LANES]; 2]) {
+        let mut q = [[0u16; QUANT_LANES]; 3];
+        for (a, (q, p)) in q.iter_mut().zip(p).enumerate() {
+            let (o, e) = (self.origin_m[a], self.extent_m[a]);
+            for (q, &p) in q.iter_mut().zip(p) {
+                let t = (p - o) / e * f32::from(Q_MAX);
+                *q = (t.clamp(0.0, f32::from(Q_MAX)) + 0.5) as u16;
+            }
+        }
+        (q, oct_encode_lanes(v))
+    }
+
     /// The position a quantised coordinate stands for.
     #[inline]
     pub fn dequantize(&self, q: [u16; 3]) -> [f32; 3] {
@@ -125,6 +149,36 @@ pub fn oct_encode(v: [f32; 3]) -> [u8; 2] {
     let (x, y, z) = (v[0] / l1, v[1] / l1, v[2] / l1);
     let (x, y) = if z < 0.0 { fold(x, y) } else { (x, y) };
     [to_byte(x), to_byte(y)]
+}
+
+/// Boids [`QuantBox::quantize_lanes`] takes at a time.
+pub const QUANT_LANES: usize = 8;
+
+/// [`QUANT_LANES`] boids' values by axis: `[axis][lane]`.
+pub type Lanes3 = [[f32; QUANT_LANES]; 3];
+
+/// [`oct_encode`] lane by lane, each step as one loop over the lanes and
+/// its branches as selects (the same bits).
+#[inline]
+fn oct_encode_lanes(v: &Lanes3) -> [[u8; QUANT_LANES]; 2] {
+    let [vx, vy, vz] = v;
+    let mut l1 = [0.0f32; QUANT_LANES];
+    for l in 0..QUANT_LANES {
+        l1[l] = vx[l].abs() + vy[l].abs() + vz[l].abs();
+    }
+    let (mut x, mut y) = ([0.0f32; QUANT_LANES], [0.0f32; QUANT_LANES]);
+    for l in 0..QUANT_LANES {
+        let (xl, yl, zl) = (vx[l] / l1[l], vy[l] / l1[l], vz[l] / l1[l]);
+        let (fx, fy) = fold(xl, yl);
+        (x[l], y[l]) = if zl < 0.0 { (fx, fy) } else { (xl, yl) };
+    }
+    let mut h = [[0u8; QUANT_LANES]; 2];
+    for l in 0..QUANT_LANES {
+        let ok = l1[l] > 0.0 && l1[l].is_finite();
+        h[0][l] = if ok { to_byte(x[l]) } else { OCT_PLUS_X[0] };
+        h[1][l] = if ok { to_byte(y[l]) } else { OCT_PLUS_X[1] };
+    }
+    h
 }
 
 /// Decodes an octahedral heading into a unit vector.
@@ -218,5 +272,47 @@ mod tests {
         let flat = QuantBox::around_world([10.0, 10.0, 10.0], 2);
         let z = flat.dequantize(flat.quantize([0.0, 0.0, 0.0]))[2];
         assert!(z.abs() <= flat.step_m()[2] * 0.5);
+    }
+
+    /// Any float, the awkward ones often: zeros of both signs, infinities,
+    /// NaN, values at and past the box's faces.
+    fn any_f32() -> impl proptest::strategy::Strategy<Value = f32> {
+        use proptest::prelude::*;
+        prop_oneof![
+            -200.0f32..200.0,
+            Just(0.0),
+            Just(-0.0),
+            Just(f32::INFINITY),
+            Just(f32::NEG_INFINITY),
+            Just(f32::NAN),
+            Just(-20.0),
+            Just(180.0),
+            Just(f32::MIN_POSITIVE),
+            any::<f32>(),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Eight boids side by side quantise to the bits each alone does.
+        #[test]
+        fn lanes_quantise_as_one_boid_at_a_time(
+            vals in proptest::collection::vec(any_f32(), 6 * QUANT_LANES),
+            flat in proptest::bool::ANY,
+        ) {
+            let b = QuantBox::around_world([160.0, 160.0, 80.0], if flat { 2 } else { 3 });
+            let (mut p, mut v) = ([[0.0f32; QUANT_LANES]; 3], [[0.0f32; QUANT_LANES]; 3]);
+            for l in 0..QUANT_LANES {
+                for a in 0..3 {
+                    p[a][l] = vals[6 * l + a];
+                    v[a][l] = vals[6 * l + 3 + a];
+                }
+            }
+            let (q, h) = b.quantize_lanes(&p, &v);
+            for l in 0..QUANT_LANES {
+                let (pl, vl) = ([p[0][l], p[1][l], p[2][l]], [v[0][l], v[1][l], v[2][l]]);
+                proptest::prop_assert_eq!([q[0][l], q[1][l], q[2][l]], b.quantize(pl), "lane {} at {:?}", l, pl);
+                proptest::prop_assert_eq!([h[0][l], h[1][l]], oct_encode(vl), "lane {} heading {:?}", l, vl);
+            }
+        }
     }
 }

@@ -223,20 +223,29 @@ impl FrameBuilder {
         }
         // Pass 2: the frame slot (rank in id order) of each state index.
         // PERF: ids are mostly dense (the sim hands them out in sequence),
-        // so a slot table sorts in O(n + max_id); sparse ids fall back to a sort.
+        // so a slot table sorts in O(n + max_id), and its scan gives the
+        // ids in order too (not a gather by state index, random reads);
+        // sparse ids fall back to a sort.
         self.order.clear();
+        out.ids.clear();
         if (max_id as usize) <= 4 * n + 1024 {
             self.slot.clear();
             self.slot.resize(max_id as usize + 1, 0);
             for (i, &id) in self.ids.iter().enumerate() {
                 self.slot[id as usize] = i as u32 + 1;
             }
-            self.order
-                .extend(self.slot.iter().filter(|&&s| s != 0).map(|&s| s - 1));
+            for (id, &s) in (0u32..).zip(&self.slot) {
+                if s != 0 {
+                    self.order.push(s - 1);
+                    out.ids.push(id);
+                }
+            }
         } else {
             self.order.extend(0..n as u32);
             let ids = &self.ids;
             self.order.sort_unstable_by_key(|&i| ids[i as usize]);
+            out.ids
+                .extend(self.order.iter().map(|&i| self.ids[i as usize]));
         }
         if self.order.len() != n {
             return Err(EncodeError::Shape(format!(
@@ -244,9 +253,6 @@ impl FrameBuilder {
                 self.order.len()
             )));
         }
-        out.ids.clear();
-        out.ids
-            .extend(self.order.iter().map(|&i| self.ids[i as usize]));
         out.tick = tick;
         out.quant = Some(quant);
         out.pos.clear();

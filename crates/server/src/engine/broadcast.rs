@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
-use starling_protocol::{Frame, FrameBuilder, QuantBox, encode_delta, encode_keyframe, oct_encode};
+use starling_protocol::{
+    Frame, FrameBuilder, QUANT_LANES, QuantBox, encode_delta, encode_keyframe,
+};
 use starling_sim::Flock;
 
 use super::interest::CellBuilder;
@@ -82,11 +84,29 @@ impl Encoder {
         // state order into `staged` (sequential reads of the state), then
         // gathered into frame order in chunks of slots (random reads of
         // eight bytes a boid, not of the state's 24).
+        // Eight boids side by side (`QuantBox::quantize_lanes`).
         let staged = &mut self.staged;
+        staged.resize(boids.len(), Default::default());
         boids
-            .par_iter()
-            .map(|b| (quant.quantize(b.p.to_array()), oct_encode(b.v.to_array())))
-            .collect_into_vec(staged);
+            .par_chunks(QUANTIZE_CHUNK)
+            .zip(staged.par_chunks_mut(QUANTIZE_CHUNK))
+            .for_each(|(boids, staged)| {
+                for (boids, staged) in boids
+                    .chunks(QUANT_LANES)
+                    .zip(staged.chunks_mut(QUANT_LANES))
+                {
+                    let (mut p, mut v) = ([[0.0f32; QUANT_LANES]; 3], [[0.0f32; QUANT_LANES]; 3]);
+                    for (l, b) in boids.iter().enumerate() {
+                        for a in 0..3 {
+                            (p[a][l], v[a][l]) = (b.p[a], b.v[a]);
+                        }
+                    }
+                    let (q, h) = quant.quantize_lanes(&p, &v);
+                    for (l, s) in staged.iter_mut().enumerate() {
+                        *s = ([q[0][l], q[1][l], q[2][l]], [h[0][l], h[1][l]]);
+                    }
+                }
+            });
         let staged = &*staged;
         let built = self.builder.build_with(
             &mut self.frames[2],
