@@ -14,14 +14,17 @@
 //! and two more for the speed clamp, one after another; eight lanes side by
 //! side keep the divider busy instead of waiting on it (scenario A at 100k
 //! on one thread: about 5 of 19 ms per tick before this). This code is
-//! built for baseline x86-64 (SSE2); the whole crate built with AVX2
-//! (`-C target-feature=+avx2`, which changes no bits here: Rust never fuses
-//! a multiply and an add) gave B at 100k on one thread 30.4-31.7 against
-//! 31.5-34.0 ms a step, within the noise, so no AVX2 build of it is kept.
+//! built for baseline x86-64 (SSE2), four lanes to a register, and again
+//! for AVX2, eight, which [`update_chunk`] runs where the CPU has it (no
+//! bits change: Rust never fuses a multiply and an add). With the kernel
+//! sifted, A at 100k on two threads: 6.96-7.05 -> 6.83-6.92 ms a tick.
 
 use glam::Vec3;
 
 use crate::boids::{Boid, SortedBoids, Sums};
+#[cfg(target_arch = "x86_64")]
+use crate::kernel::KernelPath;
+use crate::metrics::MetricsAcc;
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
 use crate::wander::{self, Keys};
@@ -43,12 +46,75 @@ pub(crate) fn applies(ctx: &UpdateCtx<'_>) -> bool {
         && (a.predators.is_empty() || ctx.params.flee_radius_m <= 0.0)
 }
 
+/// [`update`] for every boid of a chunk, eight at a time (`out[k]` is
+/// sorted boid `offset + k`'s next state, `sums[k]` what it perceived),
+/// and the chunk's share of the metrics ([`MetricsAcc::add_all`]). On
+/// x86_64 CPUs with AVX2, unless the portable kernel was chosen
+/// ([`KernelPath`]), the same code built for AVX2 runs instead: the same
+/// bits (Rust never fuses a multiply and an add, and a square root or a
+/// division is correctly rounded at any width). PERF: twice the lanes per
+/// square root and division (see the module docs).
+pub(crate) fn update_chunk(
+    ctx: &UpdateCtx<'_>,
+    own: &SortedBoids,
+    offset: usize,
+    sums: &[Sums],
+    out: &mut [Boid],
+    keyframes: &[Keys],
+) -> MetricsAcc {
+    #[cfg(target_arch = "x86_64")]
+    if KernelPath::current() != KernelPath::Portable && std::arch::is_x86_feature_detected!("avx2")
+    {
+        #[expect(
+            unsafe_code,
+            reason = "a target_feature function, called after detecting the feature"
+        )]
+        // SAFETY: this CPU has AVX2 (detected just above).
+        unsafe {
+            return update_chunk_avx2(ctx, own, offset, sums, out, keyframes);
+        }
+    }
+    update_chunk_with(ctx, own, offset, sums, out, keyframes)
+}
+
+/// [`update_chunk_with`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn update_chunk_avx2(
+    ctx: &UpdateCtx<'_>,
+    own: &SortedBoids,
+    offset: usize,
+    sums: &[Sums],
+    out: &mut [Boid],
+    keyframes: &[Keys],
+) -> MetricsAcc {
+    update_chunk_with(ctx, own, offset, sums, out, keyframes)
+}
+
+/// [`update_chunk`]'s loop, inlined into each build.
+#[inline(always)]
+fn update_chunk_with(
+    ctx: &UpdateCtx<'_>,
+    own: &SortedBoids,
+    offset: usize,
+    sums: &[Sums],
+    out: &mut [Boid],
+    keyframes: &[Keys],
+) -> MetricsAcc {
+    for (k, (b, s)) in out.chunks_mut(LANES).zip(sums.chunks(LANES)).enumerate() {
+        update(ctx, own, offset + k * LANES, s, b, keyframes);
+    }
+    let mut acc = MetricsAcc::new();
+    acc.add_all(out, sums);
+    acc
+}
+
 /// The next state of the up to [`LANES`] boids `start ..` of `own` (one
 /// per slot of `out`), which perceived `sums`. The same bits as
 /// `rules::integrate(ctx, p, v, &rules::steering(ctx, id, p, v, sums))`
 /// for each, provided [`applies`] holds. `keyframes`: the boids' wander keyframes
 /// for this tick by sorted index ([`crate::wander`]), or empty to draw them.
-#[inline]
+#[inline(always)]
 pub(crate) fn update(
     ctx: &UpdateCtx<'_>,
     own: &SortedBoids,
@@ -264,14 +330,42 @@ mod tests {
             })
     }
 
+    type Build =
+        fn(&UpdateCtx<'_>, &SortedBoids, usize, &[Sums], &mut [Boid], &[Keys]) -> MetricsAcc;
+
+    /// The portable build of [`update_chunk`] and, where this CPU has
+    /// AVX2, the AVX2 one.
+    fn builds() -> impl Iterator<Item = Build> {
+        let portable: Build = |ctx, own, offset, sums, out, keys| {
+            update_chunk_with(ctx, own, offset, sums, out, keys)
+        };
+        #[cfg(target_arch = "x86_64")]
+        let avx2: Option<Build> = std::arch::is_x86_feature_detected!("avx2").then_some(
+            |ctx, own, offset, sums, out, keys| {
+                #[expect(
+                    unsafe_code,
+                    reason = "a target_feature function, called after detecting the feature"
+                )]
+                // SAFETY: this CPU has AVX2 (detected above).
+                unsafe {
+                    update_chunk_avx2(ctx, own, offset, sums, out, keys)
+                }
+            },
+        );
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2: Option<Build> = None;
+        std::iter::once(portable).chain(avx2)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-        /// Eight lanes give the scalar rules' results bit for bit, stopped
-        /// boids, planar worlds and every boundary included.
+        /// Eight lanes at a time give the scalar rules' results bit for
+        /// bit, stopped boids, planar worlds and every boundary included,
+        /// in the portable build and the AVX2 one.
         #[test]
         fn lanes_match_the_scalar_rules_bit_for_bit(
-            boids in proptest::collection::vec(boid(), 1..=LANES),
+            boids in proptest::collection::vec(boid(), 1..=3 * LANES),
             boundary in prop_oneof![Just(Boundary::Soft), Just(Boundary::Wrap), Just(Boundary::Bounce)],
             dims in prop_oneof![Just(2u8), Just(3u8)],
             wander in prop_oneof![Just(0.0f32), 0.1f32..2.0],
@@ -305,9 +399,9 @@ mod tests {
                 .iter()
                 .map(|&id| [key, key + 1].map(|k| rules::wander_keyframe_tries(7, id, k, dims == 2).1))
                 .collect();
-            for keyframes in [&keys[..], &[]] {
+            for (keyframes, build) in [&keys[..], &[]].into_iter().flat_map(|k| builds().map(move |b| (k, b))) {
                 let mut out = vec![Boid::default(); boids.len()];
-                update(&ctx, &own, 0, &sums, &mut out, keyframes);
+                build(&ctx, &own, 0, &sums, &mut out, keyframes);
                 for (l, got) in out.iter().enumerate() {
                     let s = rules::steering(&ctx, ids[l], p[l], v[l], &sums[l]);
                     let (p1, v1) = rules::integrate(&ctx, p[l], v[l], &s);
