@@ -509,6 +509,52 @@ fn frame_builder_orders_by_id_dense_and_sparse() {
     assert!(matches!(dup, Err(EncodeError::Shape(_))));
 }
 
+/// One builder reused across frames, as the server's is (its id buffer
+/// trades places with the frame's), builds each as a fresh one does, with
+/// dense ids or sparse; a refused build (a duplicate id) leaves the frame
+/// as it was.
+#[test]
+fn a_reused_builder_builds_what_a_fresh_one_does_and_a_refusal_leaves_the_frame() {
+    let quant = QuantBox::around_world([100.0; 3], 3);
+    let mut builder = FrameBuilder::default();
+    let mut frames = [Frame::default(), Frame::default(), Frame::default()];
+    let sets: [Vec<u32>; 5] = [
+        (0..50).rev().collect(),
+        (0..50).map(|i| i * 100_000).collect(),
+        (5..80).collect(),
+        vec![3, 9, 3],
+        vec![7_000_000, 2, 7_000_000],
+    ];
+    for (k, ids) in sets.iter().enumerate() {
+        let boid = |i: usize| (ids[i], [i as f32, 2.0, 3.0], [1.0, -1.0, 0.5]);
+        let mut fresh = Frame::default();
+        let want = FrameBuilder::default().build(&mut fresh, k as u64, quant, ids.len(), boid);
+        let out = &mut frames[k % 3];
+        let before = out.clone();
+        let got = builder.build_with(
+            out,
+            k as u64,
+            quant,
+            ids.len(),
+            |i| ids[i],
+            |order, pos, heading| {
+                let slots = pos.chunks_exact_mut(3).zip(heading.chunks_exact_mut(2));
+                for (&i, (p, h)) in order.iter().zip(slots) {
+                    let (_, pi, vi) = boid(i as usize);
+                    p.copy_from_slice(&quant.quantize(pi));
+                    h.copy_from_slice(&oct_encode(vi));
+                }
+            },
+        );
+        assert_eq!(got.is_ok(), want.is_ok(), "set {k}");
+        if want.is_ok() {
+            assert_eq!(*out, fresh, "set {k}");
+        } else {
+            assert_eq!(*out, before, "set {k}");
+        }
+    }
+}
+
 proptest! {
     /// The server quantises in chunks of frame slots on several threads
     /// (`build_with`): in any chunking, taken in any order, the frame is

@@ -743,23 +743,26 @@ impl Flock {
             }
             if lanes && frozen.is_none() {
                 // PERF: eight boids side by side, the same bits (`update.rs`).
-                return update::update_chunk(&ctx, own, offset, sums, out, wander.sorted());
-            }
-            for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
-                let i = offset + k;
-                let (p, v) = (own.pos(i), own.vel(i));
-                if frozen.is_some_and(|f| f[i]) {
-                    let (p1, v1) = rules::drift(params, p, v);
+                update::update_chunk(&ctx, own, offset, sums, out, wander.sorted());
+            } else {
+                for (k, (b, s)) in out.iter_mut().zip(sums.iter()).enumerate() {
+                    let i = offset + k;
+                    let (p, v) = (own.pos(i), own.vel(i));
+                    if frozen.is_some_and(|f| f[i]) {
+                        let (p1, v1) = rules::drift(params, p, v);
+                        *b = Boid { p: p1, v: v1 };
+                        continue;
+                    }
+                    let steer = rules::steering(&ctx, own.id[i], p, v, s);
+                    let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
                     *b = Boid { p: p1, v: v1 };
-                    continue;
                 }
-                let steer = rules::steering(&ctx, own.id[i], p, v, s);
-                let (p1, v1) = rules::integrate(&ctx, p, v, &steer);
-                *b = Boid { p: p1, v: v1 };
             }
             // The chunk's share of the metrics, merged in chunk order below.
             let mut acc = MetricsAcc::new();
-            acc.add_all(out, sums);
+            for (b, s) in out.iter().zip(sums.iter()) {
+                acc.add(b.p, b.v, s.nn_d2, s.candidates);
+            }
             acc
         };
         map_chunks(boids, CHUNK, &CHUNK_SUMS, chunk, partials);

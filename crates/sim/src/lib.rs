@@ -27,7 +27,8 @@
 //! - **Deterministic**: a run is a pure function of its seed, parameters and
 //!   commands. Results are bit-identical with 1, 2 or 8 threads, with the
 //!   `parallel` feature on or off, and between the portable, AVX2 and
-//!   AVX-512 builds of the neighbour kernel ([`kernel::KernelPath`])
+//!   AVX-512 builds of the neighbour kernel and the portable and AVX2
+//!   builds of the per-boid update ([`kernel::KernelPath`] picks them)
 //!   (random numbers are counter-based, see [`rng`]).
 //! - **Double-buffered**: every boid reads the previous tick's state.
 //! - **Allocation-free ticks** once buffers have grown to the population.

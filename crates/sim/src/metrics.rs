@@ -2,8 +2,6 @@
 
 use glam::Vec3;
 
-use crate::boids::{Boid, Sums};
-
 /// Summary of one tick. Everything but `step_ms` is a deterministic function
 /// of the run (seed, parameters, commands).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -78,54 +76,6 @@ impl MetricsAcc {
         self.n += 1;
     }
 
-    /// [`MetricsAcc::add`] for each boid in order, `sums[k]` what boid `k`
-    /// perceived: the same bits. PERF: a boid's speed, heading and nearest
-    /// distance take two square roots and three divisions; eight boids side
-    /// by side vectorise them, and only the f64 sums stay one boid after
-    /// another (inlined into `update::update_chunk`'s AVX2 build too).
-    #[inline(always)]
-    pub(crate) fn add_all(&mut self, boids: &[Boid], sums: &[Sums]) {
-        const L: usize = 8;
-        for (b, s) in boids.chunks(L).zip(sums.chunks(L)) {
-            let (mut v, mut nn2) = ([[0.0f32; L]; 3], [f32::INFINITY; L]);
-            for (l, (b, s)) in b.iter().zip(s).enumerate() {
-                for (a, v) in v.iter_mut().enumerate() {
-                    v[l] = b.v[a];
-                }
-                nn2[l] = s.nn_d2;
-            }
-            let mut speed = [0.0f32; L];
-            for (l, speed) in speed.iter_mut().enumerate() {
-                *speed = Vec3::new(v[0][l], v[1][l], v[2][l]).length();
-            }
-            let mut heading = [[0.0f32; L]; 3];
-            for (h, v) in heading.iter_mut().zip(&v) {
-                for l in 0..L {
-                    h[l] = v[l] / speed[l];
-                }
-            }
-            let nn = nn2.map(f32::sqrt);
-            for (l, (b, s)) in b.iter().zip(s).enumerate() {
-                if speed[l] > 0.0 {
-                    for (sum, h) in self.heading.iter_mut().zip(&heading) {
-                        *sum += f64::from(h[l]);
-                    }
-                }
-                self.speed += f64::from(speed[l]);
-                for (sum, p) in self.centroid.iter_mut().zip(b.p.to_array()) {
-                    *sum += f64::from(p);
-                }
-                if nn2[l].is_finite() {
-                    self.nn_sum += f64::from(nn[l]);
-                    self.nn_min2 = self.nn_min2.min(nn2[l]);
-                    self.with_nn += 1;
-                }
-                self.candidates += u64::from(s.candidates);
-                self.n += 1;
-            }
-        }
-    }
-
     /// Adds the sums of the boids after this one's.
     pub(crate) fn merge(&mut self, next: &MetricsAcc) {
         for a in 0..3 {
@@ -182,45 +132,5 @@ mod tests {
         let m = acc.finish(0, 0.0);
         assert!(m.order.abs() < 1e-6);
         assert_eq!((m.min_nn_m, m.mean_nn_m, m.isolated), (None, None, 2));
-    }
-
-    /// The boids of a chunk side by side sum the bits one at a time does:
-    /// at rest, with no neighbour, and any number past a multiple of eight.
-    #[test]
-    fn a_chunk_at_once_sums_what_its_boids_one_by_one_do() {
-        let boids: Vec<Boid> = (0..21u8)
-            .map(|i| {
-                let f = f32::from(i);
-                let v = if i % 5 == 0 {
-                    Vec3::ZERO
-                } else {
-                    Vec3::new(f.sin() * 3.0, f.cos(), 0.1 * f - 1.0)
-                };
-                Boid {
-                    p: Vec3::new(f * 1.7, 40.0 - f, f * f * 0.01),
-                    v,
-                }
-            })
-            .collect();
-        let sums: Vec<Sums> = (0..21u8)
-            .map(|i| Sums {
-                nn_d2: if i % 3 == 0 {
-                    f32::INFINITY
-                } else {
-                    0.37 * f32::from(i)
-                },
-                candidates: u32::from(i) * 11,
-                ..Sums::default()
-            })
-            .collect();
-        for n in [0, 1, 8, 13, 21] {
-            let mut one = MetricsAcc::new();
-            for (b, s) in boids[..n].iter().zip(&sums) {
-                one.add(b.p, b.v, s.nn_d2, s.candidates);
-            }
-            let mut all = MetricsAcc::new();
-            all.add_all(&boids[..n], &sums[..n]);
-            assert_eq!(format!("{all:?}"), format!("{one:?}"), "{n} boids");
-        }
     }
 }

@@ -24,7 +24,6 @@ use glam::Vec3;
 use crate::boids::{Boid, SortedBoids, Sums};
 #[cfg(target_arch = "x86_64")]
 use crate::kernel::KernelPath;
-use crate::metrics::MetricsAcc;
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
 use crate::wander::{self, Keys};
@@ -46,9 +45,8 @@ pub(crate) fn applies(ctx: &UpdateCtx<'_>) -> bool {
         && (a.predators.is_empty() || ctx.params.flee_radius_m <= 0.0)
 }
 
-/// [`update`] for every boid of a chunk, eight at a time (`out[k]` is
-/// sorted boid `offset + k`'s next state, `sums[k]` what it perceived),
-/// and the chunk's share of the metrics ([`MetricsAcc::add_all`]). On
+/// [`update`] for every boid of a chunk, eight at a time: `out[k]` is
+/// sorted boid `offset + k`'s next state, `sums[k]` what it perceived. On
 /// x86_64 CPUs with AVX2, unless the portable kernel was chosen
 /// ([`KernelPath`]), the same code built for AVX2 runs instead: the same
 /// bits (Rust never fuses a multiply and an add, and a square root or a
@@ -61,7 +59,7 @@ pub(crate) fn update_chunk(
     sums: &[Sums],
     out: &mut [Boid],
     keyframes: &[Keys],
-) -> MetricsAcc {
+) {
     #[cfg(target_arch = "x86_64")]
     if KernelPath::current() != KernelPath::Portable && std::arch::is_x86_feature_detected!("avx2")
     {
@@ -71,10 +69,11 @@ pub(crate) fn update_chunk(
         )]
         // SAFETY: this CPU has AVX2 (detected just above).
         unsafe {
-            return update_chunk_avx2(ctx, own, offset, sums, out, keyframes);
+            update_chunk_avx2(ctx, own, offset, sums, out, keyframes);
         }
+        return;
     }
-    update_chunk_with(ctx, own, offset, sums, out, keyframes)
+    update_chunk_with(ctx, own, offset, sums, out, keyframes);
 }
 
 /// [`update_chunk_with`] compiled for AVX2.
@@ -87,8 +86,8 @@ fn update_chunk_avx2(
     sums: &[Sums],
     out: &mut [Boid],
     keyframes: &[Keys],
-) -> MetricsAcc {
-    update_chunk_with(ctx, own, offset, sums, out, keyframes)
+) {
+    update_chunk_with(ctx, own, offset, sums, out, keyframes);
 }
 
 /// [`update_chunk`]'s loop, inlined into each build.
@@ -100,13 +99,10 @@ fn update_chunk_with(
     sums: &[Sums],
     out: &mut [Boid],
     keyframes: &[Keys],
-) -> MetricsAcc {
+) {
     for (k, (b, s)) in out.chunks_mut(LANES).zip(sums.chunks(LANES)).enumerate() {
         update(ctx, own, offset + k * LANES, s, b, keyframes);
     }
-    let mut acc = MetricsAcc::new();
-    acc.add_all(out, sums);
-    acc
 }
 
 /// The next state of the up to [`LANES`] boids `start ..` of `own` (one
@@ -330,8 +326,7 @@ mod tests {
             })
     }
 
-    type Build =
-        fn(&UpdateCtx<'_>, &SortedBoids, usize, &[Sums], &mut [Boid], &[Keys]) -> MetricsAcc;
+    type Build = fn(&UpdateCtx<'_>, &SortedBoids, usize, &[Sums], &mut [Boid], &[Keys]);
 
     /// The portable build of [`update_chunk`] and, where this CPU has
     /// AVX2, the AVX2 one.

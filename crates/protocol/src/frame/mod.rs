@@ -136,7 +136,8 @@ impl Frame {
 /// (no allocation once they have grown to the population).
 #[derive(Debug, Default)]
 pub struct FrameBuilder {
-    /// Ids in state order.
+    /// Ids in state order (scratch: a dense build leaves the frame's
+    /// previous id buffer here, swapped for the ids in id order).
     ids: Vec<u32>,
     /// Frame slot of each state index.
     rank: Vec<u32>,
@@ -148,7 +149,8 @@ pub struct FrameBuilder {
 
 impl FrameBuilder {
     /// Fills `out` with `n` boids, where `boid(i)` gives the id, position
-    /// and velocity of state index `i`. Ids must be unique.
+    /// and velocity of state index `i`. Ids must be unique: a repeated one
+    /// is refused ([`EncodeError::Shape`]) and `out` left as it was.
     pub fn build(
         &mut self,
         out: &mut Frame,
@@ -227,31 +229,47 @@ impl FrameBuilder {
         // ids in order too (not a gather by state index, random reads);
         // sparse ids fall back to a sort.
         self.order.clear();
-        out.ids.clear();
-        if (max_id as usize) <= 4 * n + 1024 {
+        let dense = (max_id as usize) <= 4 * n + 1024;
+        if dense {
             self.slot.clear();
             self.slot.resize(max_id as usize + 1, 0);
             for (i, &id) in self.ids.iter().enumerate() {
                 self.slot[id as usize] = i as u32 + 1;
             }
+            // `ids` now takes the ids in id order.
+            self.ids.clear();
             for (id, &s) in (0u32..).zip(&self.slot) {
                 if s != 0 {
                     self.order.push(s - 1);
-                    out.ids.push(id);
+                    self.ids.push(id);
                 }
             }
         } else {
             self.order.extend(0..n as u32);
             let ids = &self.ids;
             self.order.sort_unstable_by_key(|&i| ids[i as usize]);
+        }
+        let distinct = if dense {
+            self.order.len()
+        } else {
+            let ids = &self.ids;
+            let repeats = self.order.windows(2);
+            n - repeats
+                .filter(|w| ids[w[0] as usize] == ids[w[1] as usize])
+                .count()
+        };
+        if distinct != n {
+            return Err(EncodeError::Shape(format!(
+                "{n} boids but {distinct} distinct ids"
+            )));
+        }
+        if dense {
+            // The buffers trade places: `out`'s old one is reused next time.
+            std::mem::swap(&mut out.ids, &mut self.ids);
+        } else {
+            out.ids.clear();
             out.ids
                 .extend(self.order.iter().map(|&i| self.ids[i as usize]));
-        }
-        if self.order.len() != n {
-            return Err(EncodeError::Shape(format!(
-                "{n} boids but {} distinct ids",
-                self.order.len()
-            )));
         }
         out.tick = tick;
         out.quant = Some(quant);

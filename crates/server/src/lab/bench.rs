@@ -15,12 +15,14 @@ use crate::config::Config;
 use crate::engine::broadcast::Encoder;
 use crate::telemetry::Telemetry;
 
-/// Which neighbour kernel to run.
+/// Which neighbour kernel to run (and with it the per-boid update's
+/// build: AVX2 unless portable).
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum KernelArg {
     /// The fastest path this CPU supports.
     Auto,
-    /// Plain Rust lanes (the reference).
+    /// Plain Rust lanes (the reference), and the update built for baseline
+    /// x86-64.
     Portable,
     /// AVX2 intrinsics.
     Avx2,
@@ -110,8 +112,9 @@ pub struct Plan {
     #[arg(long, num_args = 1.., default_values_t = [0usize, 1, 2, 4], value_parser = clap::value_parser!(usize))]
     pub edges: Vec<usize>,
     /// The neighbour kernel to run (scenarios A, B and swarm): the
-    /// fastest this CPU has, or one to compare against it. Results are
-    /// the same bits on every path; only speed differs.
+    /// fastest this CPU has, or one to compare against it; `portable` also
+    /// runs the per-boid update's baseline build instead of its AVX2 one.
+    /// Results are the same bits on every path; only speed differs.
     #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
     pub kernel: KernelArg,
     /// Scenario B without the server's snapshot encoder: the engine alone

@@ -59,8 +59,9 @@ struct Acc {
     nn: __m256,
 }
 
-/// Candidates sifted at a time (`group_run`), at most 256: their places
-/// in the block are kept as bytes.
+/// Candidates sifted at a time ([`sift`]), at most 256: their places in
+/// the block are kept as bytes. PERF: 32 and 128 were slower (B: a
+/// block's first pass reads `worst` as of its start).
 const SIFT: usize = 64;
 const _: () = assert!(SIFT <= 256);
 
@@ -276,29 +277,28 @@ isa_fns! {
     ///
     /// PERF: sifted as `group_run` is, so the insertions (a pass over the
     /// slots each, and a branch that mispredicts) run only on the
-    /// candidates some lane would take as of the block's start. The
+    /// candidates some lane would take as of the block's start (38 % in B
+    /// at 100k; its step 10.2 -> 9.6-9.8 ms on two threads with AVX2). The
     /// buffers end the same: a candidate the first pass drops is beyond
-    /// every lane's `worst`, which only falls.
+    /// every lane's `worst`, which only falls. (`top_group_run`, for
+    /// `k > TOPV_K`, is not sifted.)
     fn top_group_run_v<const K: usize>(nb: &Neighbourhood<'_>, k: &Consts, run: &CellRun, r0: std::ops::Range<usize>, r: usize, top: &mut TopV<K>, nn: &mut __m256) {
         let (b, per) = (nb.boids, &nb.perception);
         let base = image_base(k.p, run.shift);
         let cone = per.cone.map(|(c, _)| c >= 0.0);
         let xyz = [&b.px[r0.clone()], &b.py[r0.clone()], &b.pz[r0.clone()]];
+        let n = xyz[0].len();
+        assert!(xyz[1].len() == n && xyz[2].len() == n);
         let mut sifted = [0u8; SIFT];
-        for start in (0..xyz[0].len()).step_by(SIFT) {
-            let end = (start + SIFT).min(xyz[0].len());
-            // First pass: every candidate's distances, the lanes' nearest
-            // (a minimum: order-free), and those some lane would take.
-            let (worst, mut kept) = (top.worst, 0);
-            for j in start..end {
-                let d = offset_in(xyz, j, base);
-                let d2 = dot3(d, d);
+        for start in (0..n).step_by(SIFT) {
+            // First pass: the lanes' nearest (a minimum: order-free), and
+            // the candidates some lane would take.
+            let worst = top.worst;
+            let kept = sift(xyz, base, start, &mut sifted, |d2| {
                 let near = in_range(d2, k.max2);
                 *nn = nearer(*nn, d2, near);
-                let take = _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst));
-                sifted[kept] = (j - start) as u8;
-                kept += usize::from(_mm256_movemask_ps(take) != 0);
-            }
+                _mm256_and_ps(near, _mm256_cmp_ps::<_CMP_LE_OQ>(d2, worst))
+            });
             // Second pass, on those, in order: `worst` may have fallen since.
             for &o in &sifted[..kept] {
                 let j = start + usize::from(o);
@@ -796,30 +796,41 @@ isa_fns! {
     /// the lanes' update runs on those, in order. A candidate no lane
     /// reaches changes no sum (its lanes add `+0.0`, and no accumulator is
     /// ever `-0.0`), so the sums are the same bits. Scenario A at 100k
-    /// keeps 41 % of them.
+    /// keeps 41 % of them (figures in `kernel`'s module docs).
     fn group_run<const ONE: bool, const CONE: u8>(nb: &Neighbourhood<'_>, k: &Consts, shift: crate::Vec3, r: std::ops::Range<usize>, acc: &mut Acc) {
         let base = image_base(k.p, shift);
         let b = nb.boids;
         let xyz = [&b.px[r.clone()], &b.py[r.clone()], &b.pz[r.clone()]];
         let (vx, vy, vz) = (&b.vx[r.clone()], &b.vy[r.clone()], &b.vz[r]);
         let n = xyz[0].len();
-        assert!(vx.len() == n && vy.len() == n && vz.len() == n);
+        assert!(xyz[1].len() == n && xyz[2].len() == n && vx.len() == n && vy.len() == n && vz.len() == n);
         let mut sifted = [0u8; SIFT];
         for start in (0..n).step_by(SIFT) {
-            let end = (start + SIFT).min(n);
-            let mut kept = 0;
-            for j in start..end {
-                let d = offset_in(xyz, j, base);
-                let reach = _mm256_cmp_ps::<_CMP_LE_OQ>(dot3(d, d), k.max2);
-                sifted[kept] = (j - start) as u8;
-                kept += usize::from(_mm256_movemask_ps(reach) != 0);
-            }
+            let kept = sift(xyz, base, start, &mut sifted, |d2| _mm256_cmp_ps::<_CMP_LE_OQ>(d2, k.max2));
             for &o in &sifted[..kept] {
                 let j = start + usize::from(o);
                 let v = [_mm256_set1_ps(vx[j]), _mm256_set1_ps(vy[j]), _mm256_set1_ps(vz[j])];
                 lanes8::<ONE, CONE>(acc, k, offset_in(xyz, j, base), v);
             }
         }
+    }
+
+    /// A sift's first pass over the block of up to [`SIFT`] candidates
+    /// from `start` of a run (its position columns `xyz`, cut to its
+    /// window; `base` from [`image_base`]): the candidates for which `keep`,
+    /// given each lane's squared distance, sets some lane, as offsets from
+    /// `start` in `sifted[.. kept]`, in order; returns `kept`.
+    fn sift(xyz: [&[f32]; 3], base: [__m256; 3], start: usize, sifted: &mut [u8; SIFT], mut keep: impl FnMut(__m256) -> __m256) -> usize {
+        let n = xyz[0].len();
+        assert!(xyz[1].len() == n && xyz[2].len() == n);
+        let end = (start + SIFT).min(n);
+        let mut kept = 0;
+        for j in start..end {
+            let d = offset_in(xyz, j, base);
+            sifted[kept] = (j - start) as u8;
+            kept += usize::from(_mm256_movemask_ps(keep(dot3(d, d))) != 0);
+        }
+        kept
     }
 
     /// The lanes' boids as seen from a run's image: `p - shift`.

@@ -28,11 +28,12 @@
 //!   of them with one pass of compares and blends instead of eight scalar
 //!   insertions.
 //!
-//! The AVX builds sift each run's candidates, 64 at a time: a first pass
-//! computes only the distances and keeps the candidates some lane reaches
-//! (or, on the top-k path, would take), and the lanes' update or the
-//! insertion runs on those, in order. A dropped candidate would have
-//! changed nothing, so the results are the same bits. PERF: most of a
+//! The AVX builds sift each run's candidates a block at a time: a first
+//! pass computes only the distances and keeps the candidates some lane
+//! reaches (or, on the top-k path with its buffers in registers, would
+//! take), and the lanes' update or the insertion runs on those, in order.
+//! A dropped candidate would have changed nothing, so the results are the
+//! same bits. PERF: most of a
 //! group's candidates lie in its windows' corners, out of every lane's
 //! reach (measured at 100k: 41 % kept in A, 38 % in B); on two threads
 //! with AVX2, A went from 11.3-11.5 to 13.7-14.1 M updates/s, and B's step
@@ -244,7 +245,8 @@ impl Me {
 }
 
 /// Which build of the neighbour pass runs (both paths: `k_nearest = 0`
-/// and `k_nearest > 0`).
+/// and `k_nearest > 0`), and with it which build of the per-boid update
+/// (`update::update_chunk`: the AVX2 one on every path but `Portable`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelPath {
     /// Plain Rust, eight lanes in arrays: the reference, and the path on
@@ -538,8 +540,8 @@ mod tests {
             stacked in any::<bool>(),
             // Some boids at rest: no heading, so they see all around.
             still in any::<bool>(),
-            // Every boid in a fifth of the world's x and y: runs of more
-            // candidates than the AVX paths sift at a time.
+            // Every boid in a fifth of the world along each axis: runs of
+            // more candidates than the AVX paths sift at a time.
             crowded in any::<bool>(),
         ) {
             let mut pts = pts;
@@ -560,7 +562,7 @@ mod tests {
             }
             if crowded {
                 for p in pts.iter_mut() {
-                    (p.0[0], p.0[1]) = (p.0[0] * 0.2, p.0[1] * 0.2);
+                    p.0 = p.0.map(|u| u * 0.2);
                 }
             }
             let radius = |r: f32| if one_radius { 4.0 } else { r };
