@@ -67,11 +67,7 @@ impl QuantBox {
     pub fn quantize(&self, p: [f32; 3]) -> [u16; 3] {
         let mut q = [0u16; 3];
         for a in 0..3 {
-            let t = (p[a] - self.origin_m[a]) / self.extent_m[a] * f32::from(Q_MAX);
-            // Round half up: `t + 0.5` is non-negative after the clamp, so the
-            // truncating `as` is a floor (and maps NaN to 0). PERF: no libm
-            // `floorf` call, which SSE2 lacks an instruction for.
-            q[a] = (t.clamp(0.0, f32::from(Q_MAX)) + 0.5) as u16;
+            q[a] = quantize_axis(p[a], self.origin_m[a], self.extent_m[a]);
         }
         q
     }
@@ -93,8 +89,7 @@ impl QuantBox {
         for (a, (q, p)) in q.iter_mut().zip(p).enumerate() {
             let (o, e) = (self.origin_m[a], self.extent_m[a]);
             for (q, &p) in q.iter_mut().zip(p) {
-                let t = (p - o) / e * f32::from(Q_MAX);
-                *q = (t.clamp(0.0, f32::from(Q_MAX)) + 0.5) as u16;
+                *q = quantize_axis(p, o, e);
             }
         }
         (q, oct_encode_lanes(v))
@@ -109,6 +104,16 @@ impl QuantBox {
         }
         p
     }
+}
+
+/// One coordinate `p` quantised over `origin .. origin + extent`.
+#[inline(always)]
+fn quantize_axis(p: f32, origin: f32, extent: f32) -> u16 {
+    let t = (p - origin) / extent * f32::from(Q_MAX);
+    // Round half up: `t + 0.5` is non-negative after the clamp, so the
+    // truncating `as` is a floor (and maps NaN to 0). PERF: no libm
+    // `floorf` call, which SSE2 lacks an instruction for.
+    (t.clamp(0.0, f32::from(Q_MAX)) + 0.5) as u16
 }
 
 #[inline]

@@ -22,7 +22,6 @@
 use glam::Vec3;
 
 use crate::boids::{Boid, SortedBoids, Sums};
-#[cfg(target_arch = "x86_64")]
 use crate::kernel::KernelPath;
 use crate::params::Boundary;
 use crate::rules::{self, UpdateCtx};
@@ -60,20 +59,32 @@ pub(crate) fn update_chunk(
     out: &mut [Boid],
     keyframes: &[Keys],
 ) {
+    let build = match avx2_build() {
+        Some(avx2) if KernelPath::current() != KernelPath::Portable => avx2,
+        _ => update_chunk_with,
+    };
+    build(ctx, own, offset, sums, out, keyframes);
+}
+
+/// A build of [`update_chunk`]'s loop.
+type ChunkBuild = fn(&UpdateCtx<'_>, &SortedBoids, usize, &[Sums], &mut [Boid], &[Keys]);
+
+/// The AVX2 build of [`update_chunk`]'s loop, where this CPU has AVX2.
+fn avx2_build() -> Option<ChunkBuild> {
     #[cfg(target_arch = "x86_64")]
-    if KernelPath::current() != KernelPath::Portable && std::arch::is_x86_feature_detected!("avx2")
-    {
-        #[expect(
-            unsafe_code,
-            reason = "a target_feature function, called after detecting the feature"
-        )]
-        // SAFETY: this CPU has AVX2 (detected just above).
-        unsafe {
-            update_chunk_avx2(ctx, own, offset, sums, out, keyframes);
-        }
-        return;
+    if std::arch::is_x86_feature_detected!("avx2") {
+        return Some(|ctx, own, offset, sums, out, keyframes| {
+            #[expect(
+                unsafe_code,
+                reason = "a target_feature function, called after detecting the feature"
+            )]
+            // SAFETY: this CPU has AVX2 (detected just above).
+            unsafe {
+                update_chunk_avx2(ctx, own, offset, sums, out, keyframes);
+            }
+        });
     }
-    update_chunk_with(ctx, own, offset, sums, out, keyframes);
+    None
 }
 
 /// [`update_chunk_with`] compiled for AVX2.
@@ -326,30 +337,10 @@ mod tests {
             })
     }
 
-    type Build = fn(&UpdateCtx<'_>, &SortedBoids, usize, &[Sums], &mut [Boid], &[Keys]);
-
-    /// The portable build of [`update_chunk`] and, where this CPU has
-    /// AVX2, the AVX2 one.
-    fn builds() -> impl Iterator<Item = Build> {
-        let portable: Build = |ctx, own, offset, sums, out, keys| {
-            update_chunk_with(ctx, own, offset, sums, out, keys)
-        };
-        #[cfg(target_arch = "x86_64")]
-        let avx2: Option<Build> = std::arch::is_x86_feature_detected!("avx2").then_some(
-            |ctx, own, offset, sums, out, keys| {
-                #[expect(
-                    unsafe_code,
-                    reason = "a target_feature function, called after detecting the feature"
-                )]
-                // SAFETY: this CPU has AVX2 (detected above).
-                unsafe {
-                    update_chunk_avx2(ctx, own, offset, sums, out, keys)
-                }
-            },
-        );
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx2: Option<Build> = None;
-        std::iter::once(portable).chain(avx2)
+    /// The portable build of [`update_chunk`]'s loop and, where this CPU
+    /// has AVX2, the AVX2 one.
+    fn builds() -> impl Iterator<Item = ChunkBuild> {
+        std::iter::once(update_chunk_with as ChunkBuild).chain(avx2_build())
     }
 
     proptest! {

@@ -33,11 +33,10 @@
 //! reaches (or, on the top-k path with its buffers in registers, would
 //! take), and the lanes' update or the insertion runs on those, in order.
 //! A dropped candidate would have changed nothing, so the results are the
-//! same bits. PERF: most of a
-//! group's candidates lie in its windows' corners, out of every lane's
-//! reach (measured at 100k: 41 % kept in A, 38 % in B); on two threads
-//! with AVX2, A went from 11.3-11.5 to 13.7-14.1 M updates/s, and B's step
-//! from 10.2 to 9.6-9.8 ms.
+//! same bits. PERF: most of a group's candidates lie in its windows'
+//! corners, out of every lane's reach (measured at 100k: 41 % kept in A,
+//! 38 % in B); on two threads with AVX2, A went from 11.3-11.5 to
+//! 13.7-14.1 M updates/s, and B's step from 10.2 to 9.6-9.8 ms.
 //!
 //! Both paths have three builds, chosen at run time ([`KernelPath`]): the
 //! portable code in `lanes.rs` and `topk.rs` (the reference), explicit AVX2
