@@ -1198,4 +1198,41 @@ mod tests {
         }
         assert!(kept.params.w_wander > 0.0 && kept.tick == 60);
     }
+
+    /// Once the flock's keyframes are known, each boid draws one keyframe
+    /// a period, spread over the period's ticks: no tick draws the whole
+    /// flock's next keyframe (the turn of the period included), and the
+    /// keyframes drawn ahead are the fresh draws.
+    #[test]
+    fn wander_keyframes_are_drawn_a_slice_of_the_flock_a_tick() {
+        let n = 3000;
+        let mut flock = Flock::new(FlockConfig {
+            params: Params::default(),
+            population: n,
+            seed: 5,
+        })
+        .unwrap();
+        let period = rules::wander_period(flock.params.tick_hz);
+        let even = n / period as usize;
+        // The first tick draws every boid's pair, and its slice's next keyframe.
+        flock.step();
+        let first = flock.wander.drawn();
+        assert!((2 * n..=2 * n + 2 * even).contains(&first), "{first}");
+        let mut per_tick = Vec::new();
+        for _ in 0..3 * period {
+            flock.step();
+            flock.wander.check(flock.seed, &flock.ids);
+            per_tick.push(flock.wander.drawn());
+        }
+        // From the tick after the first whole draw: every window of a
+        // period draws each boid's next keyframe once.
+        for window in per_tick[period as usize..].windows(period as usize) {
+            assert_eq!(window.iter().sum::<usize>(), n, "{per_tick:?}");
+        }
+        let most = *per_tick.iter().max().unwrap();
+        assert!(
+            most <= 2 * even,
+            "a tick drew {most} keyframes (even share {even}): {per_tick:?}"
+        );
+    }
 }

@@ -383,7 +383,7 @@ mod tests {
             let key = tick / rules::wander_period(params.tick_hz);
             let keys: Vec<Keys> = ids
                 .iter()
-                .map(|&id| [key, key + 1].map(|k| rules::wander_keyframe_tries(7, id, k, dims == 2).1))
+                .map(|&id| [key, key + 1, key + 2].map(|k| rules::wander_keyframe_tries(7, id, k, dims == 2).1))
                 .collect();
             for (keyframes, build) in [&keys[..], &[]].into_iter().flat_map(|k| builds().map(move |b| (k, b))) {
                 let mut out = vec![Boid::default(); boids.len()];
