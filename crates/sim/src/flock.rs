@@ -1143,7 +1143,8 @@ mod tests {
     }
 
     /// The kept wander keyframes are the ones a fresh draw gives, through
-    /// keyframe changes, spawns, removals, kills, a new tick rate, a switch
+    /// keyframe changes, spawns, removals, kills, new tick rates (one of
+    /// them a period of one tick), a switch
     /// to 2-D, wander off and on, and a reset; and a run that keeps them is
     /// the same bits as one that draws them every tick.
     #[test]
@@ -1175,6 +1176,12 @@ mod tests {
                     100 => f
                         .set_params(Params {
                             tick_hz: 30,
+                            ..params
+                        })
+                        .unwrap(),
+                    120 => f
+                        .set_params(Params {
+                            tick_hz: 1,
                             ..params
                         })
                         .unwrap(),

@@ -17,8 +17,7 @@
 //! scenario B's tick on one thread. One byte per keyframe instead of the
 //! vectors keeps B at a million boids well under its memory bound. Drawing
 //! the next keyframe for the whole flock at the period's turn made that tick
-//! the slowest of the second: B at 100k on two threads, AVX2, 12.0-13.8 ms
-//! against 9.3 for the median tick.
+//! the slowest of the second (figures in README, Benchmarks).
 
 use glam::Vec3;
 
@@ -37,8 +36,9 @@ const UNKNOWN: Keys = [UNKNOWN_TRY; 3];
 
 /// Whether boid `id` draws its keyframe after the pair ahead at `phase`
 /// (`tick % period`): each boid at one phase of the period, the ids spread
-/// evenly over the phases by a multiplicative hash (consecutive ids land
-/// about `period` apart in the hash's range).
+/// evenly over the phases by Fibonacci hashing (consecutive ids land about
+/// 0.618 of the hash's range apart, so any run of ids fills the phases
+/// evenly).
 #[inline(always)]
 fn draws_ahead(id: u32, phase: u64, period: u64) -> bool {
     (u64::from(id.wrapping_mul(0x9E37_79B9)) * period) >> 32 == phase
