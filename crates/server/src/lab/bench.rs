@@ -104,6 +104,11 @@ pub struct Plan {
     /// world and `--budget` (the interest stream).
     #[arg(long)]
     pub interest: bool,
+    /// The `fanout` server's world scaled with the population as scenario
+    /// B's is (the default world's density at its default population),
+    /// instead of the default world: the live server's tick on B's flock.
+    #[arg(long)]
+    pub b_world: bool,
     /// Each viewer's declared budget for the `interest` scenario (and
     /// `fanout --interest`), bytes per second.
     #[arg(long, default_value_t = 250_000, value_parser = clap::value_parser!(u32).range(32_000..=64_000_000))]
@@ -189,6 +194,7 @@ pub fn run(plan: &Plan) -> Result<()> {
                     seconds,
                     fps as u16,
                     plan.interest.then_some(plan.budget),
+                    plan.b_world.then(|| scenarios::full_b(n).params.world_m),
                 ))?;
                 let mut line = serde_json::to_value(&stats)?;
                 line["scenario"] = "C-fanout".into();

@@ -52,6 +52,11 @@ pub struct FanoutStats {
     pub server_cpu: f64,
     /// Ticks the server could not start on time during the window.
     pub missed_ticks: u64,
+    /// Ticks the server stepped a second during the window (its rate is
+    /// 60: fewer when ticks were missed).
+    pub ticks_per_s: f64,
+    /// The server's world, metres.
+    pub world_m: [f32; 3],
     /// Mean tick step time, ms (from the server's histogram).
     pub tick_ms_mean: f64,
 }
@@ -213,25 +218,38 @@ pub(crate) async fn viewer(
 /// Runs `viewers` viewers of a flock of `population` boids for `seconds` (after a
 /// two-second warm-up) against a `starling serve` child process.
 /// With `interest`, each viewer subscribes with a random tenth of the
-/// world and that budget.
+/// world and that budget. The server's world is the default one, or
+/// `world_m` (given to it in a config file of its own).
 pub async fn run(
     population: usize,
     viewers: usize,
     seconds: f64,
     fps: u16,
     interest: Option<u32>,
+    world_m: Option<[f32; 3]>,
 ) -> Result<FanoutStats> {
-    let (mut child, pid, addr) = spawn_starling(
-        &[
-            "serve",
-            "--population",
-            &population.to_string(),
-            "--snapshot-hz",
-            &fps.to_string(),
-        ],
-        viewers,
-    )
-    .await?;
+    let (population_s, fps_s) = (population.to_string(), fps.to_string());
+    let mut args = vec![
+        "serve",
+        "--population",
+        &population_s,
+        "--snapshot-hz",
+        &fps_s,
+    ];
+    let config = std::env::temp_dir().join(format!("starling-fanout-{}.toml", std::process::id()));
+    let config_s = config.to_string_lossy().into_owned();
+    if let Some([x, y, z]) = world_m {
+        std::fs::write(&config, format!("[params]\nworld_m = [{x}, {y}, {z}]\n"))
+            .with_context(|| format!("writing {config_s}"))?;
+        args.extend(["--config", &config_s]);
+    }
+    let started = spawn_starling(&args, viewers).await;
+    if world_m.is_some() {
+        // Read at the child's start, which printed its address.
+        let _ = std::fs::remove_file(&config);
+    }
+    let (mut child, pid, addr) = started?;
+    let world_m = world_m.unwrap_or(starling_sim::Params::default().world_m);
 
     let (measure_tx, measure_rx) = tokio::sync::watch::channel(false);
     let mut counts = Vec::new();
@@ -284,6 +302,8 @@ pub async fn run(
         keyframe_fraction: keys as f64 / frames.max(1) as f64,
         server_cpu: (cpu1 - cpu0) / wall,
         missed_ticks: d("starling_missed_ticks_total") as u64,
+        ticks_per_s: d("starling_tick_duration_seconds_count") / wall,
+        world_m,
         tick_ms_mean: d("starling_tick_duration_seconds_sum") / ticks * 1e3,
     })
 }
