@@ -173,3 +173,54 @@ fn the_interest_bench_keeps_the_budget_and_shares_encodes() {
         );
     }
 }
+
+/// Benchmark C runs a live server for its viewers and reports that
+/// server's tick rate; `--b-world` gives the server scenario B's world for
+/// the population (the default world otherwise).
+#[test]
+fn the_fanout_bench_reports_the_live_tick_in_the_world_it_asked_for() {
+    let run = |b_world: bool| {
+        let mut args = vec![
+            "--scenario",
+            "fanout",
+            "--population",
+            "20000",
+            "--viewers",
+            "2",
+            "--seconds",
+            "1",
+        ];
+        if b_world {
+            args.push("--b-world");
+        }
+        bench_line(&args)
+    };
+    let world = |line: &serde_json::Value| -> Vec<f64> {
+        let w = line["world_m"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{line}"));
+        w.iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    let default = run(false);
+    let b = run(true);
+    let want = starling_sim::scenarios::full_b(20_000).params.world_m;
+    assert_eq!(world(&b), want.map(f64::from).to_vec(), "{b}");
+    assert_eq!(
+        world(&default),
+        starling_sim::Params::default()
+            .world_m
+            .map(f64::from)
+            .to_vec(),
+        "{default}"
+    );
+    assert!(
+        world(&b)[0] > world(&default)[0],
+        "B's world grows with the flock"
+    );
+    for line in [&default, &b] {
+        assert_eq!(line["scenario"], "C-fanout");
+        assert_eq!(line["viewers_alive"], 2, "{line}");
+        let ticks = line["ticks_per_s"].as_f64().unwrap();
+        assert!(ticks > 0.0 && ticks <= 65.0, "a 60 Hz server: {line}");
+    }
+}
