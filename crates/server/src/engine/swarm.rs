@@ -16,11 +16,24 @@
 //!   class instead of queueing on the tick's pool (and the global pool,
 //!   whose threads take the class of the thread that starts it, is never
 //!   started from here).
+//! - It measures between ticks only: the tick loop holds it while it
+//!   steps and broadcasts ([`SwarmWorker::hold`]), and the measurement
+//!   waits at its next slice ([`starling_sim::SWARM_SLICE_BOIDS`] boids) until the loop
+//!   waits for its next tick ([`SwarmWorker::resume`]). The idle class
+//!   alone was not enough: the tick's pool threads yield while they look
+//!   for work, and a yield hands the core to an idle-class thread that is
+//!   ready, for as long as a scheduler slice; steps took twice as long
+//!   for two or three ticks in a row (README, Benchmarks). A measurement
+//!   held for [`SWARM_MAX_HOLD`] in all (a tick loop that never waits, with
+//!   a flock too big for its tick rate) runs on without waiting.
 //! - It rests between measurements, using at most [`SWARM_MAX_SHARE`] of a
-//!   core (of wall time, waits for a core included): big flocks get their
-//!   swarm metrics less often instead of a slower tick.
+//!   core (of the time it measured, waits for a core included, not the
+//!   time it was held): big flocks get their swarm metrics less often
+//!   instead of a slower tick.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use starling_sim::{
@@ -34,6 +47,10 @@ pub const SWARM_EVERY_TICKS: u64 = 15;
 /// The most of one core the worker may use: after a measurement that took
 /// `t`, the next starts no sooner than `t · (1 / share − 1)` later.
 pub const SWARM_MAX_SHARE: f64 = 0.25;
+
+/// The longest one measurement is held, in all, before it runs on
+/// without waiting for the tick loop.
+pub const SWARM_MAX_HOLD: Duration = Duration::from_secs(1);
 
 /// The worker thread's name.
 pub const WORKER_THREAD: &str = "starling-swarm";
@@ -83,6 +100,49 @@ impl DutyCycle {
     }
 }
 
+/// Whether the tick loop is at work (stepping, broadcasting); the worker
+/// measures while it is not.
+#[derive(Debug, Default)]
+struct Gate {
+    held: AtomicBool,
+    lock: Mutex<()>,
+    open: Condvar,
+}
+
+impl Gate {
+    fn hold(&self) {
+        self.held.store(true, Ordering::Release);
+    }
+
+    fn resume(&self) {
+        self.held.store(false, Ordering::Release);
+        // Under the lock, so a worker between its check and its wait is
+        // woken too.
+        let _lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.open.notify_all();
+    }
+
+    /// Waits while the gate is held, at most `budget`, and takes the time
+    /// waited from it.
+    fn pass(&self, budget: &mut Duration) {
+        if !self.held.load(Ordering::Acquire) || budget.is_zero() {
+            return;
+        }
+        let t0 = Instant::now();
+        let mut lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.held.load(Ordering::Acquire) {
+            let Some(left) = budget.checked_sub(t0.elapsed()).filter(|d| !d.is_zero()) else {
+                break;
+            };
+            lock = match self.open.wait_timeout(lock, left) {
+                Ok((lock, _)) => lock,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        *budget = budget.saturating_sub(t0.elapsed());
+    }
+}
+
 /// A copy of the state for the worker.
 struct Job {
     params: Params,
@@ -95,14 +155,16 @@ struct Job {
 #[derive(Debug)]
 pub struct SwarmWorker {
     jobs: SyncSender<Job>,
-    /// Measurements, how long each took, and the job's boid buffer handed
-    /// back for reuse.
+    /// Measurements, how long each took (not counting the time held), and
+    /// the job's boid buffer handed back for reuse.
     results: Receiver<(SwarmMetrics, Duration, Vec<Boid>)>,
     /// The boid buffer, here while the worker is idle (reused, so nothing
     /// is allocated per measurement).
     idle_buf: Option<Vec<Boid>>,
     /// The worker's rest between measurements.
     duty: DutyCycle,
+    /// Held by the tick loop while it works.
+    gate: Arc<Gate>,
 }
 
 impl SwarmWorker {
@@ -111,6 +173,8 @@ impl SwarmWorker {
         let (job_tx, job_rx) = sync_channel::<Job>(1);
         let (out_tx, out_rx) = sync_channel(1);
         let (started_tx, started_rx) = sync_channel(1);
+        let gate = Arc::new(Gate::default());
+        let held = Arc::clone(&gate);
         std::thread::Builder::new()
             .name(WORKER_THREAD.into())
             .spawn(move || {
@@ -139,8 +203,12 @@ impl SwarmWorker {
                         boids: &job.boids,
                         agents: &job.agents,
                     };
-                    let m = pool.install(|| meter.measure_state(&state, &cfg));
-                    if out_tx.send((m, t0.elapsed(), job.boids)).is_err() {
+                    let mut budget = SWARM_MAX_HOLD;
+                    let m = pool.install(|| {
+                        meter.measure_state_in_slices(&state, &cfg, || held.pass(&mut budget))
+                    });
+                    let took = t0.elapsed().saturating_sub(SWARM_MAX_HOLD - budget);
+                    if out_tx.send((m, took, job.boids)).is_err() {
                         return;
                     }
                 }
@@ -163,7 +231,18 @@ impl SwarmWorker {
             results: out_rx,
             idle_buf: Some(Vec::new()),
             duty: DutyCycle { not_before: None },
+            gate,
         })
+    }
+
+    /// The tick loop is at work: a measurement waits at its next slice.
+    pub fn hold(&self) {
+        self.gate.hold();
+    }
+
+    /// The tick loop waits for its next tick: a measurement goes on.
+    pub fn resume(&self) {
+        self.gate.resume();
     }
 
     /// Hands a copy of the flock to the worker, if it is idle and rested.
@@ -195,6 +274,14 @@ impl SwarmWorker {
         self.idle_buf = Some(buf);
         self.duty.ran(took, Instant::now());
         Some(m)
+    }
+}
+
+impl Drop for SwarmWorker {
+    /// A measurement under way finishes without waiting (its result is
+    /// dropped with the channel).
+    fn drop(&mut self) {
+        self.gate.resume();
     }
 }
 
@@ -272,6 +359,61 @@ mod tests {
         );
         assert!(seen.iter().all(|&p| p == SCHED_IDLE), "policies {seen:?}");
         drop(worker);
+    }
+
+    fn flock() -> Flock {
+        Flock::new(starling_sim::FlockConfig {
+            population: 500,
+            ..starling_sim::FlockConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Polls for the worker's measurement, for at most 30 s.
+    fn wait_for(worker: &mut SwarmWorker) -> SwarmMetrics {
+        let t0 = Instant::now();
+        loop {
+            if let Some(m) = worker.collect() {
+                return m;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no measurement");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// While the tick loop holds the worker, a measurement waits (500
+    /// boids take well under a millisecond); once resumed it comes, and
+    /// the time it was held buys it no rest.
+    #[test]
+    fn a_held_worker_measures_once_the_tick_loop_waits() {
+        let mut worker = SwarmWorker::spawn(SwarmConfig::default()).unwrap();
+        let f = flock();
+        worker.hold();
+        worker.start(&f);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(worker.collect().is_none(), "measured while held");
+        worker.resume();
+        let m = wait_for(&mut worker);
+        assert_eq!((m.tick, m.population), (f.tick(), 500));
+        // Held 300 ms: counted as work, that would be 900 ms of rest.
+        assert!(
+            worker
+                .duty
+                .allows(Instant::now() + Duration::from_millis(250))
+        );
+    }
+
+    /// A tick loop that never waits holds a measurement for
+    /// `SWARM_MAX_HOLD` in all, not for ever.
+    #[test]
+    fn a_measurement_held_too_long_runs_on() {
+        let mut worker = SwarmWorker::spawn(SwarmConfig::default()).unwrap();
+        worker.hold();
+        let t0 = Instant::now();
+        worker.start(&flock());
+        let m = wait_for(&mut worker);
+        assert!(t0.elapsed() >= SWARM_MAX_HOLD, "{:?}", t0.elapsed());
+        assert_eq!(m.population, 500);
     }
 
     #[test]

@@ -219,6 +219,8 @@ impl State {
     ) {
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            // The swarm worker measures only while the loop waits.
+            self.swarm_worker.hold();
             let mut replies = Vec::new();
             if self.take_requests(&rx, &mut replies).is_err() {
                 return;
@@ -252,6 +254,7 @@ impl State {
                 next = now;
                 continue;
             }
+            self.swarm_worker.resume();
             // Until the next tick, ops are applied as they arrive and
             // answered at once: a paused or slowly ticking flock stays
             // responsive. (Between two ticks is one tick boundary: an op
