@@ -74,8 +74,14 @@ fn count_below(alpha: &[f64], beta: &[f64], x: f64) -> usize {
 
 impl Lanczos {
     /// λ₂ of the graph of `n` nodes joined by `links` (each pair once,
-    /// `a != b`, both `< n`). 0 for fewer than two nodes.
-    pub fn algebraic_connectivity(&mut self, n: usize, links: &[(u32, u32)]) -> f64 {
+    /// `a != b`, both `< n`). 0 for fewer than two nodes. `between` is
+    /// called before each step (where a caller may hold the work).
+    pub fn algebraic_connectivity(
+        &mut self,
+        n: usize,
+        links: &[(u32, u32)],
+        mut between: impl FnMut(),
+    ) -> f64 {
         if n < 2 {
             return 0.0;
         }
@@ -100,6 +106,7 @@ impl Lanczos {
         q0.iter_mut().for_each(|v| *v /= norm);
         self.w.resize(n, 0.0);
         for k in 0..steps {
+            between();
             laplacian_times(&self.degree, links, &self.basis[k], &mut self.w);
             let a = dot(&self.basis[k], &self.w);
             self.alpha.push(a);
@@ -154,7 +161,7 @@ mod tests {
     use super::*;
 
     fn lambda2(n: usize, links: &[(u32, u32)]) -> f64 {
-        Lanczos::default().algebraic_connectivity(n, links)
+        Lanczos::default().algebraic_connectivity(n, links, || {})
     }
 
     fn close(a: f64, b: f64) -> bool {

@@ -37,9 +37,9 @@ pub struct SwarmConfig {
     pub connectivity: bool,
 }
 
-/// Boids of the pair pass between two calls of the `between` hook of
-/// [`SwarmMeter::measure_state_in_slices`] (about 0.1 ms at 100k boids on
-/// one core).
+/// Boids in a slice of [`SwarmMeter::measure_state_in_slices`]'s passes:
+/// how long a measurement runs on between two calls of its `between` hook
+/// (a slice of the pair pass costs more where the flock is denser).
 pub const SWARM_SLICE_BOIDS: usize = 256;
 
 /// Largest flock whose algebraic connectivity is measured (the Lanczos
@@ -168,9 +168,10 @@ impl SwarmMeter {
         self.measure_state_in_slices(state, cfg, || {})
     }
 
-    /// [`Self::measure_state`], calling `between` before the grid is built,
-    /// after, and every [`SWARM_SLICE_BOIDS`] boids of the pair pass, where the
-    /// caller may hold the measurement (a worker waiting for a core to fall
+    /// [`Self::measure_state`], calling `between` before the grid is built
+    /// and then every [`SWARM_SLICE_BOIDS`] boids of each pass over the
+    /// flock (and each step of the connectivity's Lanczos), where the caller
+    /// may hold the measurement (a worker waiting for the tick to fall
     /// idle). The result does not depend on it.
     pub fn measure_state_in_slices(
         &mut self,
@@ -278,6 +279,9 @@ impl SwarmMeter {
         let mut heading = [0.0f64; 3];
         let (mut nn_sum, mut with_nn, mut nn_min2) = (0.0f64, 0usize, f32::INFINITY);
         for i in 0..n {
+            if i.is_multiple_of(SWARM_SLICE_BOIDS) {
+                between();
+            }
             let h = self.vel[i].normalize_or_zero();
             for (a, s) in heading.iter_mut().enumerate() {
                 *s += f64::from(h[a]);
@@ -303,38 +307,42 @@ impl SwarmMeter {
             let l2 = if m.clusters > 1 {
                 0.0
             } else {
-                self.lanczos.algebraic_connectivity(n, &self.links)
+                self.lanczos
+                    .algebraic_connectivity(n, &self.links, &mut between)
             };
             m.algebraic_connectivity = Some(l2 as f32);
         }
 
         let agents = state.agents;
         if !agents.obstacles().is_empty() {
-            let clearance = self
-                .pos
-                .iter()
-                .flat_map(|&q| {
-                    agents
-                        .obstacles()
-                        .iter()
-                        .map(move |o| o.shape.signed_distance(q))
-                })
-                .fold(f32::INFINITY, f32::min);
+            let mut clearance = f32::INFINITY;
+            for slice in self.pos.chunks(SWARM_SLICE_BOIDS) {
+                between();
+                clearance = slice
+                    .iter()
+                    .flat_map(|&q| {
+                        agents
+                            .obstacles()
+                            .iter()
+                            .map(move |o| o.shape.signed_distance(q))
+                    })
+                    .fold(clearance, f32::min);
+            }
             m.obstacle_clearance_m = Some(clearance);
         }
         if !agents.goals().is_empty() {
-            let sum: f64 = self
-                .pos
-                .iter()
-                .map(|&q| {
+            let mut sum = 0.0f64;
+            for slice in self.pos.chunks(SWARM_SLICE_BOIDS) {
+                between();
+                for &q in slice {
                     let d = agents
                         .goals()
                         .iter()
                         .map(|g| (g.target() - q).length())
                         .fold(f32::INFINITY, f32::min);
-                    f64::from(d)
-                })
-                .sum();
+                    sum += f64::from(d);
+                }
+            }
             m.goal_distance_m = Some((sum / n as f64) as f32);
         }
         m
@@ -371,28 +379,70 @@ mod tests {
         (a - b).abs() <= 1e-4 * (1.0 + b.abs())
     }
 
-    /// The hook is called before the grid, after it and every
-    /// [`SWARM_SLICE_BOIDS`] boids, and the measurement is the same.
-    #[test]
-    fn a_measurement_in_slices_is_the_same_measurement() {
-        let f = Flock::new(crate::FlockConfig {
-            population: 1000,
-            ..crate::FlockConfig::default()
-        })
-        .unwrap();
+    /// Measured whole and in slices; and how many slices.
+    fn in_slices(f: &Flock, cfg: &SwarmConfig) -> (SwarmMetrics, SwarmMetrics, usize) {
         let state = SwarmState {
             params: f.params(),
             tick: f.tick(),
             boids: f.boids(),
             agents: f.agents(),
         };
-        let cfg = SwarmConfig::default();
-        let whole = SwarmMeter::default().measure_state(&state, &cfg);
+        let whole = SwarmMeter::default().measure_state(&state, cfg);
         let mut calls = 0;
-        let sliced = SwarmMeter::default().measure_state_in_slices(&state, &cfg, || calls += 1);
+        let sliced = SwarmMeter::default().measure_state_in_slices(&state, cfg, || calls += 1);
+        (whole, sliced, calls)
+    }
+
+    /// The hook is called before the grid and every [`SWARM_SLICE_BOIDS`]
+    /// boids of each pass (and each Lanczos step), and the measurement is
+    /// the same.
+    #[test]
+    fn a_measurement_in_slices_is_the_same_measurement() {
+        let mut f = Flock::new(crate::FlockConfig {
+            population: 1000,
+            ..crate::FlockConfig::default()
+        })
+        .unwrap();
+        let (whole, sliced, calls) = in_slices(&f, &SwarmConfig::default());
         assert_eq!(sliced, whole);
-        assert_eq!(calls, 1 + 1000usize.div_ceil(SWARM_SLICE_BOIDS));
+        // Before the grid, then the pair pass and the summary pass.
+        assert_eq!(calls, 1 + 2 * 1000usize.div_ceil(SWARM_SLICE_BOIDS));
         assert!(whole.clusters > 0 && whole.mean_nn_m.is_some(), "{whole:?}");
+
+        // Every pass: obstacles, goals, and a flock linked into one
+        // cluster for the connectivity.
+        f.add_obstacle(
+            Shape::Sphere {
+                center: Vec3::splat(10.0),
+                radius_m: 4.0,
+            },
+            None,
+        )
+        .unwrap();
+        f.add_goal(
+            GoalKind::Point {
+                position: Vec3::splat(20.0),
+            },
+            5.0,
+            None,
+        )
+        .unwrap();
+        let cfg = SwarmConfig {
+            link_m: 1000.0,
+            connectivity: true,
+            ..SwarmConfig::default()
+        };
+        let (whole, sliced, calls) = in_slices(&f, &cfg);
+        assert_eq!(sliced, whole);
+        assert!(
+            calls > 1 + 4 * 1000usize.div_ceil(SWARM_SLICE_BOIDS),
+            "{calls}"
+        );
+        assert!(
+            whole.algebraic_connectivity.is_some_and(|l2| l2 > 0.0),
+            "{whole:?}"
+        );
+        assert!(whole.obstacle_clearance_m.is_some() && whole.goal_distance_m.is_some());
     }
 
     #[test]

@@ -16,16 +16,16 @@
 //!   class instead of queueing on the tick's pool (and the global pool,
 //!   whose threads take the class of the thread that starts it, is never
 //!   started from here).
-//! - It measures between ticks only: the tick loop holds it while it
-//!   steps and broadcasts ([`SwarmWorker::hold`]), and the measurement
-//!   waits at its next slice ([`starling_sim::SWARM_SLICE_BOIDS`] boids) until the loop
-//!   waits for its next tick ([`SwarmWorker::resume`]). The idle class
-//!   alone was not enough: the tick's pool threads yield while they look
-//!   for work, and a yield hands the core to an idle-class thread that is
-//!   ready, for as long as a scheduler slice; steps took twice as long
-//!   for two or three ticks in a row (README, Benchmarks). A measurement
-//!   held for [`SWARM_MAX_HOLD`] in all (a tick loop that never waits, with
-//!   a flock too big for its tick rate) runs on without waiting.
+//! - It gives way to the tick loop: the loop holds it while it works (a
+//!   tick, or an op applied between ticks; [`SwarmWorker::hold`]), and a
+//!   measurement under way waits at its next slice (a pass over
+//!   [`starling_sim::SWARM_SLICE_BOIDS`] boids, or a Lanczos step) until
+//!   the loop waits again. The idle class alone was not enough: the
+//!   tick's pool threads yield while they look for work, and a yield hands
+//!   the core to a ready idle-class thread for a scheduler slice (README,
+//!   Benchmarks, has what that did to the step). A measurement held for
+//!   [`SWARM_MAX_HOLD`] in all (a loop that never waits: a flock too big
+//!   for its tick rate) runs on without waiting.
 //! - It rests between measurements, using at most [`SWARM_MAX_SHARE`] of a
 //!   core (of the time it measured, waits for a core included, not the
 //!   time it was held): big flocks get their swarm metrics less often
@@ -33,7 +33,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use starling_sim::{
@@ -100,46 +101,59 @@ impl DutyCycle {
     }
 }
 
-/// Whether the tick loop is at work (stepping, broadcasting); the worker
-/// measures while it is not.
+/// Whether the tick loop is at work; the worker's measurement waits at
+/// its next slice while it is. Neither side ever blocks the other: the
+/// measuring thread parks itself, and the tick loop only stores a flag and
+/// unparks it (a wake-up before the park is kept, so none is lost).
 #[derive(Debug, Default)]
 struct Gate {
     held: AtomicBool,
-    lock: Mutex<()>,
-    open: Condvar,
+    /// The thread that measures (the worker's pool thread), set once.
+    measurer: OnceLock<Thread>,
 }
 
 impl Gate {
+    /// The calling thread is the one that passes the gate.
+    fn measured_here(&self) {
+        let _ = self.measurer.set(std::thread::current());
+    }
+
     fn hold(&self) {
-        self.held.store(true, Ordering::Release);
+        self.held.store(true, Ordering::SeqCst);
     }
 
     fn resume(&self) {
-        self.held.store(false, Ordering::Release);
-        // Under the lock, so a worker between its check and its wait is
-        // woken too.
-        let _lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.open.notify_all();
+        self.held.store(false, Ordering::SeqCst);
+        if let Some(t) = self.measurer.get() {
+            t.unpark();
+        }
     }
 
     /// Waits while the gate is held, at most `budget`, and takes the time
     /// waited from it.
     fn pass(&self, budget: &mut Duration) {
-        if !self.held.load(Ordering::Acquire) || budget.is_zero() {
+        if !self.held.load(Ordering::SeqCst) || budget.is_zero() {
             return;
         }
         let t0 = Instant::now();
-        let mut lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        while self.held.load(Ordering::Acquire) {
-            let Some(left) = budget.checked_sub(t0.elapsed()).filter(|d| !d.is_zero()) else {
-                break;
-            };
-            lock = match self.open.wait_timeout(lock, left) {
-                Ok((lock, _)) => lock,
-                Err(p) => p.into_inner().0,
-            };
+        while self.held.load(Ordering::SeqCst) {
+            match budget.checked_sub(t0.elapsed()) {
+                Some(left) if !left.is_zero() => std::thread::park_timeout(left),
+                _ => break,
+            }
         }
         *budget = budget.saturating_sub(t0.elapsed());
+    }
+}
+
+/// The tick loop at work: the worker is held until this is dropped.
+#[must_use = "the worker is held only until this is dropped"]
+#[derive(Debug)]
+pub struct Held(Arc<Gate>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.resume();
     }
 }
 
@@ -186,6 +200,7 @@ impl SwarmWorker {
                 // The receiver waits just below.
                 let pool = match pool {
                     Ok(pool) => {
+                        pool.install(|| held.measured_here());
                         let _ = started_tx.send(Ok(lowered));
                         pool
                     }
@@ -235,14 +250,11 @@ impl SwarmWorker {
         })
     }
 
-    /// The tick loop is at work: a measurement waits at its next slice.
-    pub fn hold(&self) {
+    /// The tick loop is at work: a measurement waits at its next slice
+    /// until the returned guard is dropped.
+    pub fn hold(&self) -> Held {
         self.gate.hold();
-    }
-
-    /// The tick loop waits for its next tick: a measurement goes on.
-    pub fn resume(&self) {
-        self.gate.resume();
+        Held(Arc::clone(&self.gate))
     }
 
     /// Hands a copy of the flock to the worker, if it is idle and rested.
@@ -274,14 +286,6 @@ impl SwarmWorker {
         self.idle_buf = Some(buf);
         self.duty.ran(took, Instant::now());
         Some(m)
-    }
-}
-
-impl Drop for SwarmWorker {
-    /// A measurement under way finishes without waiting (its result is
-    /// dropped with the channel).
-    fn drop(&mut self) {
-        self.gate.resume();
     }
 }
 
@@ -388,19 +392,58 @@ mod tests {
     fn a_held_worker_measures_once_the_tick_loop_waits() {
         let mut worker = SwarmWorker::spawn(SwarmConfig::default()).unwrap();
         let f = flock();
-        worker.hold();
+        let held = worker.hold();
         worker.start(&f);
         std::thread::sleep(Duration::from_millis(300));
         assert!(worker.collect().is_none(), "measured while held");
-        worker.resume();
+        drop(held);
         let m = wait_for(&mut worker);
         assert_eq!((m.tick, m.population), (f.tick(), 500));
         // Held 300 ms: counted as work, that would be 900 ms of rest.
         assert!(
             worker
                 .duty
-                .allows(Instant::now() + Duration::from_millis(250))
+                .allows(Instant::now() + Duration::from_millis(850))
         );
+    }
+
+    /// A pass waits at a held gate, and opening it wakes the pass (which
+    /// keeps most of its budget: woken, not timed out).
+    #[test]
+    fn a_pass_waits_at_a_held_gate_until_it_is_opened() {
+        let gate = Arc::new(Gate::default());
+        gate.hold();
+        let (ready_tx, ready) = sync_channel(1);
+        let passing = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || {
+                gate.measured_here();
+                ready_tx.send(()).unwrap();
+                let mut budget = Duration::from_secs(20);
+                gate.pass(&mut budget);
+                budget
+            })
+        };
+        ready.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!passing.is_finished(), "passed a held gate");
+        gate.resume();
+        let left = passing.join().unwrap();
+        assert!(left >= Duration::from_secs(10), "not woken: {left:?} left");
+    }
+
+    /// The budget is the most a measurement waits in all: once spent, a
+    /// held gate no longer stops it.
+    #[test]
+    fn a_spent_budget_passes_a_held_gate() {
+        let gate = Gate::default();
+        gate.measured_here();
+        gate.hold();
+        let mut budget = Duration::from_millis(100);
+        gate.pass(&mut budget);
+        assert_eq!(budget, Duration::ZERO);
+        gate.pass(&mut budget);
+        assert_eq!(budget, Duration::ZERO);
     }
 
     /// A tick loop that never waits holds a measurement for
@@ -408,7 +451,7 @@ mod tests {
     #[test]
     fn a_measurement_held_too_long_runs_on() {
         let mut worker = SwarmWorker::spawn(SwarmConfig::default()).unwrap();
-        worker.hold();
+        let _held = worker.hold();
         let t0 = Instant::now();
         worker.start(&flock());
         let m = wait_for(&mut worker);

@@ -219,8 +219,8 @@ impl State {
     ) {
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            // The swarm worker measures only while the loop waits.
-            self.swarm_worker.hold();
+            // The swarm worker gives way while the loop works.
+            let held = self.swarm_worker.hold();
             let mut replies = Vec::new();
             if self.take_requests(&rx, &mut replies).is_err() {
                 return;
@@ -254,7 +254,7 @@ impl State {
                 next = now;
                 continue;
             }
-            self.swarm_worker.resume();
+            drop(held);
             // Until the next tick, ops are applied as they arrive and
             // answered at once: a paused or slowly ticking flock stays
             // responsive. (Between two ticks is one tick boundary: an op
@@ -262,6 +262,7 @@ impl State {
             while let Some(wait) = next.checked_duration_since(Instant::now()) {
                 match rx.recv_timeout(wait) {
                     Ok(req) => {
+                        let _held = self.swarm_worker.hold();
                         let mut replies = vec![self.take(req)];
                         if self.take_requests(&rx, &mut replies).is_err() {
                             return;
