@@ -75,7 +75,8 @@ fn count_below(alpha: &[f64], beta: &[f64], x: f64) -> usize {
 impl Lanczos {
     /// λ₂ of the graph of `n` nodes joined by `links` (each pair once,
     /// `a != b`, both `< n`). 0 for fewer than two nodes. `between` is
-    /// called before each step (where a caller may hold the work).
+    /// called before each step and each vector of its reorthogonalisation
+    /// (where a caller may hold the work).
     pub fn algebraic_connectivity(
         &mut self,
         n: usize,
@@ -113,6 +114,7 @@ impl Lanczos {
             // Against every earlier vector, twice (full reorthogonalisation).
             for _ in 0..2 {
                 for q in &self.basis[..=k] {
+                    between();
                     let c = dot(q, &self.w);
                     for (w, qi) in self.w.iter_mut().zip(q) {
                         *w -= c * qi;

@@ -5,12 +5,10 @@
 //! makes that one skip. The thread is not free: on a two-core machine a
 //! worker that measured back to back would take a core from the tick's
 //! pool. So:
-//! - On Linux it runs in the idle scheduling class (`SCHED_IDLE`): a core
-//!   any thread of the normal class wants, the tick's pool first, is that
-//!   thread's at once, and the worker measures on time the machine leaves
-//!   idle (README, Benchmarks, has the live server's ticks before and
-//!   after). On a machine busy all the time the metrics come rarely; their
-//!   `tick` says how old they are.
+//! - On Linux it runs in the idle scheduling class (`SCHED_IDLE`): a thread
+//!   of the normal class that wakes takes its core at once, and it measures
+//!   on time the machine leaves idle. On a machine busy all the time the
+//!   metrics come rarely; their `tick` says how old they are.
 //! - Its measurements run on a one-thread pool of its own, started after
 //!   the worker lowered itself, so their parallel passes inherit the idle
 //!   class instead of queueing on the tick's pool (and the global pool,
@@ -18,12 +16,13 @@
 //!   started from here).
 //! - It gives way to the tick loop: the loop holds it while it works (a
 //!   tick, or an op applied between ticks; [`SwarmWorker::hold`]), and a
-//!   measurement under way waits at its next slice (a pass over
-//!   [`starling_sim::SWARM_SLICE_BOIDS`] boids, or a Lanczos step) until
-//!   the loop waits again. The idle class alone was not enough: the
-//!   tick's pool threads yield while they look for work, and a yield hands
-//!   the core to a ready idle-class thread for a scheduler slice (README,
-//!   Benchmarks, has what that did to the step). A measurement held for
+//!   measurement under way waits at its next slice (the grid's build,
+//!   [`starling_sim::SWARM_SLICE_BOIDS`] boids of a pass, or part of a
+//!   Lanczos step) until the loop waits again. The idle class alone was
+//!   not enough: the tick's pool threads yield while they look for work,
+//!   and a yield hands the core to a ready idle-class thread for a
+//!   scheduler slice (README, Benchmarks, has the live server's ticks
+//!   before and after). A measurement held for
 //!   [`SWARM_MAX_HOLD`] in all (a loop that never waits: a flock too big
 //!   for its tick rate) runs on without waiting.
 //! - It rests between measurements, using at most [`SWARM_MAX_SHARE`] of a
@@ -31,7 +30,7 @@
 //!   time it was held): big flocks get their swarm metrics less often
 //!   instead of a slower tick.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -50,8 +49,10 @@ pub const SWARM_EVERY_TICKS: u64 = 15;
 pub const SWARM_MAX_SHARE: f64 = 0.25;
 
 /// The longest one measurement is held, in all, before it runs on
-/// without waiting for the tick loop.
-pub const SWARM_MAX_HOLD: Duration = Duration::from_secs(1);
+/// without waiting for the tick loop. PERF: a live server with 100k
+/// boids in B's world held its measurements 110-470 ms each over its
+/// first 40 s (for 60-125 ms of work), more as the flock clumped.
+pub const SWARM_MAX_HOLD: Duration = Duration::from_secs(3);
 
 /// The worker thread's name.
 pub const WORKER_THREAD: &str = "starling-swarm";
@@ -101,13 +102,14 @@ impl DutyCycle {
     }
 }
 
-/// Whether the tick loop is at work; the worker's measurement waits at
-/// its next slice while it is. Neither side ever blocks the other: the
-/// measuring thread parks itself, and the tick loop only stores a flag and
-/// unparks it (a wake-up before the park is kept, so none is lost).
+/// Whether the tick loop is at work (how many [`Held`] guards are
+/// alive); the worker's measurement waits at its next slice while it is.
+/// Neither side ever blocks the other: the measuring thread parks itself,
+/// and the tick loop only counts and unparks it (a wake-up before the park
+/// is kept, so none is lost).
 #[derive(Debug, Default)]
 struct Gate {
-    held: AtomicBool,
+    holders: AtomicUsize,
     /// The thread that measures (the worker's pool thread), set once.
     measurer: OnceLock<Thread>,
 }
@@ -119,24 +121,34 @@ impl Gate {
     }
 
     fn hold(&self) {
-        self.held.store(true, Ordering::SeqCst);
+        self.holders.fetch_add(1, Ordering::SeqCst);
     }
 
     fn resume(&self) {
-        self.held.store(false, Ordering::SeqCst);
-        if let Some(t) = self.measurer.get() {
+        if self.holders.fetch_sub(1, Ordering::SeqCst) == 1
+            && let Some(t) = self.measurer.get()
+        {
             t.unpark();
         }
+    }
+
+    fn held(&self) -> bool {
+        self.holders.load(Ordering::SeqCst) > 0
     }
 
     /// Waits while the gate is held, at most `budget`, and takes the time
     /// waited from it.
     fn pass(&self, budget: &mut Duration) {
-        if !self.held.load(Ordering::SeqCst) || budget.is_zero() {
+        if !self.held() || budget.is_zero() {
             return;
         }
+        debug_assert_eq!(
+            self.measurer.get().map(Thread::id),
+            Some(std::thread::current().id()),
+            "only the registered thread is woken"
+        );
         let t0 = Instant::now();
-        while self.held.load(Ordering::SeqCst) {
+        while self.held() {
             match budget.checked_sub(t0.elapsed()) {
                 Some(left) if !left.is_zero() => std::thread::park_timeout(left),
                 _ => break,
@@ -146,7 +158,8 @@ impl Gate {
     }
 }
 
-/// The tick loop at work: the worker is held until this is dropped.
+/// The tick loop at work: the worker is held until this (and every other
+/// guard alive) is dropped.
 #[must_use = "the worker is held only until this is dropped"]
 #[derive(Debug)]
 pub struct Held(Arc<Gate>);
@@ -394,17 +407,37 @@ mod tests {
         let f = flock();
         let held = worker.hold();
         worker.start(&f);
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(200));
         assert!(worker.collect().is_none(), "measured while held");
+        let resumed = Instant::now();
         drop(held);
         let m = wait_for(&mut worker);
+        let got = Instant::now();
         assert_eq!((m.tick, m.population), (f.tick(), 500));
-        // Held 300 ms: counted as work, that would be 900 ms of rest.
+        // It measured after `resumed` only: its rest is at most three times
+        // that long. Counted as work, the 200 ms held would add 600 ms.
+        let rest = worker
+            .duty
+            .not_before
+            .unwrap()
+            .saturating_duration_since(got);
         assert!(
-            worker
-                .duty
-                .allows(Instant::now() + Duration::from_millis(850))
+            rest <= (got - resumed) * 3,
+            "rest {rest:?} after {:?}",
+            got - resumed
         );
+    }
+
+    /// Guards count: the worker is held until the last is dropped.
+    #[test]
+    fn the_gate_is_held_until_every_guard_is_dropped() {
+        let gate = Gate::default();
+        gate.hold();
+        gate.hold();
+        gate.resume();
+        assert!(gate.held());
+        gate.resume();
+        assert!(!gate.held());
     }
 
     /// A pass waits at a held gate, and opening it wakes the pass (which

@@ -218,9 +218,11 @@ impl State {
         stop: &AtomicBool,
     ) {
         let mut next = Instant::now();
+        // The swarm worker gives way while the loop works (kept through
+        // ticks run late, back to back).
+        let mut held = None;
         while !stop.load(Ordering::Relaxed) {
-            // The swarm worker gives way while the loop works.
-            let held = self.swarm_worker.hold();
+            held.get_or_insert_with(|| self.swarm_worker.hold());
             let mut replies = Vec::new();
             if self.take_requests(&rx, &mut replies).is_err() {
                 return;
@@ -254,7 +256,7 @@ impl State {
                 next = now;
                 continue;
             }
-            drop(held);
+            held = None;
             // Until the next tick, ops are applied as they arrive and
             // answered at once: a paused or slowly ticking flock stays
             // responsive. (Between two ticks is one tick boundary: an op
