@@ -4,9 +4,19 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+
+/// The tick duration histogram's bounds, seconds: sub-millisecond steps,
+/// then the budget of each common tick rate (240 ... 1 Hz), so the bucket
+/// at `1 / tick_hz` counts the ticks that kept to it (a bound at 16 ms
+/// and the next at 32 could not tell a 60 Hz tick's 17 ms from its 15).
+fn tick_buckets() -> impl Iterator<Item = f64> {
+    [0.000_25, 0.000_5, 0.001, 0.002]
+        .into_iter()
+        .chain([240.0, 120.0, 60.0, 30.0, 20.0, 15.0, 10.0, 5.0, 2.0, 1.0].map(|hz: f64| 1.0 / hz))
+}
 
 /// Labels of the command counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,7 +105,7 @@ impl Default for Telemetry {
         let t = Self {
             ticks: Counter::default(),
             missed_ticks: Counter::default(),
-            tick_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 12)),
+            tick_seconds: Histogram::new(tick_buckets()),
             viewers: Gauge::default(),
             bytes_sent: Counter::default(),
             frames_sent: Counter::default(),
@@ -253,5 +263,38 @@ impl Telemetry {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The count `/metrics` gives for the tick histogram's bucket bounded
+    /// at `le` (as printed: the last digit may differ).
+    fn bucket(text: &str, le: f64) -> u64 {
+        const NAME: &str = "starling_tick_duration_seconds_bucket{le=\"";
+        text.lines()
+            .filter_map(|l| l.strip_prefix(NAME)?.split_once("\"} "))
+            .find(|(bound, _)| bound.parse::<f64>().is_ok_and(|b| (b - le).abs() < 1e-12))
+            .unwrap_or_else(|| panic!("no bucket {le} in\n{text}"))
+            .1
+            .parse()
+            .unwrap()
+    }
+
+    /// An operator can count the ticks over a 60 Hz tick's budget: 15 ms
+    /// and 17 ms fall on either side of its bound.
+    #[test]
+    fn the_tick_histogram_has_a_bound_at_each_common_tick_budget() {
+        let t = Telemetry::default();
+        for s in [0.015, 0.017, 0.040] {
+            t.tick_seconds.observe(s);
+        }
+        let text = t.render();
+        assert_eq!(bucket(&text, 1.0 / 60.0), 1);
+        assert_eq!(bucket(&text, 1.0 / 30.0), 2);
+        assert_eq!(bucket(&text, 1.0 / 20.0), 3);
+        assert_eq!(bucket(&text, 0.001), 0);
     }
 }
