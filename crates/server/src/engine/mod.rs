@@ -19,4 +19,4 @@ pub mod split;
 pub mod swarm;
 pub mod tick;
 
-pub use tick::{COMMAND_QUEUE, LoopConfig, Request, SimLoop};
+pub use tick::{COMMAND_QUEUE, Claim, LoopConfig, Request, SimLoop};

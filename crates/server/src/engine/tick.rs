@@ -4,7 +4,7 @@
 //! the async runtime's workers, and nothing it does waits on a viewer.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,41 @@ pub struct Request {
     pub actor: Actor,
     /// Where the answer goes.
     pub reply: oneshot::Sender<Result<Applied, OpError>>,
+    /// `Some` for an op its waiter may give up on (one an edge forwarded):
+    /// then it applies only if the loop claims it first. `None`: the op
+    /// stands whatever happens to whoever sent it.
+    pub claim: Option<Claim>,
+}
+
+/// Who decides a queued op's fate: the tick loop, taking it, or its
+/// waiter, giving up on it; whichever comes first, never both. So a
+/// waiter told "not applied" is right, and one the loop beat gets the
+/// op's real outcome (it follows the publish, a tick at most).
+#[derive(Debug, Clone, Default)]
+pub struct Claim(Arc<AtomicU8>);
+
+impl Claim {
+    const WAITING: u8 = 0;
+    const TAKEN: u8 = 1;
+    const ABANDONED: u8 = 2;
+
+    /// The tick loop's side: true when the op is to be applied now, false
+    /// when its waiter gave up on it.
+    pub fn take(&self) -> bool {
+        self.settle(Self::TAKEN)
+    }
+
+    /// The waiter's side: true when the op will never apply, false when
+    /// the loop has taken it already.
+    pub fn abandon(&self) -> bool {
+        self.settle(Self::ABANDONED)
+    }
+
+    fn settle(&self, to: u8) -> bool {
+        self.0
+            .compare_exchange(Self::WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// How the loop paces snapshots.
@@ -265,9 +300,13 @@ impl State {
                 match rx.recv_timeout(wait) {
                     Ok(req) => {
                         let _held = self.swarm_worker.hold();
-                        let mut replies = vec![self.take(req)];
+                        let mut replies: Vec<Answer> = self.take(req).into_iter().collect();
                         if self.take_requests(&rx, &mut replies).is_err() {
                             return;
+                        }
+                        if replies.is_empty() {
+                            // Only ops their waiters gave up on: nothing changed.
+                            continue;
                         }
                         // A paused flock's edit is a snapshot viewers must
                         // see; a refused op is none (each cost a whole
@@ -288,16 +327,14 @@ impl State {
         }
     }
 
-    /// Applies one request, keeping its answer for after the publish.
-    fn take(
-        &mut self,
-        req: Request,
-    ) -> (
-        oneshot::Sender<Result<Applied, OpError>>,
-        Result<Applied, OpError>,
-    ) {
+    /// Applies one request, keeping its answer for after the publish; none
+    /// when its waiter gave up on it first ([`Claim`]), and it is dropped.
+    fn take(&mut self, req: Request) -> Option<Answer> {
+        if req.claim.as_ref().is_some_and(|c| !c.take()) {
+            return None;
+        }
         let result = self.apply(req.actor, req.op);
-        (req.reply, result)
+        Some((req.reply, result))
     }
 
     /// Applies every queued request; Err when the server is gone.
@@ -308,7 +345,7 @@ impl State {
     ) -> Result<(), ()> {
         loop {
             match rx.try_recv() {
-                Ok(req) => replies.push(self.take(req)),
+                Ok(req) => replies.extend(self.take(req)),
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) => return Err(()),
             }

@@ -18,9 +18,9 @@ use super::guard::Allowed;
 use super::listen::{AddressCount, PerAddress};
 use super::rate::RateBuckets;
 use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
-use crate::engine::Request;
 use crate::engine::history::History;
 use crate::engine::published::Published;
+use crate::engine::{Claim, Request};
 use crate::telemetry::Telemetry;
 
 /// Caps on what viewers and pilots may do.
@@ -253,7 +253,21 @@ impl Shared {
     /// Queues an op from `actor` for the next tick boundary and waits for
     /// its outcome, counted in the metrics under the op's name. A role too
     /// low or a pilot over its rate is refused before anything is queued.
+    /// The op stands even if the caller goes away before its answer.
     pub async fn submit(&self, actor: Actor, op: Op) -> Result<Applied, ApiError> {
+        self.submit_within(actor, op, None).await
+    }
+
+    /// [`Self::submit`], giving up on the op when the tick loop has not
+    /// taken it within `give_up` (when `Some`): then it never applies, and
+    /// the answer (503) says so. An op the loop took first is answered as
+    /// usual. For ops forwarded by an edge, which stops waiting itself.
+    pub async fn submit_within(
+        &self,
+        actor: Actor,
+        op: Op,
+        give_up: Option<Duration>,
+    ) -> Result<Applied, ApiError> {
         let name = op.name();
         let t = &self.0.telemetry;
         if let Err(e) = check_role(actor, &op, &self.state().agents) {
@@ -264,11 +278,13 @@ impl Shared {
             t.command(name, "rate_limited");
             return Err(e);
         }
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
+        let claim = give_up.map(|_| Claim::default());
         if let Err(e) = self.0.requests.try_send(Request {
             op,
             actor,
             reply: tx,
+            claim: claim.clone(),
         }) {
             t.command(name, "busy");
             return Err(match e {
@@ -280,7 +296,22 @@ impl Shared {
                 }
             });
         }
-        match rx.await {
+        let answer = match (give_up, claim) {
+            (Some(wait), Some(claim)) => match tokio::time::timeout(wait, &mut rx).await {
+                Ok(answer) => answer,
+                Err(_) if claim.abandon() => {
+                    t.command(name, "expired");
+                    return Err(ApiError::busy(format!(
+                        "not applied: the simulation did not reach it within {} s; nothing changed, so it is safe to retry",
+                        wait.as_secs_f32()
+                    )));
+                }
+                // Taken as the wait ran out: its answer follows the publish.
+                Err(_) => rx.await,
+            },
+            _ => rx.await,
+        };
+        match answer {
             Ok(Ok(applied)) => {
                 t.command(name, "ok");
                 Ok(applied)
@@ -309,5 +340,157 @@ impl Shared {
             "a pilot token may send {} commands per second, over REST and WebSocket together",
             self.0.commands.rate_per_s()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{Receiver, sync_channel};
+
+    use super::*;
+    use crate::command::Caps;
+    use crate::config::Config;
+    use crate::engine::{LoopConfig, SimLoop};
+    use starling_sim::{Flock, FlockConfig, SwarmConfig, Vec3};
+
+    /// A live flock of `population` boids behind a `Shared`, as `app::run`
+    /// builds them (no HTTP), and a second `Shared` whose ops go to the
+    /// test instead, which plays the tick loop (or hands them on to it).
+    fn served(population: usize) -> (SimLoop, Shared, Shared, Receiver<Request>) {
+        let config = Config::default();
+        let limits = config.limits();
+        let flock = Flock::new(FlockConfig {
+            population,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        let telemetry = Arc::new(Telemetry::default());
+        let sim = SimLoop::spawn(
+            flock,
+            LoopConfig {
+                snapshot_hz: config.snapshot_hz,
+                keyframe_interval_s: config.keyframe_interval_s,
+                swarm: SwarmConfig::default(),
+                caps: Caps {
+                    pilots: limits.pilot_caps,
+                    max_population: limits.max_population,
+                },
+                checkpoint: None,
+                record: None,
+                replay: None,
+                cells_always: false,
+            },
+            telemetry.clone(),
+            History::default(),
+        )
+        .unwrap();
+        let shared_with = |requests| {
+            let (_stop, shutdown) = watch::channel(false);
+            Shared::new(
+                requests,
+                sim.published.clone(),
+                telemetry.clone(),
+                Policy {
+                    tokens: config.tokens(),
+                    allowed: config.allowed(),
+                    limits,
+                },
+                shutdown,
+                None,
+            )
+        };
+        let live = shared_with(sim.requests.clone());
+        let (tx, rx) = sync_channel(8);
+        let held = shared_with(tx);
+        (sim, live, held, rx)
+    }
+
+    fn spawn_one() -> Op {
+        Op::SpawnBoids {
+            center: Vec3::ZERO,
+            count: 1,
+            spread_m: 1.0,
+        }
+    }
+
+    /// The population once every op queued so far has been applied (the
+    /// loop takes ops in order, and answers after it publishes).
+    async fn population_after_queue(shared: &Shared) -> usize {
+        shared.submit(Actor::OPERATOR, Op::Resume).await.unwrap();
+        shared.state().population
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_op_given_up_on_is_answered_not_applied_and_the_loop_drops_it() {
+        let (sim, live, held, queue) = served(100);
+        let wait = Some(Duration::from_millis(20));
+        let e = held
+            .submit_within(Actor::OPERATOR, spawn_one(), wait)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(e.detail.starts_with("not applied"), "{}", e.detail);
+        // The op reaches the loop only now, after its waiter gave up.
+        sim.requests.send(queue.try_recv().unwrap()).unwrap();
+        assert_eq!(population_after_queue(&live).await, 100);
+        sim.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_op_the_loop_took_is_answered_even_when_the_answer_comes_after_the_wait() {
+        let (sim, _live, held, queue) = served(100);
+        let waiter = tokio::spawn({
+            let held = held.clone();
+            async move {
+                held.submit_within(
+                    Actor::OPERATOR,
+                    spawn_one(),
+                    Some(Duration::from_millis(20)),
+                )
+                .await
+            }
+        });
+        // The test is the loop: it takes the op at once, and answers well
+        // after the waiter's 20 ms.
+        let req = tokio::task::spawn_blocking(move || queue.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(req.claim.as_ref().unwrap().take());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let applied = Applied { tick: 7, id: None };
+        req.reply.send(Ok(applied)).unwrap();
+        assert_eq!(waiter.await.unwrap().unwrap().tick, 7);
+        sim.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ops_are_applied_in_time_and_a_local_op_stands_when_its_caller_leaves() {
+        let (sim, live, _held, _queue) = served(100);
+        live.submit_within(Actor::OPERATOR, spawn_one(), Some(Duration::from_secs(20)))
+            .await
+            .unwrap();
+        assert_eq!(live.state().population, 101);
+        // A REST caller whose connection drops once its op is queued.
+        let _ =
+            tokio::time::timeout(Duration::ZERO, live.submit(Actor::OPERATOR, spawn_one())).await;
+        assert_eq!(population_after_queue(&live).await, 102);
+        sim.stop();
+    }
+
+    #[test]
+    fn a_claim_is_settled_once_by_whoever_comes_first() {
+        let c = Claim::default();
+        assert!(c.take());
+        assert!(!c.abandon() && !c.take());
+        let c = Claim::default();
+        assert!(c.abandon());
+        assert!(!c.take() && !c.abandon());
+        for _ in 0..200 {
+            let c = Claim::default();
+            let d = c.clone();
+            let other = std::thread::spawn(move || d.abandon());
+            let took = c.take();
+            assert_ne!(took, other.join().unwrap(), "both or neither won");
+        }
     }
 }

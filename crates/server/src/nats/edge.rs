@@ -26,7 +26,7 @@ use starling_sim::{Agents, Params, SwarmMetrics, TickMetrics};
 use tokio::sync::{Semaphore, watch};
 
 use super::NatsError;
-use super::origin::{COMMAND_TIMEOUT, COMMANDS_IN_FLIGHT};
+use super::origin::{COMMAND_TIMEOUT, COMMANDS_IN_FLIGHT, FORWARDED_OP_WAIT};
 use super::wire::{
     CellPart, CommandMsg, CommandReply, Envelope, FrameSubject, StateMsg, Subjects, parse_end,
     parse_reply, parse_state,
@@ -644,7 +644,10 @@ fn forward(
     handle: &tokio::runtime::Handle,
 ) {
     let in_flight = Arc::new(Semaphore::new(COMMANDS_IN_FLIGHT));
-    while let Ok(Request { op, actor, reply }) = rx.recv() {
+    while let Ok(Request {
+        op, actor, reply, ..
+    }) = rx.recv()
+    {
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             let _ = reply.send(Err(remote_busy(&format!(
                 "the edge has {COMMANDS_IN_FLIGHT} commands in flight to the origin, the most it forwards at once (COMMANDS_IN_FLIGHT); retry shortly"
@@ -689,8 +692,9 @@ fn forward(
                         },
                         Ok(Err(e)) => Err(remote_busy(&format!("the origin did not answer: {e}"))),
                         Err(_) => Err(remote_busy(&format!(
-                            "the origin did not answer within {} s (COMMAND_TIMEOUT); the command may still apply, so look before retrying",
-                            COMMAND_TIMEOUT.as_secs()
+                            "the origin did not answer within {} s (COMMAND_TIMEOUT). It drops a forwarded command it has not applied within {} s (FORWARDED_OP_WAIT), so this one applied only if the origin's answer was lost: look before retrying",
+                            COMMAND_TIMEOUT.as_secs(),
+                            FORWARDED_OP_WAIT.as_secs()
                         ))),
                     }
                 }

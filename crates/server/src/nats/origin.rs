@@ -483,7 +483,10 @@ async fn answer_command(payload: &[u8], secret: Option<&str>, shared: &Shared) -
         });
     }
     let actor = shared.0.tokens.actor(msg.token.as_deref());
-    let reply = match shared.submit(actor, msg.op).await {
+    let reply = match shared
+        .submit_within(actor, msg.op, Some(FORWARDED_OP_WAIT))
+        .await
+    {
         Ok(a) => CommandReply::Applied {
             tick: a.tick,
             id: a.id,
@@ -505,3 +508,12 @@ fn refusal(e: ApiError) -> Vec<u8> {
 
 /// How long an edge waits for the origin's answer to a forwarded op.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the origin keeps a forwarded op waiting for its tick loop: one
+/// not taken by then is dropped and answered "not applied" (503), while
+/// the edge still waits, so the edge's caller learns the op's fate. Only
+/// an answer lost on the way leaves it unknown.
+pub const FORWARDED_OP_WAIT: Duration = Duration::from_secs(3);
+
+// The answer has COMMAND_TIMEOUT - FORWARDED_OP_WAIT to cross NATS.
+const _: () = assert!(FORWARDED_OP_WAIT.as_millis() + 1000 <= COMMAND_TIMEOUT.as_millis());
