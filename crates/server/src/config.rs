@@ -119,6 +119,11 @@ pub struct Config {
     pub whole_world_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
+    /// Seconds a trajectory export may take in all, however steadily its
+    /// client reads: one still running is cut (its transfer ends in an
+    /// error) and the export slot is free again. Default 600 (a whole
+    /// history, about 90 MB, needs 1.2 Mbit/s), range 1 ..= 86400.
+    pub export_deadline_s: f32,
     /// Agents one pilot token may have at once. Default 8, range 1 ..= 256.
     pub pilot_agents_each: usize,
     /// Agents all pilots may have at once. Default 64, range 1 ..= 1024.
@@ -175,6 +180,7 @@ impl Default for Config {
             whole_world_bytes: l.whole_world_bytes,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
+            export_deadline_s: l.export_deadline.as_secs_f32(),
             pilot_agents_each: l.pilot_caps.each,
             pilot_agents_total: l.pilot_caps.total,
             pilot_rate_per_s: l.pilot_rate_per_s,
@@ -328,6 +334,13 @@ impl Config {
         }
         if !in_range(self.stall_timeout_s, 1.0, 600.0) {
             return Err(err("stall_timeout_s", self.stall_timeout_s, "1 ..= 600"));
+        }
+        if !in_range(self.export_deadline_s, 1.0, 86_400.0) {
+            return Err(err(
+                "export_deadline_s",
+                self.export_deadline_s,
+                "1 ..= 86400",
+            ));
         }
         if !in_range(self.pilot_rate_per_s, 0.1, 1000.0) {
             return Err(err(
@@ -561,6 +574,7 @@ impl Config {
             anonymous_requests_per_s: self.anonymous_requests_per_s,
             whole_world_bytes: self.whole_world_bytes,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
+            export_deadline: Duration::from_secs_f32(self.export_deadline_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,
                 total: self.pilot_agents_total,
@@ -640,6 +654,22 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field, "max_population");
         assert!(e.to_string().contains("1500000"), "{e}");
+    }
+
+    #[test]
+    fn an_export_deadline_is_read_from_toml_and_refused_out_of_range() {
+        let c: Config = toml::from_str("export_deadline_s = 90.0\n").unwrap();
+        assert_eq!(c.limits().export_deadline, Duration::from_secs(90));
+        for bad in [0.5, 86_401.0, f32::NAN] {
+            let e = Config {
+                export_deadline_s: bad,
+                ..Config::default()
+            }
+            .validate()
+            .unwrap_err();
+            assert_eq!(e.field, "export_deadline_s");
+            assert!(e.to_string().contains("1 ..= 86400"), "{e}");
+        }
     }
 
     #[test]

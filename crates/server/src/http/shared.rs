@@ -44,6 +44,8 @@ pub struct Limits {
     pub whole_world_bytes: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
+    /// A trajectory export still running after this long is cut.
+    pub export_deadline: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
     /// enforces them).
     pub pilot_caps: AgentCaps,
@@ -66,6 +68,7 @@ impl Default for Limits {
             anonymous_requests_per_s: 20.0,
             whole_world_bytes: 1 << 30,
             stall_timeout: Duration::from_secs(10),
+            export_deadline: Duration::from_secs(600),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
             trajectories_role: Role::Operator,

@@ -1008,6 +1008,47 @@ async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
     server.stop().await.unwrap();
 }
 
+/// A client reading an export slowly but steadily (never a gap near the
+/// stall timeout) cannot hold the one export slot past `export_deadline_s`:
+/// its transfer ends in an error and the next export is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_steady_trajectory_export_is_cut_at_its_deadline() {
+    let server = TestServer::start(Config {
+        population: 20_000,
+        operator_token: vec!["operator-token".into()],
+        stall_timeout_s: 60.0,
+        export_deadline_s: 1.0,
+        ..test_config()
+    })
+    .await;
+    let mut v = Viewer::connect(server.addr, None, 5).await;
+    while v.next_frame().await.tick < 330 {}
+    drop(v);
+    // About 20 MB of CSV, read a chunk every 20 ms.
+    let url = server.url("/api/v1/trajectories.csv?seconds=60");
+    let mut held = start_export(&url).await;
+    let (mut bytes, mut gaps) = (0usize, 0u32);
+    let ended = loop {
+        match held.chunk().await {
+            Ok(Some(c)) => bytes += c.len(),
+            Ok(None) => break Ok(bytes),
+            Err(e) => break Err(e),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gaps += 1;
+    };
+    assert!(
+        ended.is_err(),
+        "an export past its deadline read as whole: {ended:?}"
+    );
+    assert!(gaps > 0, "cut before any chunk was read");
+    // The slot is free again: the next export is served whole.
+    let short = server.url("/api/v1/trajectories.csv?seconds=1");
+    let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
+    assert_eq!(s, 200);
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_clients_downloading_trajectories_do_not_slow_the_tick() {
     let dir = std::env::temp_dir().join(format!("starling-export-{}", std::process::id()));

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
@@ -97,10 +97,22 @@ struct TrajectoryQuery {
 const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
 /// Chunks an export writes ahead of its client, at most: an export's
 /// memory is bounded. A client that takes longer than the stall timeout
-/// (`stall_timeout_s`) to take a chunk loses its export (the body ends in
-/// an error, so it cannot pass for a whole CSV), and the export slot is
-/// free again.
+/// (`stall_timeout_s`) to take a chunk, or whose export is still running
+/// at `export_deadline_s`, loses its export (the body ends in an error,
+/// so it cannot pass for a whole CSV), and the export slot is free again.
 const EXPORT_AHEAD_CHUNKS: usize = 4;
+
+/// How an export's writer ended ([`trajectories`]).
+mod export_end {
+    /// Still writing, or never ran, or panicked: cut, for no known reason.
+    pub(super) const UNKNOWN: u8 = 0;
+    /// Written whole.
+    pub(super) const WHOLE: u8 = 1;
+    /// Its client took no chunk for the stall timeout.
+    pub(super) const STALLED: u8 = 2;
+    /// Still running at the deadline.
+    pub(super) const OVERDUE: u8 = 3;
+}
 
 /// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
 /// sampled at 2 Hz, in id order per sample; at most 60 s and 1M rows are
@@ -167,45 +179,76 @@ async fn trajectories(
     }
     let window = history.window(seconds);
     let (tx, rx) = mpsc::channel::<Bytes>(EXPORT_AHEAD_CHUNKS);
-    let (runtime, stall) = (tokio::runtime::Handle::current(), s.0.limits.stall_timeout);
-    // Cleared only when the export reached its end: otherwise (its client
-    // stalled, or the writer never ran or panicked) the body ends in an
-    // error, so the client sees a broken transfer, not a CSV that looks
-    // whole but is not.
-    let cut = Arc::new(AtomicBool::new(true));
-    let cut_by_writer = cut.clone();
+    let limits = &s.0.limits;
+    let (runtime, stall, deadline) = (
+        tokio::runtime::Handle::current(),
+        limits.stall_timeout,
+        limits.export_deadline,
+    );
+    let overdue_at = tokio::time::Instant::now() + deadline;
+    // Set to WHOLE only when the export reached its end: otherwise (its
+    // client stalled, it ran past its deadline, or the writer never ran
+    // or panicked) the body ends in an error, so the client sees a broken
+    // transfer, not a CSV that looks whole but is not.
+    let end = Arc::new(AtomicU8::new(export_end::UNKNOWN));
+    let end_by_writer = end.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let whole = window.write_csv(EXPORT_CHUNK_BYTES, |chunk| {
-            let sent = runtime.block_on(tokio::time::timeout(stall, tx.send(Bytes::from(chunk))));
-            matches!(sent, Ok(Ok(())))
+            if tokio::time::Instant::now() >= overdue_at {
+                end_by_writer.store(export_end::OVERDUE, Ordering::Release);
+                return false;
+            }
+            let sent = runtime.block_on(async {
+                let until = (tokio::time::Instant::now() + stall).min(overdue_at);
+                tokio::time::timeout_at(until, tx.send(Bytes::from(chunk))).await
+            });
+            match sent {
+                Ok(Ok(())) => true,
+                // The client went away: nobody reads the reason.
+                Ok(Err(_)) => false,
+                Err(_) => {
+                    let overdue = tokio::time::Instant::now() >= overdue_at;
+                    let why = if overdue {
+                        export_end::OVERDUE
+                    } else {
+                        export_end::STALLED
+                    };
+                    end_by_writer.store(why, Ordering::Release);
+                    false
+                }
+            }
         });
         if whole {
-            cut_by_writer.store(false, Ordering::Release);
+            end_by_writer.store(export_end::WHOLE, Ordering::Release);
         } else {
-            tracing::warn!("trajectory export cut short: its client stopped taking it");
+            tracing::warn!("trajectory export cut short");
         }
     });
-    let chunks = futures_util::stream::unfold(
-        (rx, cut, false),
-        move |(mut rx, cut, ended)| async move {
+    let chunks =
+        futures_util::stream::unfold((rx, end, false), move |(mut rx, end, ended)| async move {
             if ended {
                 return None;
             }
-            match rx.recv().await {
-                Some(chunk) => Some((Ok(chunk), (rx, cut, false))),
-                // The writer is done (its sender dropped after `cut` was set).
-                None if cut.load(Ordering::Acquire) => {
-                    let e = std::io::Error::other(format!(
-                        "trajectory export cut short: its client took longer than stall_timeout_s ({} s) to take a chunk",
+            let why = match rx.recv().await {
+                Some(chunk) => return Some((Ok(chunk), (rx, end, false))),
+                // The writer is done (its sender dropped after `end` was set).
+                None => match end.load(Ordering::Acquire) {
+                    export_end::WHOLE => return None,
+                    export_end::STALLED => format!(
+                        "its client took longer than stall_timeout_s ({} s) to take a chunk",
                         stall.as_secs_f32()
-                    ));
-                    Some((Err(e), (rx, cut, true)))
-                }
-                None => None,
-            }
-        },
-    );
+                    ),
+                    export_end::OVERDUE => format!(
+                        "it was still running at export_deadline_s ({} s)",
+                        deadline.as_secs_f32()
+                    ),
+                    _ => "its writer stopped".to_owned(),
+                },
+            };
+            let e = std::io::Error::other(format!("trajectory export cut short: {why}"));
+            Some((Err(e), (rx, end, true)))
+        });
     Ok(([(CONTENT_TYPE, "text/csv")], Body::from_stream(chunks)).into_response())
 }
 
