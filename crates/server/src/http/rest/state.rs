@@ -222,7 +222,12 @@ async fn trajectories(
         if whole {
             end_by_writer.store(export_end::WHOLE, Ordering::Release);
         } else {
-            tracing::warn!("trajectory export cut short");
+            let reason = match end_by_writer.load(Ordering::Acquire) {
+                export_end::STALLED => "its client stopped taking it (stall_timeout_s)",
+                export_end::OVERDUE => "it ran past export_deadline_s",
+                _ => "its client went away",
+            };
+            tracing::warn!(reason, "trajectory export cut short");
         }
     });
     let chunks =
