@@ -304,18 +304,18 @@ impl State {
                         if self.take_requests(&rx, &mut replies).is_err() {
                             return;
                         }
-                        if replies.is_empty() {
-                            // Only ops their waiters gave up on: nothing changed.
-                            continue;
+                        // Empty when every op's waiter had given up on it:
+                        // nothing changed, nobody to answer.
+                        if !replies.is_empty() {
+                            // A paused flock's edit is a snapshot viewers must
+                            // see; a refused op is none (each cost a whole
+                            // encode, and a pilot may send twenty a second).
+                            let changed = replies.iter().any(|(_, r)| r.is_ok());
+                            if self.paused && changed {
+                                self.encode_broadcast();
+                            }
+                            self.answer(replies, changed, out);
                         }
-                        // A paused flock's edit is a snapshot viewers must
-                        // see; a refused op is none (each cost a whole
-                        // encode, and a pilot may send twenty a second).
-                        let changed = replies.iter().any(|(_, r)| r.is_ok());
-                        if self.paused && changed {
-                            self.encode_broadcast();
-                        }
-                        self.answer(replies, changed, out);
                     }
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => return,

@@ -282,12 +282,16 @@ impl Shared {
             return Err(e);
         }
         let (tx, mut rx) = oneshot::channel();
-        let claim = give_up.map(|_| Claim::default());
+        let claimed = give_up.map(|wait| (wait, Claim::default()));
+        let claim = claimed.as_ref().map(|(_, c)| c.clone());
+        // A waiter that goes away unanswered (its task cancelled) gives up
+        // on the op too: a forwarded op nobody waits for never applies.
+        let _abandon = AbandonOnDrop(claim.clone());
         if let Err(e) = self.0.requests.try_send(Request {
             op,
             actor,
             reply: tx,
-            claim: claim.clone(),
+            claim,
         }) {
             t.command(name, "busy");
             return Err(match e {
@@ -299,8 +303,8 @@ impl Shared {
                 }
             });
         }
-        let answer = match (give_up, claim) {
-            (Some(wait), Some(claim)) => match tokio::time::timeout(wait, &mut rx).await {
+        let answer = match &claimed {
+            Some((wait, claim)) => match tokio::time::timeout(*wait, &mut rx).await {
                 Ok(answer) => answer,
                 Err(_) if claim.abandon() => {
                     t.command(name, "expired");
@@ -312,7 +316,7 @@ impl Shared {
                 // Taken as the wait ran out: its answer follows the publish.
                 Err(_) => rx.await,
             },
-            _ => rx.await,
+            None => rx.await,
         };
         match answer {
             Ok(Ok(applied)) => {
@@ -325,7 +329,14 @@ impl Shared {
             }
             Err(_) => {
                 t.command(name, "busy");
-                Err(ApiError::busy("the simulation is shutting down"))
+                // The loop stopped: a claimed op it never took is certainly
+                // not applied; any other may have been.
+                let certain = claimed.as_ref().is_some_and(|(_, c)| c.abandon());
+                Err(ApiError::busy(if certain {
+                    "not applied: the simulation is shutting down"
+                } else {
+                    "the simulation is shutting down"
+                }))
             }
         }
     }
@@ -346,8 +357,21 @@ impl Shared {
     }
 }
 
+/// Abandons its claim when dropped ([`Claim::abandon`]: nothing once the
+/// loop has taken the op).
+struct AbandonOnDrop(Option<Claim>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.abandon();
+        }
+    }
+}
+
+/// A live flock behind `Shared`s, for tests here and in `nats`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use std::sync::mpsc::{Receiver, sync_channel};
 
     use super::*;
@@ -359,7 +383,7 @@ mod tests {
     /// A live flock of `population` boids behind a `Shared`, as `app::run`
     /// builds them (no HTTP), and a second `Shared` whose ops go to the
     /// test instead, which plays the tick loop (or hands them on to it).
-    fn served(population: usize) -> (SimLoop, Shared, Shared, Receiver<Request>) {
+    pub(crate) fn served(population: usize) -> (SimLoop, Shared, Shared, Receiver<Request>) {
         let config = Config::default();
         let limits = config.limits();
         let flock = Flock::new(FlockConfig {
@@ -408,13 +432,32 @@ mod tests {
         (sim, live, held, rx)
     }
 
-    fn spawn_one() -> Op {
+    /// An op that adds one boid.
+    pub(crate) fn spawn_one() -> Op {
         Op::SpawnBoids {
             center: Vec3::ZERO,
             count: 1,
             spread_m: 1.0,
         }
     }
+
+    /// The request a waiter on `held` queued, once it has (on a
+    /// current-thread runtime, the waiter runs while this yields).
+    pub(crate) async fn queued(queue: &Receiver<Request>) -> Request {
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+            if let Ok(req) = queue.try_recv() {
+                return req;
+            }
+        }
+        panic!("nothing was queued");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{queued, served, spawn_one};
+    use super::*;
 
     /// The population once every op queued so far has been applied (the
     /// loop takes ops in order, and answers after it publishes).
@@ -439,30 +482,52 @@ mod tests {
         sim.stop();
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_op_the_loop_took_is_answered_even_when_the_answer_comes_after_the_wait() {
+    #[tokio::test(start_paused = true)]
+    async fn an_op_the_loop_took_as_the_wait_ran_out_is_answered() {
         let (sim, _live, held, queue) = served(100);
         let waiter = tokio::spawn({
             let held = held.clone();
             async move {
-                held.submit_within(
-                    Actor::OPERATOR,
-                    spawn_one(),
-                    Some(Duration::from_millis(20)),
-                )
-                .await
+                let wait = Some(Duration::from_millis(20));
+                held.submit_within(Actor::OPERATOR, spawn_one(), wait).await
             }
         });
-        // The test is the loop: it takes the op at once, and answers well
-        // after the waiter's 20 ms.
-        let req = tokio::task::spawn_blocking(move || queue.recv().unwrap())
-            .await
-            .unwrap();
+        // The test is the loop: it takes the op at once, and answers once
+        // the waiter's 20 ms have run out (the paused clock jumps to them).
+        let req = queued(&queue).await;
         assert!(req.claim.as_ref().unwrap().take());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let applied = Applied { tick: 7, id: None };
-        req.reply.send(Ok(applied)).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the waiter gave up on an op the loop took"
+        );
+        req.reply.send(Ok(Applied { tick: 7, id: None })).unwrap();
         assert_eq!(waiter.await.unwrap().unwrap().tick, 7);
+        sim.stop();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_cancelled_or_left_unanswered_never_has_its_op_applied() {
+        let (sim, live, held, queue) = served(100);
+        let wait = Some(Duration::from_secs(30));
+        // Its task cancelled (say, at shutdown) before the loop took it.
+        let waiter = tokio::spawn({
+            let held = held.clone();
+            async move { held.submit_within(Actor::OPERATOR, spawn_one(), wait).await }
+        });
+        let req = queued(&queue).await;
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        sim.requests.send(req).unwrap();
+        assert_eq!(population_after_queue(&live).await, 100);
+        // The loop stopped without taking it: certainly not applied.
+        let waiter = tokio::spawn({
+            let held = held.clone();
+            async move { held.submit_within(Actor::OPERATOR, spawn_one(), wait).await }
+        });
+        drop(queued(&queue).await);
+        let e = waiter.await.unwrap().unwrap_err();
+        assert_eq!(e.detail, "not applied: the simulation is shutting down");
         sim.stop();
     }
 

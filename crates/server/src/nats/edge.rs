@@ -648,6 +648,14 @@ fn forward(
         op, actor, reply, ..
     }) = rx.recv()
     {
+        if client.connection_state() != async_nats::connection::State::Connected {
+            // Sent now, it would wait in the client across the reconnect and
+            // could reach the origin after this edge had given up on it.
+            let _ = reply.send(Err(remote_busy(
+                "not applied: the edge is not connected to NATS; retry shortly",
+            )));
+            continue;
+        }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             let _ = reply.send(Err(remote_busy(&format!(
                 "the edge has {COMMANDS_IN_FLIGHT} commands in flight to the origin, the most it forwards at once (COMMANDS_IN_FLIGHT); retry shortly"
@@ -692,9 +700,9 @@ fn forward(
                         },
                         Ok(Err(e)) => Err(remote_busy(&format!("the origin did not answer: {e}"))),
                         Err(_) => Err(remote_busy(&format!(
-                            "the origin did not answer within {} s (COMMAND_TIMEOUT). It drops a forwarded command it has not applied within {} s (FORWARDED_OP_WAIT), so this one applied only if the origin's answer was lost: look before retrying",
-                            COMMAND_TIMEOUT.as_secs(),
-                            FORWARDED_OP_WAIT.as_secs()
+                            "the origin did not answer within {} s (COMMAND_TIMEOUT). It drops a forwarded command it has not applied within {} s of its arrival (FORWARDED_OP_WAIT), so this one applied only if NATS lost the answer or delivered the command late: look before retrying",
+                            COMMAND_TIMEOUT.as_secs_f32(),
+                            FORWARDED_OP_WAIT.as_secs_f32()
                         ))),
                     }
                 }

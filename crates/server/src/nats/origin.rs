@@ -509,11 +509,54 @@ fn refusal(e: ApiError) -> Vec<u8> {
 /// How long an edge waits for the origin's answer to a forwarded op.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long the origin keeps a forwarded op waiting for its tick loop: one
-/// not taken by then is dropped and answered "not applied" (503), while
-/// the edge still waits, so the edge's caller learns the op's fate. Only
-/// an answer lost on the way leaves it unknown.
+/// How long the origin keeps a forwarded op waiting for its tick loop
+/// (from its arrival): one not taken by then is dropped and answered "not
+/// applied" (503), while the edge still waits, so the edge's caller learns
+/// the op's fate. Only NATS losing the answer, or delivering the op late
+/// (held by the edge's client across a reconnect), leaves it unknown.
 pub const FORWARDED_OP_WAIT: Duration = Duration::from_secs(3);
 
-// The answer has COMMAND_TIMEOUT - FORWARDED_OP_WAIT to cross NATS.
-const _: () = assert!(FORWARDED_OP_WAIT.as_millis() + 1000 <= COMMAND_TIMEOUT.as_millis());
+/// What the edge's wait leaves beyond the origin's: the op's way to the
+/// origin, the tick that applies an op taken at the last moment (and its
+/// publish), and the answer's way back.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
+const _: () = assert!(
+    FORWARDED_OP_WAIT.as_millis() + ANSWER_MARGIN.as_millis() <= COMMAND_TIMEOUT.as_millis()
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::shared::testing::{served, spawn_one};
+    use crate::nats::wire::{CommandMsg, parse_reply};
+
+    /// What an edge's caller is told when the origin's tick loop never
+    /// reaches a forwarded op: a 503 saying it was not applied, counted.
+    #[tokio::test(start_paused = true)]
+    async fn a_forwarded_op_the_loop_never_takes_is_refused_not_applied_and_counted() {
+        let (sim, _live, held, _queue) = served(100);
+        let secret = "a-secret-of-16-bytes";
+        let msg = CommandMsg {
+            secret: secret.into(),
+            token: None,
+            op: spawn_one(),
+        };
+        let payload = serde_json::to_vec(&msg).unwrap();
+        let answer = answer_command(&payload, Some(secret), &held).await;
+        match parse_reply(&answer).unwrap() {
+            CommandReply::Refused { status, detail, .. } => {
+                assert_eq!(status, 503);
+                assert!(detail.starts_with("not applied"), "{detail}");
+                assert!(detail.contains("within 3 s"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let metrics = held.0.telemetry.render();
+        assert!(
+            metrics.contains(r#"kind="spawn_boids",outcome="expired"} 1"#),
+            "{metrics}"
+        );
+        sim.stop();
+    }
+}
