@@ -117,6 +117,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     config.validate()?;
+    config.check_paths()?;
     let replay = match &config.replay {
         Some(path) => Some(crate::engine::recording::Script::load(path)?),
         None => None,
@@ -288,6 +289,9 @@ pub enum Mode {
 pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
     use anyhow::Context as _;
     config.validate()?;
+    if mode != Mode::Edge {
+        config.check_paths()?;
+    }
     init_logging(config.log_json);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
@@ -303,10 +307,16 @@ pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
             (_, Some(file), _) => {
                 println!("Starling is replaying {} at http://{addr}/", file.display())
             }
-            (_, None, _) => println!(
-                "Starling is serving a flock of {} boids at http://{addr}/",
-                config.population
-            ),
+            (_, None, _) => match config.state_file.as_ref().filter(|p| p.exists()) {
+                Some(p) => println!(
+                    "Starling is serving the flock checkpointed in {} at http://{addr}/",
+                    p.display()
+                ),
+                None => println!(
+                    "Starling is serving a flock of {} boids at http://{addr}/",
+                    config.population
+                ),
+            },
         }
         if mode == Mode::Edge {
             run_edge(listener, config, shutdown_signal()).await?;

@@ -275,6 +275,55 @@ impl Config {
             .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))
     }
 
+    /// Checks the files a served flock will write, before it starts (so a
+    /// session is not run only to be lost at its first checkpoint or at
+    /// shutdown): a recording must be a new file in an existing directory,
+    /// and the state file's directory must exist and take a new file.
+    pub fn check_paths(&self) -> Result<(), ConfigError> {
+        let dir_of = |p: &Path| match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        if let Some(p) = &self.record {
+            if p.exists() {
+                return Err(err(
+                    "record",
+                    p.display(),
+                    "a file that does not exist yet (a recording never overwrites one)",
+                ));
+            }
+            if !dir_of(p).is_dir() {
+                return Err(err(
+                    "record",
+                    p.display(),
+                    "a file in an existing directory",
+                ));
+            }
+        }
+        if let Some(p) = &self.state_file {
+            let dir = dir_of(p);
+            if p.is_dir() || !dir.is_dir() {
+                return Err(err(
+                    "state_file",
+                    p.display(),
+                    "a file in an existing directory",
+                ));
+            }
+            // The checkpoint is written next to it, then renamed over it.
+            let probe = dir.join(format!(".starling-probe-{}", std::process::id()));
+            let writable = std::fs::File::create_new(&probe).is_ok();
+            let _ = std::fs::remove_file(&probe);
+            if !writable {
+                return Err(err(
+                    "state_file",
+                    p.display(),
+                    "a file in a directory this server may write (checkpoints are written there)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every value and the rule that a public bind needs an operator token.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(replay) = &self.replay {

@@ -14,6 +14,7 @@ use starling_server::config::Config;
 use starling_server::lab::bench::Plan;
 use starling_server::lab::headless::{Exports, Length, run_file};
 use starling_server::lab::mcap::McapExport;
+use starling_server::lab::output::NewFile;
 use starling_sim::SwarmConfig;
 
 #[derive(Parser)]
@@ -226,6 +227,8 @@ fn main() -> Result<()> {
             mcap: Some(path),
             ..
         } => {
+            // Put in place only once the replay has checked every digest.
+            let out = NewFile::new(&path, "--mcap")?;
             let mut export: Option<McapExport> = None;
             let mut failed: Option<anyhow::Error> = None;
             let report = starling_server::engine::recording::replay(&file, |flock| {
@@ -234,11 +237,13 @@ fn main() -> Result<()> {
                 }
                 let written = match export.as_mut() {
                     Some(e) => e.tick(flock),
-                    None => McapExport::create(&path, SwarmConfig::default()).and_then(|mut e| {
-                        e.tick(flock)?;
-                        export = Some(e);
-                        Ok(())
-                    }),
+                    None => McapExport::create(out.partial(), SwarmConfig::default()).and_then(
+                        |mut e| {
+                            e.tick(flock)?;
+                            export = Some(e);
+                            Ok(())
+                        },
+                    ),
                 };
                 if let Err(e) = written {
                     failed = Some(e.into());
@@ -249,6 +254,7 @@ fn main() -> Result<()> {
             }
             if let Some(e) = export {
                 e.finish()?;
+                out.commit()?;
             }
             println!("{}", serde_json::to_string(&report)?);
         }

@@ -42,12 +42,24 @@ enum Line {
 pub struct Recorder {
     out: Option<BufWriter<std::fs::File>>,
     path: PathBuf,
+    /// Why the recording stopped, if it did.
+    failed: Option<String>,
 }
 
 impl Recorder {
-    /// Starts a recording of `flock` from its current state.
+    /// Starts a recording of `flock` from its current state in a new file:
+    /// an existing `path` is refused (`AlreadyExists`), never overwritten.
     pub fn create(path: &Path, flock: &Flock) -> std::io::Result<Self> {
-        let mut out = BufWriter::new(std::fs::File::create(path)?);
+        let file = std::fs::File::create_new(path).map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::AlreadyExists => {
+                    "it exists, and a recording never overwrites a file: choose another path or remove it".to_owned()
+                }
+                _ => e.to_string(),
+            };
+            std::io::Error::new(e.kind(), format!("recording to {}: {what}", path.display()))
+        })?;
+        let mut out = BufWriter::new(file);
         let start = Line::Start {
             version: RECORDING_VERSION,
             checkpoint: Box::new(flock.checkpoint()),
@@ -57,7 +69,18 @@ impl Recorder {
         Ok(Self {
             out: Some(out),
             path: path.to_owned(),
+            failed: None,
         })
+    }
+
+    /// The file recorded to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Why the recording stopped early (a write failed), if it did.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     fn write(&mut self, line: &Line) {
@@ -67,6 +90,7 @@ impl Recorder {
             .and_then(|()| out.write_all(b"\n"));
         if let Err(e) = r {
             tracing::error!(path = %self.path.display(), error = %e, "recording stopped");
+            self.failed = Some(format!("recording stopped: {e}"));
             self.out = None;
         }
     }
@@ -100,6 +124,7 @@ impl Recorder {
             && let Err(e) = out.flush()
         {
             tracing::error!(path = %self.path.display(), error = %e, "recording not flushed");
+            self.failed = Some(format!("recording not flushed: {e}"));
         }
     }
 }

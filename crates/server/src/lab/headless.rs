@@ -21,6 +21,7 @@ use serde::Serialize;
 use starling_sim::{Flock, SwarmMeter, SwarmMetrics, TickMetrics};
 
 use super::mcap::McapExport;
+use super::output::{self, NewFile};
 use super::report;
 use super::scenario::{Scenario, apply_op};
 use crate::engine::recording::Recorder;
@@ -146,17 +147,27 @@ pub fn run_one(
     bar: &ProgressBar,
     exports: Exports<'_>,
 ) -> Result<RunSummary> {
-    written_atomically(dir, |dir| {
+    // The files first: a path refused costs no run.
+    let record_file = exports
+        .record
+        .map(|p| NewFile::new(p, "--record"))
+        .transpose()?;
+    let mcap_file = exports
+        .mcap
+        .map(|p| NewFile::new(p, "--mcap"))
+        .transpose()?;
+    let summary = output::written_dir(dir, "--out", |dir| {
         let mut flock: Flock = s.build(seed)?;
-        let mut recorder = exports
-            .record
-            .map(|p| {
-                Recorder::create(p, &flock).with_context(|| format!("recording to {}", p.display()))
+        let mut recorder = record_file
+            .as_ref()
+            .map(|f| {
+                Recorder::create(f.partial(), &flock)
+                    .with_context(|| format!("--record {}", f.partial().display()))
             })
             .transpose()?;
-        let mut mcap = exports
-            .mcap
-            .map(|p| McapExport::create(p, s.swarm))
+        let mut mcap = mcap_file
+            .as_ref()
+            .map(|f| McapExport::create(f.partial(), s.swarm))
             .transpose()?;
         if let Some(m) = mcap.as_mut() {
             m.tick(&flock)?;
@@ -272,6 +283,9 @@ pub fn run_one(
         traj.flush()?;
         if let Some(rec) = recorder.as_mut() {
             rec.finish(&flock);
+            if let Some(e) = rec.failed() {
+                bail!("--record {}: {e}", rec.path().display());
+            }
         }
         if let Some(m) = mcap {
             m.finish()?;
@@ -298,35 +312,12 @@ pub fn run_one(
             serde_json::to_vec_pretty(&summary)?,
         )?;
         Ok(summary)
-    })
-}
-
-/// Calls `write` on `DIR.partial` and renames it to `dir` only when it
-/// succeeded, so no partial output ever looks finished; `dir` must not exist.
-fn written_atomically<T>(dir: &Path, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
-    if dir.exists() {
-        bail!(
-            "{} exists: choose another --out or remove it",
-            dir.display()
-        );
+    })?;
+    // Only a finished run's files are put in place (dropped, they go).
+    for f in [record_file, mcap_file].into_iter().flatten() {
+        f.commit()?;
     }
-    let partial = dir.with_extension("partial");
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial)
-            .with_context(|| format!("clearing {}", partial.display()))?;
-    }
-    std::fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
-    match write(&partial) {
-        Ok(out) => {
-            std::fs::rename(&partial, dir)
-                .with_context(|| format!("renaming to {}", dir.display()))?;
-            Ok(out)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&partial);
-            Err(e)
-        }
-    }
+    Ok(summary)
 }
 
 /// Runs `seeds` (in parallel when more than one), each into `out/seed-N`
@@ -348,46 +339,61 @@ pub fn run_batch(
     let style =
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} ticks {per_sec} {eta}")
             .context("progress template")?;
-    let dirs: Vec<PathBuf> = if seeds.len() == 1 {
-        vec![out.to_path_buf()]
-    } else {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        seeds
-            .iter()
-            .map(|seed| out.join(format!("seed-{seed}")))
-            .collect()
+    // Every seed into `root/seed-N`, or `root` itself for a single seed.
+    let batch = |root: &Path| -> Result<(BatchSummary, Vec<PathBuf>)> {
+        let dirs: Vec<PathBuf> = if seeds.len() == 1 {
+            vec![root.to_path_buf()]
+        } else {
+            seeds
+                .iter()
+                .map(|seed| root.join(format!("seed-{seed}")))
+                .collect()
+        };
+        let runs: Vec<Result<RunSummary>> = seeds
+            .par_iter()
+            .zip(dirs.par_iter())
+            .map(|(&seed, dir)| {
+                let bar = multi.add(
+                    ProgressBar::new(ticks)
+                        .with_style(style.clone())
+                        .with_prefix(format!("seed {seed}")),
+                );
+                let r = run_one(s, seed, ticks, dir, &bar, exports);
+                bar.finish();
+                r
+            })
+            .collect();
+        let runs: Vec<RunSummary> = runs.into_iter().collect::<Result<_>>()?;
+        let col = |f: &dyn Fn(&RunSummary) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
+        let batch = BatchSummary {
+            scenario: s.name.clone(),
+            seeds: seeds.to_vec(),
+            final_order: col(&|r| f64::from(r.last_tick.order)),
+            mean_order: col(&|r| r.mean_order),
+            collisions_total: col(&|r| r.collisions_total as f64),
+            final_largest_cluster: col(&|r| r.last_swarm.largest_cluster as f64),
+            ticks_per_s: col(&|r| r.ticks_per_s),
+            runs,
+        };
+        Ok((batch, dirs))
     };
-    let runs: Vec<Result<RunSummary>> = seeds
-        .par_iter()
-        .zip(dirs.par_iter())
-        .map(|(&seed, dir)| {
-            let bar = multi.add(
-                ProgressBar::new(ticks)
-                    .with_style(style.clone())
-                    .with_prefix(format!("seed {seed}")),
-            );
-            let r = run_one(s, seed, ticks, dir, &bar, exports);
-            bar.finish();
-            r
-        })
-        .collect();
-    let runs: Vec<RunSummary> = runs.into_iter().collect::<Result<_>>()?;
-    let col = |f: &dyn Fn(&RunSummary) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
-    let batch = BatchSummary {
-        scenario: s.name.clone(),
-        seeds: seeds.to_vec(),
-        final_order: col(&|r| f64::from(r.last_tick.order)),
-        mean_order: col(&|r| r.mean_order),
-        collisions_total: col(&|r| r.collisions_total as f64),
-        final_largest_cluster: col(&|r| r.last_swarm.largest_cluster as f64),
-        ticks_per_s: col(&|r| r.ticks_per_s),
-        runs,
-    };
-    if seeds.len() > 1 {
-        std::fs::write(out.join("summary.json"), serde_json::to_vec_pretty(&batch)?)?;
+    if seeds.len() == 1 {
+        // `run_one` puts `out` in place itself.
+        let (batch, dirs) = batch(out)?;
+        report::write(out, &batch, &dirs, &event_marks(s, ticks))?;
+        return Ok(batch);
     }
-    report::write(out, &batch, &dirs, &event_marks(s, ticks))?;
-    Ok(batch)
+    // A batch is put in place whole, as one run is: no seed's folder,
+    // summary or report lands over anything, nor without the others.
+    output::written_dir(out, "--out", |root| {
+        let (batch, dirs) = batch(root)?;
+        std::fs::write(
+            root.join("summary.json"),
+            serde_json::to_vec_pretty(&batch)?,
+        )?;
+        report::write(root, &batch, &dirs, &event_marks(s, ticks))?;
+        Ok(batch)
+    })
 }
 
 /// The scenario's events within the run's `ticks`, for the report.

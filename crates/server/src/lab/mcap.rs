@@ -262,8 +262,9 @@ fn scene(flock: &Flock) -> Vec<SceneEntity> {
 }
 
 impl McapExport {
-    /// Creates `path` (replacing it) with the three channels; swarm metrics
-    /// are measured with `swarm`.
+    /// Creates `path`, a new file (an existing one is refused, never
+    /// replaced), with the three channels; swarm metrics are measured with
+    /// `swarm`.
     pub fn create(path: &Path, swarm: SwarmConfig) -> Result<Self, McapError> {
         let io = |source| McapError::Io {
             path: path.to_owned(),
@@ -273,7 +274,7 @@ impl McapExport {
             path: path.to_owned(),
             source,
         };
-        let file = File::create(path).map_err(io)?;
+        let file = File::create_new(path).map_err(io)?;
         let mut writer = mcap::Writer::new(BufWriter::new(file)).map_err(mc)?;
         let mut channel = |schema: foxglove::Schema, encoding: String, topic: &str| {
             let id = writer

@@ -1,6 +1,7 @@
 //! The lab: the engine run headless for experiments and measurement.
 //! `scenario.rs` reads scenario files; `headless.rs` is `starling run`
-//! (CSV and JSON outputs, seed batches), `report.rs` its plots, `mcap.rs`
+//! (CSV and JSON outputs, seed batches; `output.rs`: outputs never
+//! overwrite, and a failed run leaves none), `report.rs` its plots, `mcap.rs`
 //! MCAP export (Foxglove schemas) of a run or a replay; `bench.rs` is `starling bench`
 //! (scenarios A, B and the swarm metrics' cost); `wire.rs` measures the
 //! protocol on a live flock; `interest.rs` measures the interest stream
@@ -15,6 +16,7 @@ pub mod fanout;
 pub mod headless;
 pub mod interest;
 pub mod mcap;
+pub mod output;
 pub mod peak_rss;
 pub mod report;
 pub mod scenario;

@@ -133,6 +133,8 @@ async fn sigterm_writes_a_checkpoint_and_the_next_start_resumes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_session_replays_bit_for_bit() {
     let file = std::env::temp_dir().join(format!("starling-rec-e2e-{}.jsonl", std::process::id()));
+    // A recording never overwrites a file: one left by an earlier run goes.
+    let _ = std::fs::remove_file(&file);
     let config = starling_server::config::Config {
         record: Some(file.clone()),
         ..test_config()

@@ -314,3 +314,171 @@ fn a_recorded_headless_run_replays() {
     assert!(report["digests_checked"].as_u64().unwrap() >= 4);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run never writes over anything, and a run that fails leaves no
+/// output that looks finished (found by an audit: `--record` replaced the
+/// scenario file; a second seed batch overwrote a folder's summary; a
+/// failed run left a recording that replayed as whole).
+#[test]
+fn a_run_never_overwrites_and_a_failed_run_leaves_nothing() {
+    let dir = scratch("overwrite");
+    let scenario = write(&dir, SCENARIO);
+    let before = std::fs::read_to_string(&scenario).unwrap();
+    let out = dir.join("out").to_str().unwrap().to_owned();
+    let r = starling(
+        &["run", &scenario, "--out", &out, "--record", &scenario],
+        "2",
+    );
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("--record") && err.contains("never overwrites"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&scenario).unwrap(), before);
+    // A batch into a folder that exists, and into one that does not.
+    std::fs::create_dir_all(dir.join("kept")).unwrap();
+    std::fs::write(dir.join("kept/summary.json"), "mine").unwrap();
+    let kept = dir.join("kept").to_str().unwrap().to_owned();
+    let r = starling(&["run", &scenario, "--seeds", "1..2", "--out", &kept], "2");
+    assert!(!r.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("kept/summary.json")).unwrap(),
+        "mine"
+    );
+    let batch = dir.join("batch");
+    let r = starling(
+        &[
+            "run",
+            &scenario,
+            "--seeds",
+            "1..2",
+            "--ticks",
+            "20",
+            "--out",
+            batch.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for f in [
+        "summary.json",
+        "report.html",
+        "seed-1/metrics.csv",
+        "seed-2/summary.json",
+    ] {
+        assert!(batch.join(f).exists(), "{f}");
+    }
+    assert!(!dir.join("batch.partial").exists());
+    // A run whose event fails at tick 10: no folder, recording or MCAP.
+    let failing = write(
+        &dir,
+        &format!("{SCENARIO}\n[[events]]\nat_tick = 10\nremove_agent = 4242\n"),
+    );
+    let (rec, mcap) = (dir.join("f.jsonl"), dir.join("f.mcap"));
+    let fout = dir.join("fout");
+    let r = starling(
+        &[
+            "run",
+            &failing,
+            "--out",
+            fout.to_str().unwrap(),
+            "--record",
+            rec.to_str().unwrap(),
+            "--mcap",
+            mcap.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(!r.status.success());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('f'))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `replay --mcap` is put in place only once every digest checked, and
+/// never over a file (it turned the recording it replayed into MCAP).
+#[test]
+fn a_replay_exports_mcap_only_to_a_new_file() {
+    let dir = scratch("replay-mcap");
+    let scenario = write(&dir, SCENARIO);
+    let rec = dir.join("run.jsonl");
+    let out = dir.join("out");
+    let r = starling(
+        &[
+            "run",
+            &scenario,
+            "--ticks",
+            "60",
+            "--out",
+            out.to_str().unwrap(),
+            "--record",
+            rec.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let recorded = std::fs::read(&rec).unwrap();
+    let r = starling(
+        &[
+            "replay",
+            rec.to_str().unwrap(),
+            "--mcap",
+            rec.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(!r.status.success());
+    assert_eq!(std::fs::read(&rec).unwrap(), recorded);
+    let mcap = dir.join("run.mcap");
+    let r = starling(
+        &[
+            "replay",
+            rec.to_str().unwrap(),
+            "--mcap",
+            mcap.to_str().unwrap(),
+        ],
+        "2",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(mcap.exists() && !dir.join("run.mcap.partial").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A served session's files are checked before it starts: a recording
+/// that exists, or a state file whose directory does not, is refused at
+/// once, naming the setting, and no banner says the flock is served.
+#[test]
+fn serve_refuses_its_output_files_before_it_starts() {
+    let dir = scratch("serve-files");
+    let kept = dir.join("kept.jsonl");
+    std::fs::write(&kept, "mine").unwrap();
+    let missing = dir.join("no-such-dir").join("flock.json");
+    for (flag, path, field) in [
+        ("--record", &kept, "record"),
+        ("--state-file", &missing, "state_file"),
+    ] {
+        let r = starling(
+            &[
+                "serve",
+                "--population",
+                "100",
+                "--bind",
+                "127.0.0.1:0",
+                flag,
+                path.to_str().unwrap(),
+            ],
+            "2",
+        );
+        assert!(!r.status.success());
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains(&format!("`{field}`")), "{err}");
+        assert!(!String::from_utf8_lossy(&r.stdout).contains("serving"));
+    }
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "mine");
+    let _ = std::fs::remove_dir_all(&dir);
+}
