@@ -72,6 +72,25 @@ pub enum Scenario {
     Edges,
 }
 
+/// Most threads a benchmark runs on (a pool per run).
+pub const MAX_THREADS: usize = 256;
+
+/// A clap parser for a count in `lo ..= hi`, naming the range when refused.
+fn in_range(lo: usize, hi: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |text| {
+        let allowed = || format!("allowed {lo} ..= {hi}");
+        let n: usize = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?}: not a whole number; {}", allowed()))?;
+        if (lo..=hi).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("{n}: {}", allowed()))
+        }
+    }
+}
+
 /// What to run: every scenario at every population and thread count.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Plan {
@@ -79,10 +98,11 @@ pub struct Plan {
     #[arg(long, value_enum, num_args = 1.., default_values = ["kernel", "full"])]
     pub scenario: Vec<Scenario>,
     /// Flock sizes (`--boids` is the old name).
-    #[arg(long, alias = "boids", num_args = 1.., default_values_t = [10_000usize, 100_000])]
+    #[arg(long, alias = "boids", num_args = 1.., default_values_t = [10_000usize, 100_000],
+        value_parser = in_range(1, starling_sim::MAX_POPULATION))]
     pub population: Vec<usize>,
-    /// Thread counts.
-    #[arg(long, num_args = 1.., default_values_t = [1usize, 2])]
+    /// Thread counts, 1 ..= 256.
+    #[arg(long, num_args = 1.., default_values_t = [1usize, 2], value_parser = in_range(1, MAX_THREADS))]
     pub threads: Vec<usize>,
     /// Timed ticks per run (after warm-up).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -418,4 +438,35 @@ fn warmed_up(
         measure(flock);
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        plan: Plan,
+    }
+
+    #[test]
+    fn thread_counts_and_populations_are_refused_out_of_range() {
+        let plan = Cli::try_parse_from(["bench", "--threads", "1", "256"])
+            .unwrap()
+            .plan;
+        assert_eq!(plan.threads, [1, 256]);
+        for (flag, bad) in [
+            ("--threads", "0"),
+            ("--threads", "257"),
+            ("--threads", "x"),
+            ("--population", "0"),
+        ] {
+            let e = Cli::try_parse_from(["bench", flag, bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(flag) && e.contains("allowed 1 ..="), "{e}");
+        }
+    }
 }

@@ -414,16 +414,21 @@ fn event_marks(s: &Scenario, ticks: u64) -> Vec<report::Mark> {
 
 /// Parses `A..B` (inclusive) or a single seed.
 pub fn parse_seeds(text: &str) -> Result<Vec<u64>> {
+    const ALLOWED: &str =
+        "allowed a seed (0 ..= 18446744073709551615) or A..B with A <= B and at most 1000 seeds";
+    let seed = |s: &str| -> Result<u64> {
+        s.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--seeds {text:?}: {:?} is not a seed; {ALLOWED}", s.trim())
+        })
+    };
     if let Some((a, b)) = text.split_once("..") {
-        let (a, b): (u64, u64) = (a.trim().parse()?, b.trim_start_matches('=').trim().parse()?);
+        let (a, b) = (seed(a)?, seed(b.trim_start_matches('='))?);
         if b < a || b - a >= 1000 {
-            bail!("--seeds {text}: allowed A..B with A <= B and at most 1000 seeds");
+            bail!("--seeds {text:?}: {ALLOWED}");
         }
         Ok((a..=b).collect())
     } else {
-        Ok(vec![text.trim().parse().with_context(|| {
-            format!("--seeds {text}: expected a number or A..B")
-        })?])
+        Ok(vec![seed(text)?])
     }
 }
 
@@ -477,4 +482,21 @@ pub fn run_file(
         batch.final_order.std,
         batch.ticks_per_s.mean
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_seeds;
+
+    #[test]
+    fn seeds_are_one_or_a_range_and_a_bad_one_is_named() {
+        assert_eq!(parse_seeds("7").unwrap(), [7]);
+        assert_eq!(parse_seeds("1..3").unwrap(), [1, 2, 3]);
+        assert_eq!(parse_seeds("1..=2").unwrap(), [1, 2]);
+        for bad in ["1..x", "", "18446744073709551616", "5..2", "0..1000"] {
+            let e = parse_seeds(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--seeds {bad:?}")), "{e}");
+            assert!(e.contains("at most 1000 seeds"), "{e}");
+        }
+    }
 }
