@@ -18,6 +18,27 @@ pub const DIGEST_EVERY_TICKS: u64 = 60;
 /// Format version of recordings.
 pub const RECORDING_VERSION: u32 = 1;
 
+/// Most ticks between two lines of a recording: a digest comes every
+/// [`DIGEST_EVERY_TICKS`], and a `step` op advances at most
+/// [`crate::command::MAX_STEP_TICKS`] at once. A hand-edited line further
+/// on is refused (replaying to tick 10^11 ran for ever, with no output).
+pub const MAX_TICK_GAP: u64 = crate::command::MAX_STEP_TICKS as u64 + DIGEST_EVERY_TICKS;
+
+/// `tick`, read after a line at `last`: not before it, nor further on
+/// than [`MAX_TICK_GAP`].
+fn check_tick(tick: u64, last: u64) -> Result<(), String> {
+    if tick < last {
+        return Err(format!("tick {tick} is before tick {last}"));
+    }
+    if tick - last > MAX_TICK_GAP {
+        return Err(format!(
+            "tick {tick} is {} ticks after tick {last}; a recording's lines are at most {MAX_TICK_GAP} (MAX_TICK_GAP) apart",
+            tick - last
+        ));
+    }
+    Ok(())
+}
+
 /// One line of a recording.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -309,12 +330,7 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
                        tick: u64,
                        report: &mut ReplayReport,
                        on_tick: &mut dyn FnMut(&Flock)| {
-            if f.tick() > tick {
-                return Err(malformed(
-                    n,
-                    format!("tick {tick} is before the current tick {}", f.tick()),
-                ));
-            }
+            check_tick(tick, f.tick()).map_err(|e| malformed(n, e))?;
             while f.tick() < tick {
                 f.step();
                 report.ticks += 1;
@@ -456,9 +472,7 @@ impl Script {
                     tick
                 }
             };
-            if tick < last {
-                return Err(malformed(n, format!("tick {tick} is before tick {last}")));
-            }
+            check_tick(tick, last).map_err(|e| malformed(n, e))?;
             last = tick;
         }
         if lines.read > MAX_RECORDING_BYTES {
@@ -854,8 +868,35 @@ mod tests {
     }
 
     #[test]
+    fn a_line_further_on_than_a_recording_reaches_is_refused_not_run_to() {
+        // Hand-edited: replay stepped towards tick 10^11, silently, for ever.
+        let dir = crate::scratch_dir("gap");
+        let path = dir.join("rec.jsonl");
+        record(&path);
+        let whole = std::fs::read_to_string(&path).unwrap();
+        let n = whole.lines().count();
+        let far =
+            format!("{whole}{{\"kind\":\"digest\",\"tick\":100000000000,\"digest\":\"0x1\"}}\n");
+        std::fs::write(&path, far).unwrap();
+        for err in [
+            replay(&path, |_| {}).unwrap_err(),
+            Script::load(&path).unwrap_err(),
+        ] {
+            let text = err.to_string();
+            assert!(text.contains("MAX_TICK_GAP"), "{text}");
+            match err {
+                ReplayError::Malformed { line, .. } => assert_eq!(line, n + 1),
+                other => panic!("expected a malformed line, got {other:?}"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn a_recording_replays_to_the_same_digests() {
         let path = std::env::temp_dir().join(format!("starling-rec-{}.jsonl", std::process::id()));
+        // A recording never overwrites a file: one left by an earlier run goes.
+        let _ = std::fs::remove_file(&path);
         let digest = record(&path);
         let report = replay(&path, |_| {}).unwrap();
         assert_eq!(report.final_digest, digest);
