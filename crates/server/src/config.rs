@@ -345,6 +345,7 @@ impl Config {
             .map_err(|e| err(&format!("params.{}", e.field), &e.value, &e.allowed))?;
         self.swarm
             .validate()
+            .and_then(|()| self.swarm.validate_for(self.population))
             .map_err(|e| err(&format!("swarm.{}", e.field), &e.value, &e.allowed))?;
         if self.population > MAX_SERVED_POPULATION {
             return Err(err(

@@ -92,4 +92,6 @@ pub use flock::{BoidNeighbours, Flock, FlockConfig, MAX_POPULATION};
 pub use glam::Vec3;
 pub use metrics::TickMetrics;
 pub use params::{Boundary, Group, Model, Params, ParamsPatch, Preset};
-pub use swarm::{SWARM_SLICE_BOIDS, SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState};
+pub use swarm::{
+    MAX_CONNECTIVITY_BOIDS, SWARM_SLICE_BOIDS, SwarmConfig, SwarmMeter, SwarmMetrics, SwarmState,
+};

@@ -66,6 +66,22 @@ impl SwarmConfig {
         }
         Ok(())
     }
+
+    /// Refuses `connectivity` for a flock that starts with more than
+    /// [`MAX_CONNECTIVITY_BOIDS`]: it would never be measured (a flock
+    /// that grows past it later has it left out, as documented).
+    pub fn validate_for(&self, population: usize) -> Result<(), ParamError> {
+        if self.connectivity && population > MAX_CONNECTIVITY_BOIDS {
+            return Err(ParamError::new(
+                "connectivity",
+                format!("true with {population} boids"),
+                format!(
+                    "false, or a flock of at most {MAX_CONNECTIVITY_BOIDS} boids (the algebraic connectivity is measured for no larger one)"
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The swarm's state in numbers.
@@ -354,6 +370,21 @@ impl SwarmMeter {
 mod tests {
     use super::*;
     use crate::{GoalKind, Shape};
+
+    #[test]
+    fn connectivity_is_refused_for_a_flock_it_would_never_measure() {
+        let on = SwarmConfig {
+            connectivity: true,
+            ..SwarmConfig::default()
+        };
+        on.validate_for(MAX_CONNECTIVITY_BOIDS).unwrap();
+        SwarmConfig::default()
+            .validate_for(MAX_CONNECTIVITY_BOIDS + 1)
+            .unwrap();
+        let e = on.validate_for(MAX_CONNECTIVITY_BOIDS + 1).unwrap_err();
+        assert_eq!(e.field, "connectivity");
+        assert!(e.to_string().contains("at most 20000"), "{e}");
+    }
 
     fn flock(boids: &[(Vec3, Vec3)]) -> Flock {
         let params = Params {

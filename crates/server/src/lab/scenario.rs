@@ -318,7 +318,11 @@ impl Scenario {
             field: field.to_owned(),
             detail,
         };
-        if let Err(e) = self.swarm.validate() {
+        if let Err(e) = self
+            .swarm
+            .validate()
+            .and_then(|()| self.swarm.validate_for(self.population))
+        {
             return Err(err(
                 &format!("swarm.{}", e.field),
                 line_of(text, e.field, 0),
