@@ -41,6 +41,10 @@ pub struct Checkpoint {
     pub frozen: Vec<u32>,
 }
 
+/// The largest tick a checkpoint may resume from: 2^48, some 37,000 years
+/// at 240 ticks a second, far from where a tick count would wrap.
+pub const MAX_TICK: u64 = 1 << 48;
+
 impl Flock {
     /// The whole simulation as plain data.
     pub fn checkpoint(&self) -> Checkpoint {
@@ -60,6 +64,10 @@ impl Flock {
     /// Resumes from a checkpoint, validated first (it may come from a file).
     pub fn restore(cp: Checkpoint) -> Result<Self, SimError> {
         cp.params.validate()?;
+        if cp.tick > MAX_TICK {
+            // It would wrap to 0 (or, in a debug build, panic) on the way.
+            return Err(ParamError::new("tick", cp.tick, format!("0 ..= {MAX_TICK}")).into());
+        }
         if cp.ids.len() != cp.boids.len() {
             return Err(ParamError::new(
                 "boids",
@@ -167,6 +175,20 @@ mod tests {
         }
         assert_eq!(a.digest(), b.digest());
         assert_eq!(b.tick(), 150);
+    }
+
+    /// A tick a run could never reach is refused, not wrapped to 0.
+    #[test]
+    fn a_checkpoint_past_max_tick_is_refused() {
+        let mut cp = busy().checkpoint();
+        cp.tick = MAX_TICK;
+        Flock::restore(cp.clone()).unwrap();
+        cp.tick = u64::MAX;
+        let err = Flock::restore(cp).unwrap_err().to_string();
+        assert!(
+            err.contains("`tick`") && err.contains("0 ..= 281474976710656"),
+            "{err}"
+        );
     }
 
     /// Frozen boids stay frozen across a checkpoint; an unknown frozen id
