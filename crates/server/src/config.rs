@@ -221,10 +221,15 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         One(String),
         Many(Vec<String>),
     }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(t) => vec![t],
-        OneOrMany::Many(v) => v,
-    })
+    // Untagged, serde's error would say only "data did not match any
+    // variant of untagged enum OneOrMany".
+    match OneOrMany::deserialize(d) {
+        Ok(OneOrMany::One(t)) => Ok(vec![t]),
+        Ok(OneOrMany::Many(v)) => Ok(v),
+        Err(_) => Err(serde::de::Error::custom(
+            "expected a token (a string) or a list of tokens (strings)",
+        )),
+    }
 }
 
 fn role_named(name: &str) -> Option<Role> {
@@ -327,15 +332,15 @@ impl Config {
     /// Checks every value and the rule that a public bind needs an operator token.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(replay) = &self.replay {
-            for (field, set) in [
-                ("record", self.record.is_some()),
-                ("state_file", self.state_file.is_some()),
-            ] {
-                if set {
+            for (field, set) in [("record", &self.record), ("state_file", &self.state_file)] {
+                if let Some(path) = set {
                     return Err(err(
                         field,
-                        replay.display(),
-                        "unset while serving a replay (a replay is read-only)",
+                        path.display(),
+                        &format!(
+                            "unset while serving the replay of {} (a replay is read-only)",
+                            replay.display()
+                        ),
                     ));
                 }
             }
@@ -764,6 +769,12 @@ mod tests {
     fn toml_errors_name_the_key() {
         let e = toml::from_str::<Config>("snapshot_hz = 30\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+        let e = toml::from_str::<Config>("operator_token = [\"abcdefgh\", 5]\n").unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("operator_token") && e.contains("a list of tokens"),
+            "{e}"
+        );
         let c: Config = toml::from_str(
             "population = 100\npilot_token = [\"pilot-one-x\", \"pilot-two-x\"]\noperator_token = \"operator-x\"\n[params]\nw_sep = 2.5\n",
         )
