@@ -469,10 +469,18 @@ impl Scenario {
                 });
             err(&field, line_of_table(text, table, idx), detail)
         })?;
-        // Agent-adding events are tried on the probe flock too (ids and
-        // caps aside, they either apply anywhere or nowhere).
-        for (k, e) in self.events.iter().enumerate() {
-            if e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some() {
+        // Agent events are tried on the probe flock too, in the order they
+        // happen: an added agent either applies anywhere or nowhere (caps
+        // aside), and an agent removed must have been added by then (ids
+        // are given in order; one whose time to live ran out first is only
+        // found when the run gets there).
+        let mut order: Vec<usize> = (0..self.events.len()).collect();
+        order.sort_by_key(|&k| self.event_tick(&self.events[k]));
+        for k in order {
+            let e = &self.events[k];
+            let agent =
+                e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some();
+            if agent || e.remove_agent.is_some() {
                 e.op(0, 0)
                     .and_then(|(op, _)| apply_op(&mut probe, op))
                     .map_err(|d| {
@@ -802,6 +810,24 @@ mod tests {
             "events[0].patch_params.w_ali",
         );
         check("ticks = \"many\"\n", 1, "ticks");
+        // An agent removed before it is added, or never added: found at
+        // load, not after the run got there.
+        let add = "[[events]]\nat_tick = 20\nadd_obstacle = { sphere = { center = [1, 2, 3], radius_m = 5 } }\n";
+        check(
+            &format!("{add}[[events]]\nat_tick = 10\nremove_agent = 0\n"),
+            4,
+            "events[1]",
+        );
+        check(
+            "[[events]]\nat_tick = 10\nremove_agent = 42\n",
+            1,
+            "events[0]",
+        );
+        Scenario::parse(
+            "s.toml",
+            &format!("{add}[[events]]\nat_tick = 30\nremove_agent = 0\n"),
+        )
+        .unwrap();
     }
 
     #[test]
