@@ -335,6 +335,14 @@ pub fn run_batch(
     if exports.mcap.is_some() && seeds.len() != 1 {
         bail!("--mcap exports one run: give a single seed");
     }
+    for (k, e) in s.events.iter().enumerate() {
+        let at = s.event_tick(e);
+        if at >= ticks {
+            eprintln!(
+                "warning: events[{k}] at tick {at} comes after the run's {ticks} ticks: it will not happen (events_not_reached in summary.json)"
+            );
+        }
+    }
     let multi = MultiProgress::new();
     let style =
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} ticks {per_sec} {eta}")

@@ -214,6 +214,15 @@ fn line_of(text: &str, key: &str, from: usize) -> usize {
 /// empty when the line assigns nothing.
 fn key_at(text: &str, line: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
+    let at = line
+        .checked_sub(1)
+        .and_then(|i| lines.get(i))
+        .map(|l| l.trim());
+    if let Some(header) = at.filter(|l| l.starts_with('[')) {
+        // A table header (a second `[params]`): the table is the field.
+        let name = header.split(']').next().unwrap_or_default();
+        return name.trim_start_matches('[').trim().to_owned();
+    }
     let Some(key) = line
         .checked_sub(1)
         .and_then(|i| lines.get(i))
@@ -467,7 +476,12 @@ impl Scenario {
                 .map_or((field.as_str(), 0), |(t, rest)| {
                     (t, rest.trim_end_matches(']').parse().unwrap_or(0))
                 });
-            err(&field, line_of_table(text, table, idx), detail)
+            // A table of tables (`[[obstacles]]`), else a key (`placement = `).
+            let line = match line_of_table(text, table, idx) {
+                0 => line_of(text, table, 0),
+                n => n,
+            };
+            err(&field, line, detail)
         })?;
         // Agent events are tried on the probe flock too, in the order they
         // happen: an added agent either applies anywhere or nowhere (caps
@@ -810,6 +824,12 @@ mod tests {
             "events[0].patch_params.w_ali",
         );
         check("ticks = \"many\"\n", 1, "ticks");
+        check("[params]\nw_sep = 1\n[params]\nw_ali = 1\n", 3, "params");
+        check(
+            "population = 10\nplacement = { kind = \"ball\", center = [1, 2, 3], radius_m = -5 }\n",
+            2,
+            "placement",
+        );
         // An agent removed before it is added, or never added: found at
         // load, not after the run got there.
         let add = "[[events]]\nat_tick = 20\nadd_obstacle = { sphere = { center = [1, 2, 3], radius_m = 5 } }\n";
