@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use starling_protocol::Role;
+use starling_sim::params::SPECS;
 use starling_sim::{Params, SwarmConfig};
 
 use crate::command::AgentCaps;
@@ -276,8 +277,40 @@ impl Config {
                 &format!("a readable file ({e})"),
             )
         })?;
-        toml::from_str(&text)
-            .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))
+        let config: Self = toml::from_str(&text)
+            .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))?;
+        config.check_params_model(&text)?;
+        Ok(config)
+    }
+
+    /// Refuses a `[params]` key the configured model does not use (as a
+    /// scenario file does): it would be accepted and do nothing.
+    fn check_params_model(&self, text: &str) -> Result<(), ConfigError> {
+        let Ok(table) = text.parse::<toml::Table>() else {
+            return Ok(());
+        };
+        let Some(toml::Value::Table(given)) = table.get("params") else {
+            return Ok(());
+        };
+        let model = self.params.model;
+        for (key, value) in given {
+            let Some(spec) = SPECS.iter().find(|s| s.name == key) else {
+                continue;
+            };
+            if !spec.models.contains(model) {
+                let users: Vec<&str> = spec.models.iter().map(|m| m.as_str()).collect();
+                return Err(err(
+                    &format!("params.{key}"),
+                    value,
+                    &format!(
+                        "unset: it is used only by model {} and this config's model is {}",
+                        users.join(" | "),
+                        model.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks the files a served flock will write, before it starts (so a
@@ -709,6 +742,27 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field, "max_population");
         assert!(e.to_string().contains("1500000"), "{e}");
+    }
+
+    #[test]
+    fn a_config_param_of_another_model_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("starling-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[params]\nvas_rep_gain = 0.1\n").unwrap();
+        let e = Config::from_toml_file(&file).unwrap_err();
+        assert_eq!(e.field, "params.vas_rep_gain");
+        assert!(
+            e.to_string().contains("used only by model vasarhelyi"),
+            "{e}"
+        );
+        std::fs::write(
+            &file,
+            "[params]\nmodel = \"vasarhelyi\"\nvas_rep_gain = 0.1\n",
+        )
+        .unwrap();
+        Config::from_toml_file(&file).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
