@@ -6,7 +6,7 @@
 //! `starling serve` and `starling edge` (logging, runtime, signals).
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +63,39 @@ impl From<crate::nats::NatsError> for RunError {
     fn from(e: crate::nats::NatsError) -> Self {
         Self::Nats(e.to_string())
     }
+}
+
+/// Most numbered names [`fresh_recording`] tries.
+const RECORDING_NAMES: u32 = 10_000;
+
+/// The file a served session records to: `path`, or, when a recording is
+/// there already (the last session's, before a restart), the first free
+/// `stem.N.ext`: a recording is never overwritten, and a server restarted
+/// with the same flags still starts.
+fn fresh_recording(path: &Path) -> Result<PathBuf, RunError> {
+    if !path.exists() {
+        return Ok(path.to_owned());
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()));
+    for n in 1..=RECORDING_NAMES {
+        let next = path.with_file_name(format!("{stem}.{n}{}", ext.as_deref().unwrap_or("")));
+        if !next.exists() {
+            tracing::warn!(
+                given = %path.display(),
+                recording = %next.display(),
+                "the recording file exists: this session records to the next free name"
+            );
+            return Ok(next);
+        }
+    }
+    Err(RunError::Config(ConfigError {
+        field: "record".into(),
+        value: path.display().to_string(),
+        allowed: format!("a path with a free name among {RECORDING_NAMES} numbered ones"),
+    }))
 }
 
 /// Loads the checkpoint when the state file exists, else makes a new flock.
@@ -155,7 +188,7 @@ pub async fn run(
                 .state_file
                 .clone()
                 .map(|p| (p, Duration::from_secs_f32(config.checkpoint_every_s))),
-            record: config.record.clone(),
+            record: config.record.as_deref().map(fresh_recording).transpose()?,
             replay,
             cells_always: config.nats.is_some(),
         },

@@ -315,28 +315,23 @@ impl Config {
 
     /// Checks the files a served flock will write, before it starts (so a
     /// session is not run only to be lost at its first checkpoint or at
-    /// shutdown): a recording must be a new file in an existing directory,
-    /// and the state file's directory must exist and take a new file.
+    /// shutdown): a recording's directory must exist (one that exists is
+    /// kept: the session records to a new name), and the state file's
+    /// directory must exist and take a new file.
     pub fn check_paths(&self) -> Result<(), ConfigError> {
         let dir_of = |p: &Path| match p.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
             _ => PathBuf::from("."),
         };
-        if let Some(p) = &self.record {
-            if p.exists() {
-                return Err(err(
-                    "record",
-                    p.display(),
-                    "a file that does not exist yet (a recording never overwrites one)",
-                ));
-            }
-            if !dir_of(p).is_dir() {
-                return Err(err(
-                    "record",
-                    p.display(),
-                    "a file in an existing directory",
-                ));
-            }
+        // (One that exists is kept: the session records to a new name.)
+        if let Some(p) = &self.record
+            && !dir_of(p).is_dir()
+        {
+            return Err(err(
+                "record",
+                p.display(),
+                "a file in an existing directory",
+            ));
         }
         if let Some(p) = &self.state_file {
             let dir = dir_of(p);
@@ -348,8 +343,13 @@ impl Config {
                 ));
             }
             // The checkpoint is written next to it, then renamed over it.
+            // (A probe a killed server left, say as pid 1 in a container,
+            // means the directory took one.)
             let probe = dir.join(format!(".starling-probe-{}", std::process::id()));
-            let writable = std::fs::File::create_new(&probe).is_ok();
+            let writable = match std::fs::File::create_new(&probe) {
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+            };
             let _ = std::fs::remove_file(&probe);
             if !writable {
                 return Err(err(

@@ -45,6 +45,9 @@ pub mod telemetry;
 #[cfg(test)]
 pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("starling-{name}-{}", std::process::id()));
+    // Empty: what an earlier run with the same pid left would be in the way
+    // (recordings are never written over).
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

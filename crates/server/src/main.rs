@@ -228,34 +228,22 @@ fn main() -> Result<()> {
             ..
         } => {
             // Put in place only once the replay has checked every digest.
-            let out = NewFile::new(&path, "--mcap")?;
-            let mut export: Option<McapExport> = None;
+            let mut out = NewFile::new(&path, "--mcap")?;
+            let mut export =
+                McapExport::to_file(out.take_file()?, out.partial(), SwarmConfig::default())?;
             let mut failed: Option<anyhow::Error> = None;
             let report = starling_server::engine::recording::replay(&file, |flock| {
-                if failed.is_some() {
-                    return;
-                }
-                let written = match export.as_mut() {
-                    Some(e) => e.tick(flock),
-                    None => McapExport::create(out.partial(), SwarmConfig::default()).and_then(
-                        |mut e| {
-                            e.tick(flock)?;
-                            export = Some(e);
-                            Ok(())
-                        },
-                    ),
-                };
-                if let Err(e) = written {
+                if failed.is_none()
+                    && let Err(e) = export.tick(flock)
+                {
                     failed = Some(e.into());
                 }
             })?;
             if let Some(e) = failed {
                 return Err(e);
             }
-            if let Some(e) = export {
-                e.finish()?;
-                out.commit()?;
-            }
+            export.finish()?;
+            out.commit()?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Cmd::Run {

@@ -80,6 +80,12 @@ impl Recorder {
             };
             std::io::Error::new(e.kind(), format!("recording to {}: {what}", path.display()))
         })?;
+        Self::to_file(file, path, flock)
+    }
+
+    /// Starts a recording of `flock` into `file`, opened at `path` by the
+    /// caller (a run's partial twin).
+    pub fn to_file(file: std::fs::File, path: &Path, flock: &Flock) -> std::io::Result<Self> {
         let mut out = BufWriter::new(file);
         let start = Line::Start {
             version: RECORDING_VERSION,

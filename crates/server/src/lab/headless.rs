@@ -138,36 +138,36 @@ pub struct Exports<'a> {
     pub mcap: Option<&'a Path>,
 }
 
-/// Runs one seed for `ticks` ticks, writing into `dir` (created; must not exist).
-pub fn run_one(
+/// The recording and MCAP files a single-seed run writes, opened at their
+/// partial twins, with those twins' paths (for messages).
+#[derive(Debug, Default)]
+struct Writers {
+    record: Option<(std::fs::File, PathBuf)>,
+    mcap: Option<(std::fs::File, PathBuf)>,
+}
+
+/// Runs one seed for `ticks` ticks, writing into `dir` (which exists: the
+/// caller puts it in place when the run succeeded).
+fn run_one(
     s: &Scenario,
     seed: u64,
     ticks: u64,
     dir: &Path,
     bar: &ProgressBar,
-    exports: Exports<'_>,
+    writers: Writers,
 ) -> Result<RunSummary> {
-    // The files first: a path refused costs no run.
-    let record_file = exports
-        .record
-        .map(|p| NewFile::new(p, "--record"))
-        .transpose()?;
-    let mcap_file = exports
-        .mcap
-        .map(|p| NewFile::new(p, "--mcap"))
-        .transpose()?;
-    let summary = output::written_dir(dir, "--out", |dir| {
+    {
         let mut flock: Flock = s.build(seed)?;
-        let mut recorder = record_file
-            .as_ref()
-            .map(|f| {
-                Recorder::create(f.partial(), &flock)
-                    .with_context(|| format!("--record {}", f.partial().display()))
+        let mut recorder = writers
+            .record
+            .map(|(file, path)| {
+                Recorder::to_file(file, &path, &flock)
+                    .with_context(|| format!("--record {}", path.display()))
             })
             .transpose()?;
-        let mut mcap = mcap_file
-            .as_ref()
-            .map(|f| McapExport::create(f.partial(), s.swarm))
+        let mut mcap = writers
+            .mcap
+            .map(|(file, path)| McapExport::to_file(file, &path, s.swarm))
             .transpose()?;
         if let Some(m) = mcap.as_mut() {
             m.tick(&flock)?;
@@ -312,12 +312,7 @@ pub fn run_one(
             serde_json::to_vec_pretty(&summary)?,
         )?;
         Ok(summary)
-    })?;
-    // Only a finished run's files are put in place (dropped, they go).
-    for f in [record_file, mcap_file].into_iter().flatten() {
-        f.commit()?;
     }
-    Ok(summary)
 }
 
 /// Runs `seeds` (in parallel when more than one), each into `out/seed-N`
@@ -347,61 +342,86 @@ pub fn run_batch(
     let style =
         ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} ticks {per_sec} {eta}")
             .context("progress template")?;
-    // Every seed into `root/seed-N`, or `root` itself for a single seed.
-    let batch = |root: &Path| -> Result<(BatchSummary, Vec<PathBuf>)> {
-        let dirs: Vec<PathBuf> = if seeds.len() == 1 {
-            vec![root.to_path_buf()]
-        } else {
-            seeds
-                .iter()
-                .map(|seed| root.join(format!("seed-{seed}")))
-                .collect()
-        };
-        let runs: Vec<Result<RunSummary>> = seeds
-            .par_iter()
-            .zip(dirs.par_iter())
-            .map(|(&seed, dir)| {
-                let bar = multi.add(
-                    ProgressBar::new(ticks)
-                        .with_style(style.clone())
-                        .with_prefix(format!("seed {seed}")),
-                );
-                let r = run_one(s, seed, ticks, dir, &bar, exports);
-                bar.finish();
-                r
-            })
-            .collect();
-        let runs: Vec<RunSummary> = runs.into_iter().collect::<Result<_>>()?;
-        let col = |f: &dyn Fn(&RunSummary) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
-        let batch = BatchSummary {
-            scenario: s.name.clone(),
-            seeds: seeds.to_vec(),
-            final_order: col(&|r| f64::from(r.last_tick.order)),
-            mean_order: col(&|r| r.mean_order),
-            collisions_total: col(&|r| r.collisions_total as f64),
-            final_largest_cluster: col(&|r| r.last_swarm.largest_cluster as f64),
-            ticks_per_s: col(&|r| r.ticks_per_s),
-            runs,
-        };
-        Ok((batch, dirs))
+    let bar = |seed: u64| {
+        multi.add(
+            ProgressBar::new(ticks)
+                .with_style(style.clone())
+                .with_prefix(format!("seed {seed}")),
+        )
     };
-    if seeds.len() == 1 {
-        // `run_one` puts `out` in place itself.
-        let (batch, dirs) = batch(out)?;
-        report::write(out, &batch, &dirs, &event_marks(s, ticks))?;
-        return Ok(batch);
+    let marks = event_marks(s, ticks);
+    if let [seed] = seeds {
+        // The files first: a path refused costs no run. They are put in
+        // place with the folder, after the report, or not at all.
+        let mut record = exports
+            .record
+            .map(|p| NewFile::new(p, "--record"))
+            .transpose()?;
+        let mut mcap = exports
+            .mcap
+            .map(|p| NewFile::new(p, "--mcap"))
+            .transpose()?;
+        let open = |f: Option<&mut NewFile>| -> Result<Option<(std::fs::File, PathBuf)>> {
+            f.map(|f| Ok((f.take_file()?, f.partial().to_owned())))
+                .transpose()
+        };
+        let writers = Writers {
+            record: open(record.as_mut())?,
+            mcap: open(mcap.as_mut())?,
+        };
+        return output::written_dir(out, "--out", |dir| {
+            let (bar, dirs) = (bar(*seed), vec![dir.to_path_buf()]);
+            let run = run_one(s, *seed, ticks, dir, &bar, writers);
+            bar.finish();
+            let batch = summarise(s, seeds, vec![run?]);
+            report::write(dir, &batch, &dirs, &marks)?;
+            for f in [record, mcap].into_iter().flatten() {
+                f.commit()?;
+            }
+            Ok(batch)
+        });
     }
     // A batch is put in place whole, as one run is: no seed's folder,
     // summary or report lands over anything, nor without the others.
     output::written_dir(out, "--out", |root| {
-        let (batch, dirs) = batch(root)?;
+        let dirs: Vec<PathBuf> = seeds
+            .iter()
+            .map(|seed| root.join(format!("seed-{seed}")))
+            .collect();
+        let runs: Vec<Result<RunSummary>> = seeds
+            .par_iter()
+            .zip(dirs.par_iter())
+            .map(|(&seed, dir)| {
+                std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+                let bar = bar(seed);
+                let r = run_one(s, seed, ticks, dir, &bar, Writers::default());
+                bar.finish();
+                r
+            })
+            .collect();
+        let batch = summarise(s, seeds, runs.into_iter().collect::<Result<_>>()?);
         std::fs::write(
             root.join("summary.json"),
             serde_json::to_vec_pretty(&batch)?,
         )?;
-        report::write(root, &batch, &dirs, &event_marks(s, ticks))?;
+        report::write(root, &batch, &dirs, &marks)?;
         Ok(batch)
     })
+}
+
+/// The seeds' runs, summarised with mean and spread.
+fn summarise(s: &Scenario, seeds: &[u64], runs: Vec<RunSummary>) -> BatchSummary {
+    let col = |f: &dyn Fn(&RunSummary) -> f64| spread(&runs.iter().map(f).collect::<Vec<_>>());
+    BatchSummary {
+        scenario: s.name.clone(),
+        seeds: seeds.to_vec(),
+        final_order: col(&|r| f64::from(r.last_tick.order)),
+        mean_order: col(&|r| r.mean_order),
+        collisions_total: col(&|r| r.collisions_total as f64),
+        final_largest_cluster: col(&|r| r.last_swarm.largest_cluster as f64),
+        ticks_per_s: col(&|r| r.ticks_per_s),
+        runs,
+    }
 }
 
 /// The scenario's events within the run's `ticks`, for the report.

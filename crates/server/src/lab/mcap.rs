@@ -266,6 +266,16 @@ impl McapExport {
     /// replaced), with the three channels; swarm metrics are measured with
     /// `swarm`.
     pub fn create(path: &Path, swarm: SwarmConfig) -> Result<Self, McapError> {
+        let file = File::create_new(path).map_err(|source| McapError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::to_file(file, path, swarm)
+    }
+
+    /// As [`McapExport::create`], into `file`, opened at `path` by the
+    /// caller (a run's partial twin).
+    pub fn to_file(file: File, path: &Path, swarm: SwarmConfig) -> Result<Self, McapError> {
         let io = |source| McapError::Io {
             path: path.to_owned(),
             source,
@@ -274,7 +284,6 @@ impl McapExport {
             path: path.to_owned(),
             source,
         };
-        let file = File::create_new(path).map_err(io)?;
         let mut writer = mcap::Writer::new(BufWriter::new(file)).map_err(mc)?;
         let mut channel = |schema: foxglove::Schema, encoding: String, topic: &str| {
             let id = writer

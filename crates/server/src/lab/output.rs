@@ -5,27 +5,40 @@
 //! it. A partial twin that exists already is refused, not removed: another
 //! run may be writing it.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-/// `path` with `.partial` appended to its name (`out/w1.5` ->
-/// `out/w1.5.partial`: distinct outputs never share a twin).
-pub fn partial_of(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".partial");
-    PathBuf::from(name)
+/// `path` and its partial twin, `path` with `.partial` appended to its
+/// last component (`out/w1.5` -> `out/w1.5.partial`: distinct outputs
+/// never share a twin; `out/` -> `out.partial`). A path with no last
+/// name (`..`, `/`) is refused.
+fn named(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
+    let Some(name) = path.file_name() else {
+        bail!("{flag} {}: not a file or folder name", path.display());
+    };
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut twin = name.to_owned();
+    twin.push(".partial");
+    Ok((dir.join(name), dir.join(twin)))
 }
 
-/// Refuses `path` (given by `flag`) when it, or its partial twin, exists.
-fn check_new(path: &Path, flag: &str) -> Result<PathBuf> {
+/// `path`'s partial twin (see [`named`]).
+pub fn partial_of(path: &Path) -> Result<PathBuf> {
+    named(path, "path").map(|(_, twin)| twin)
+}
+
+/// Refuses `path` (given by `flag`) when it, or its partial twin, exists;
+/// else both, cleaned.
+fn check_new(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
+    let (path, partial) = named(path, flag)?;
     if path.exists() {
         bail!(
             "{flag} {}: it exists, and a run never overwrites: choose another path or remove it",
             path.display()
         );
     }
-    let partial = partial_of(path);
     if partial.exists() {
         bail!(
             "{flag} {}: {} exists (another run writing it, or one that was killed): remove it if no run is",
@@ -33,13 +46,14 @@ fn check_new(path: &Path, flag: &str) -> Result<PathBuf> {
             partial.display()
         );
     }
-    Ok(partial)
+    Ok((path, partial))
 }
 
 /// Calls `write` on the directory's partial twin (created) and renames it
-/// to `dir` only when it succeeded; `dir` must not exist.
+/// to `dir` only when it succeeded; `dir` must not exist. Everything else
+/// the run puts in place goes inside `write`, so the folder comes last.
 pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
-    let partial = check_new(dir, flag)?;
+    let (dir, partial) = check_new(dir, flag)?;
     if let Some(parent) = partial.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("{flag}: creating {}", parent.display()))?;
@@ -47,59 +61,72 @@ pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Resul
     // `create_dir`, not `_all`: two runs racing for one twin, one fails.
     std::fs::create_dir(&partial)
         .with_context(|| format!("{flag}: creating {}", partial.display()))?;
-    match write(&partial) {
-        Ok(out) => {
-            std::fs::rename(&partial, dir).with_context(|| {
-                format!(
-                    "{flag}: renaming {} to {}",
-                    partial.display(),
-                    dir.display()
-                )
-            })?;
-            Ok(out)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&partial);
-            Err(e)
-        }
+    let put = write(&partial).and_then(|out| {
+        std::fs::rename(&partial, &dir).with_context(|| {
+            format!(
+                "{flag}: renaming {} to {}",
+                partial.display(),
+                dir.display()
+            )
+        })?;
+        Ok(out)
+    });
+    if put.is_err() {
+        let _ = std::fs::remove_dir_all(&partial);
     }
+    put
 }
 
-/// A file written at its partial twin: [`NewFile::commit`] renames it
-/// into place; dropped uncommitted (the run failed), the twin is removed.
+/// A new file written at its partial twin, which this creates (so no other
+/// run can have it): [`NewFile::commit`] renames it into place; dropped
+/// uncommitted (the run failed), the twin is removed.
 #[derive(Debug)]
 pub struct NewFile {
     path: PathBuf,
     partial: PathBuf,
-    committed: bool,
+    file: Option<File>,
+    /// Renamed into place, or left for the user: not to be removed.
+    kept: bool,
 }
 
 impl NewFile {
-    /// Refuses `path` (given by `flag`) when it or its twin exists.
+    /// Refuses `path` (given by `flag`) when it or its twin exists, or its
+    /// directory does not; creates the twin.
     pub fn new(path: &Path, flag: &str) -> Result<Self> {
-        let partial = check_new(path, flag)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let (path, partial) = check_new(path, flag)?;
+        let dir = partial.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
             bail!("{flag} {}: its directory does not exist", path.display());
         }
+        let file = File::create_new(&partial).with_context(|| {
+            format!("{flag} {}: creating {}", path.display(), partial.display())
+        })?;
         Ok(Self {
-            path: path.to_owned(),
+            path,
             partial,
-            committed: false,
+            file: Some(file),
+            kept: false,
         })
     }
 
-    /// Where to write it (create it with `create_new`: a twin that
-    /// appeared since [`NewFile::new`] is another run's).
+    /// The twin, open for writing (once).
+    pub fn take_file(&mut self) -> Result<File> {
+        self.file
+            .take()
+            .with_context(|| format!("{} taken twice", self.partial.display()))
+    }
+
+    /// The twin's path (for messages).
     pub fn partial(&self) -> &Path {
         &self.partial
     }
 
-    /// Renames the written twin into place.
+    /// Renames the written twin into place (an error leaves it where it is).
     pub fn commit(mut self) -> Result<()> {
+        self.kept = true;
         if self.path.exists() {
             bail!(
-                "{} appeared while the run wrote it: left at {}",
+                "{} appeared while the run wrote it: the run's is left at {}",
                 self.path.display(),
                 self.partial.display()
             );
@@ -110,15 +137,13 @@ impl NewFile {
                 self.partial.display(),
                 self.path.display()
             )
-        })?;
-        self.committed = true;
-        Ok(())
+        })
     }
 }
 
 impl Drop for NewFile {
     fn drop(&mut self) {
-        if !self.committed {
+        if !self.kept {
             let _ = std::fs::remove_file(&self.partial);
         }
     }
@@ -136,10 +161,14 @@ mod tests {
     }
 
     #[test]
-    fn outputs_differing_after_a_dot_have_their_own_twins() {
+    fn outputs_have_twins_of_their_own_and_a_nameless_path_is_refused() {
         let d = scratch("twins");
-        assert_ne!(partial_of(&d.join("w1.5")), partial_of(&d.join("w1.7")));
-        assert_eq!(partial_of(&d.join("w1.5")), d.join("w1.5.partial"));
+        let twin = |p: &Path| partial_of(p).unwrap();
+        assert_ne!(twin(&d.join("w1.5")), twin(&d.join("w1.7")));
+        assert_eq!(twin(&d.join("w1.5")), d.join("w1.5.partial"));
+        // `out/` is the folder `out`, its twin beside it, not inside it.
+        assert_eq!(twin(Path::new("runs/out/")), Path::new("runs/out.partial"));
+        assert!(partial_of(Path::new("runs/..")).is_err());
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -147,15 +176,17 @@ mod tests {
     fn a_file_is_in_place_only_once_committed_and_gone_when_dropped() {
         let d = scratch("file");
         let path = d.join("run.jsonl");
-        let f = NewFile::new(&path, "--record").unwrap();
-        std::fs::write(f.partial(), "x").unwrap();
-        // A second run for the same path is refused while the first writes.
+        let mut f = NewFile::new(&path, "--record").unwrap();
+        std::io::Write::write_all(&mut f.take_file().unwrap(), b"x").unwrap();
+        // A second run for the same path is refused while the first writes,
+        // and its refusal removes nothing.
         let e = NewFile::new(&path, "--record").unwrap_err().to_string();
         assert!(e.contains("run.jsonl.partial exists"), "{e}");
+        assert!(f.partial().exists());
         drop(f);
-        assert!(!path.exists() && !partial_of(&path).exists());
-        let f = NewFile::new(&path, "--record").unwrap();
-        std::fs::write(f.partial(), "x").unwrap();
+        assert!(!path.exists() && !partial_of(&path).unwrap().exists());
+        let mut f = NewFile::new(&path, "--record").unwrap();
+        std::io::Write::write_all(&mut f.take_file().unwrap(), b"x").unwrap();
         f.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "x");
         let e = NewFile::new(&path, "--record").unwrap_err().to_string();
@@ -163,6 +194,14 @@ mod tests {
             e.contains("--record") && e.contains("never overwrites"),
             "{e}"
         );
+        // A file that appeared meanwhile is not replaced, and the run's
+        // own is left, not removed.
+        let other = d.join("other.jsonl");
+        let f = NewFile::new(&other, "--record").unwrap();
+        std::fs::write(&other, "theirs").unwrap();
+        assert!(f.commit().is_err());
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs");
+        assert!(partial_of(&other).unwrap().exists());
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -175,8 +214,9 @@ mod tests {
             bail!("the run failed")
         });
         assert!(e.is_err());
-        assert!(!out.exists() && !partial_of(&out).exists());
-        written_dir(&out, "--out", |p| {
+        assert!(!out.exists() && !partial_of(&out).unwrap().exists());
+        let slash = format!("{}/", out.display());
+        written_dir(Path::new(&slash), "--out", |p| {
             std::fs::write(p.join("metrics.csv"), "b").map_err(Into::into)
         })
         .unwrap();

@@ -343,3 +343,31 @@ async fn a_replay_too_large_to_serve_is_refused_naming_the_population() {
     assert!(err.contains("1048576"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A server restarted with the same `--record` keeps the last session's
+/// recording and records to the next free name (it truncated it before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_same_recording_keeps_the_last_one() {
+    let dir = std::env::temp_dir().join(format!("starling-rerec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("session.jsonl");
+    std::fs::write(&file, "the last session's").unwrap();
+    let server = TestServer::start(starling_server::config::Config {
+        record: Some(file.clone()),
+        ..test_config()
+    })
+    .await;
+    let mut v = Viewer::connect(server.addr, None, 30).await;
+    while v.next_frame().await.tick < 70 {}
+    drop(v);
+    server.stop().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "the last session's"
+    );
+    let next = dir.join("session.1.jsonl");
+    let report = starling_server::engine::recording::replay(&next, |_| {}).unwrap();
+    assert!(report.final_tick >= 60, "{report:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

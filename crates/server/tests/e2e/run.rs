@@ -370,10 +370,13 @@ fn a_run_never_overwrites_and_a_failed_run_leaves_nothing() {
         assert!(batch.join(f).exists(), "{f}");
     }
     assert!(!dir.join("batch.partial").exists());
-    // A run whose event fails at tick 10: no folder, recording or MCAP.
+    // A run that fails at tick 30, once it has written: an obstacle that
+    // lives 0.05 s (the load's check does not expire agents) removed after.
     let failing = write(
         &dir,
-        &format!("{SCENARIO}\n[[events]]\nat_tick = 10\nremove_agent = 4242\n"),
+        &format!(
+            "{SCENARIO}\n[[events]]\nat_tick = 0\nadd_obstacle = {{ sphere = {{ center = [10, 30, 15], radius_m = 3 }}, ttl_s = 0.05 }}\n[[events]]\nat_tick = 30\nremove_agent = 2\n"
+        ),
     );
     let (rec, mcap) = (dir.join("f.jsonl"), dir.join("f.mcap"));
     let fout = dir.join("fout");
@@ -391,6 +394,11 @@ fn a_run_never_overwrites_and_a_failed_run_leaves_nothing() {
         "2",
     );
     assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("at tick 30") && err.contains("no agent with id 2"),
+        "{err}"
+    );
     let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -449,36 +457,41 @@ fn a_replay_exports_mcap_only_to_a_new_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A served session's files are checked before it starts: a recording
-/// that exists, or a state file whose directory does not, is refused at
-/// once, naming the setting, and no banner says the flock is served.
+/// A served session's state file is checked before it starts: one whose
+/// directory does not exist is refused at once, naming the setting, and
+/// no banner says the flock is served (it was found only at shutdown, and
+/// the session lost).
 #[test]
-fn serve_refuses_its_output_files_before_it_starts() {
+fn serve_refuses_a_state_file_it_could_not_write_before_it_starts() {
     let dir = scratch("serve-files");
-    let kept = dir.join("kept.jsonl");
-    std::fs::write(&kept, "mine").unwrap();
     let missing = dir.join("no-such-dir").join("flock.json");
-    for (flag, path, field) in [
-        ("--record", &kept, "record"),
-        ("--state-file", &missing, "state_file"),
-    ] {
-        let r = starling(
-            &[
-                "serve",
-                "--population",
-                "100",
-                "--bind",
-                "127.0.0.1:0",
-                flag,
-                path.to_str().unwrap(),
-            ],
-            "2",
-        );
-        assert!(!r.status.success());
-        let err = String::from_utf8_lossy(&r.stderr);
-        assert!(err.contains(&format!("`{field}`")), "{err}");
-        assert!(!String::from_utf8_lossy(&r.stdout).contains("serving"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_starling"))
+        .args([
+            "serve",
+            "--population",
+            "100",
+            "--bind",
+            "127.0.0.1:0",
+            "--state-file",
+        ])
+        .arg(&missing)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A bound on a hang (a server that started), not a timing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started with a state file it cannot write");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "mine");
+    let r = child.wait_with_output().unwrap();
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("`state_file`"), "{err}");
+    assert!(!String::from_utf8_lossy(&r.stdout).contains("serving"));
     let _ = std::fs::remove_dir_all(&dir);
 }
