@@ -37,6 +37,26 @@ at_s = 2.0
 kill_count = 30
 "#;
 
+/// `command`'s output once it exits, which a refusal does at once; past a
+/// bound on a hang (a run or server that started), it is killed and the
+/// test fails with `started`. Not a timing: the refusal takes milliseconds.
+fn refused_within(command: &mut Command, started: &str) -> std::process::Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{started}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn write(dir: &Path, text: &str) -> String {
     let p = dir.join("s.toml");
     std::fs::write(&p, text).unwrap();
@@ -240,29 +260,17 @@ fn an_unwritable_mcap_path_fails_before_the_run_and_writes_nothing() {
     let scenario = write(&dir, &long);
     let mcap = dir.join("no-such-dir").join("run.mcap");
     let out = dir.join("never");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args([
+    let r = refused_within(
+        Command::new(env!("CARGO_BIN_EXE_starling")).args([
             "run",
             &scenario,
             "--out",
             out.to_str().unwrap(),
             "--mcap",
             mcap.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A bound on a hang, not a timing: the refusal takes milliseconds.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the run started before the MCAP path was refused");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let r = child.wait_with_output().unwrap();
+        ]),
+        "the run started before the MCAP path was refused",
+    );
     assert!(!r.status.success());
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
@@ -465,30 +473,19 @@ fn a_replay_exports_mcap_only_to_a_new_file() {
 fn serve_refuses_a_state_file_it_could_not_write_before_it_starts() {
     let dir = scratch("serve-files");
     let missing = dir.join("no-such-dir").join("flock.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_starling"))
-        .args([
-            "serve",
-            "--population",
-            "100",
-            "--bind",
-            "127.0.0.1:0",
-            "--state-file",
-        ])
-        .arg(&missing)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A bound on a hang (a server that started), not a timing.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server started with a state file it cannot write");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let r = child.wait_with_output().unwrap();
+    let r = refused_within(
+        Command::new(env!("CARGO_BIN_EXE_starling"))
+            .args([
+                "serve",
+                "--population",
+                "100",
+                "--bind",
+                "127.0.0.1:0",
+                "--state-file",
+            ])
+            .arg(&missing),
+        "the server started with a state file it cannot write",
+    );
     assert!(!r.status.success());
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("`state_file`"), "{err}");
