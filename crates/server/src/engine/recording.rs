@@ -469,6 +469,16 @@ impl Script {
                 _ if start.is_none() => {
                     return Err(malformed(n, "the first line must be the start".into()));
                 }
+                Line::Op {
+                    op: Op::Reset { .. },
+                    ..
+                } => {
+                    // Its ticks start over, and the player seeks by tick.
+                    return Err(malformed(
+                        n,
+                        "a reset: a recording with one replays (starling replay FILE) but is not served, as its ticks start over".into(),
+                    ));
+                }
                 Line::Op { tick, op } => {
                     ops.push((tick, op));
                     tick
@@ -870,6 +880,31 @@ mod tests {
             err.contains(":1:") && err.contains("start line is cut short"),
             "{err}"
         );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_recording_with_a_reset_replays_but_is_refused_for_serving_by_name() {
+        // Served, it said "tick 60 is before tick 70".
+        let dir = crate::scratch_dir("reset");
+        let path = dir.join("rec.jsonl");
+        record(&path);
+        let whole = std::fs::read_to_string(&path).unwrap();
+        let last = whole.lines().count();
+        let end = replay(&path, |_| {}).unwrap().final_tick;
+        let reset = Line::Op {
+            tick: end,
+            op: Op::Reset { seed: None },
+        };
+        let line = serde_json::to_string(&reset).unwrap();
+        std::fs::write(&path, format!("{whole}{line}\n")).unwrap();
+        assert_eq!(replay(&path, |_| {}).unwrap().final_tick, 0);
+        let err = Script::load(&path).unwrap_err();
+        assert!(err.to_string().contains("a reset"), "{err}");
+        match err {
+            ReplayError::Malformed { line, .. } => assert_eq!(line, last + 1),
+            other => panic!("expected a malformed line, got {other:?}"),
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 
