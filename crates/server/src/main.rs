@@ -202,8 +202,33 @@ enum Cmd {
     Bench(Plan),
 }
 
+/// `starling replay FILE` without `--serve` takes no `serve` flag: one
+/// given on the command line would be ignored, so it is refused, named.
+/// (`STARLING_*` variables are not: they are meant for every command.)
+fn refuse_serve_flags_without_serve(m: &clap::ArgMatches) -> Result<()> {
+    if m.get_flag("serve") {
+        return Ok(());
+    }
+    for id in m.ids() {
+        let id = id.as_str();
+        let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        if given && !matches!(id, "file" | "serve" | "mcap") {
+            anyhow::bail!(
+                "--{}: a serve setting, which `starling replay` takes only with --serve (without it, the recording is checked, not served)",
+                id.replace('_', "-")
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(("replay", m)) = matches.subcommand() {
+        refuse_serve_flags_without_serve(m)?;
+    }
     match cli.command.unwrap_or(Cmd::Serve(cli.serve)) {
         Cmd::Serve(args) => serve_until_signal(config_from(&args)?, Mode::Serve)?,
         Cmd::Edge(args) => serve_edge(&args)?,

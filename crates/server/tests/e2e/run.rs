@@ -462,6 +462,14 @@ fn a_replay_exports_mcap_only_to_a_new_file() {
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(mcap.exists() && !dir.join("run.mcap.partial").exists());
+    // A serve flag without --serve would be ignored: refused, named.
+    let r = starling(&["replay", rec.to_str().unwrap(), "--population", "5"], "2");
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("--population") && err.contains("only with --serve"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
