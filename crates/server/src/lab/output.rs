@@ -54,7 +54,14 @@ fn check_new(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
 /// the run puts in place goes inside `write`, so the folder comes last.
 pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let (dir, partial) = check_new(dir, flag)?;
+    // The outermost folder this makes for it, removed with it on failure.
+    let mut made = None;
     if let Some(parent) = partial.parent().filter(|p| !p.as_os_str().is_empty()) {
+        made = parent
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .last()
+            .map(Path::to_path_buf);
         std::fs::create_dir_all(parent)
             .with_context(|| format!("{flag}: creating {}", parent.display()))?;
     }
@@ -73,6 +80,15 @@ pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Resul
     });
     if put.is_err() {
         let _ = std::fs::remove_dir_all(&partial);
+        // Then the folders made for it, innermost first, while empty (one
+        // another run has put something in since stays).
+        if let (Some(made), Some(parent)) = (made, partial.parent()) {
+            for a in parent.ancestors() {
+                if std::fs::remove_dir(a).is_err() || a == made {
+                    break;
+                }
+            }
+        }
     }
     put
 }
@@ -215,6 +231,10 @@ mod tests {
         });
         assert!(e.is_err());
         assert!(!out.exists() && !partial_of(&out).unwrap().exists());
+        // Folders made for it go with it; one that was there stays.
+        let deep = d.join("a/b/run");
+        assert!(written_dir(&deep, "--out", |_| -> Result<()> { bail!("failed") }).is_err());
+        assert!(!d.join("a").exists() && d.exists());
         let slash = format!("{}/", out.display());
         written_dir(Path::new(&slash), "--out", |p| {
             std::fs::write(p.join("metrics.csv"), "b").map_err(Into::into)
