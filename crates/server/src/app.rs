@@ -124,6 +124,14 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
                 config.max_population
             )));
         }
+        // Checked against the configured population before; this is the flock's.
+        config.swarm.validate_for(flock.len()).map_err(|e| {
+            RunError::Config(ConfigError {
+                field: format!("swarm.{}", e.field),
+                value: format!("{} (resuming {})", e.value, path.display()),
+                allowed: e.allowed,
+            })
+        })?;
         tracing::info!(path = %path.display(), tick = flock.tick(), boids = flock.len(), "resumed from checkpoint");
         return Ok(flock);
     }
@@ -390,5 +398,41 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starling_sim::SwarmConfig;
+
+    /// The connectivity check counts the flock a checkpoint resumes, not
+    /// the configured population (which it replaces).
+    #[test]
+    fn a_resumed_flock_too_large_for_connectivity_is_refused() {
+        let dir = crate::scratch_dir("resume-connectivity");
+        let path = dir.join("flock.json");
+        let flock = Flock::new(FlockConfig {
+            population: starling_sim::MAX_CONNECTIVITY_BOIDS + 1,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        std::fs::write(&path, serde_json::to_vec(&flock.checkpoint()).unwrap()).unwrap();
+        let config = Config {
+            population: 100,
+            state_file: Some(path),
+            swarm: SwarmConfig {
+                connectivity: true,
+                ..SwarmConfig::default()
+            },
+            ..Config::default()
+        };
+        config.validate().unwrap();
+        let e = initial_flock(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("swarm.connectivity") && e.contains("20001 boids"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
