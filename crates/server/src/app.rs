@@ -157,6 +157,19 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    run_announced(listener, config, shutdown, |_| {}).await
+}
+
+/// [`run`], calling `announce` with what it serves ("a flock of 5000
+/// boids", "the replay of FILE") once everything it needs has started: the
+/// recording, checkpoint and replay read or created, so a refusal of any
+/// comes before a banner.
+pub async fn run_announced(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    announce: impl FnOnce(&str),
+) -> Result<(), RunError> {
     config.validate()?;
     config.check_paths()?;
     let replay = match &config.replay {
@@ -228,6 +241,10 @@ pub async fn run(
         )
         .await?;
     }
+    announce(&match &config.replay {
+        Some(file) => format!("the replay of {}", file.display()),
+        None => format!("a flock of {} boids", shared.state().population),
+    });
     tracing::info!(addr = %listener.local_addr()?, "serving");
     serve_http(listener, &config, &shared, stop_tx, shutdown).await?;
     if let Some(flock) = sim.stop()
@@ -340,29 +357,15 @@ pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {}", config.bind))?;
         let addr = listener.local_addr()?;
-        match (mode, &config.replay, &config.nats) {
-            (Mode::Edge, _, nats) => println!(
-                "Starling is serving the flock of {} at http://{addr}/ (an edge)",
-                nats.as_deref().unwrap_or("(no --nats)")
-            ),
-            (_, Some(file), _) => {
-                println!("Starling is replaying {} at http://{addr}/", file.display())
-            }
-            (_, None, _) => match config.state_file.as_ref().filter(|p| p.exists()) {
-                Some(p) => println!(
-                    "Starling is serving the flock checkpointed in {} at http://{addr}/",
-                    p.display()
-                ),
-                None => println!(
-                    "Starling is serving a flock of {} boids at http://{addr}/",
-                    config.population
-                ),
-            },
-        }
         if mode == Mode::Edge {
+            println!(
+                "Starling is serving the flock of {} at http://{addr}/ (an edge)",
+                config.nats.as_deref().unwrap_or("(no --nats)")
+            );
             run_edge(listener, config, shutdown_signal()).await?;
         } else {
-            run(listener, config, shutdown_signal()).await?;
+            let banner = |what: &str| println!("Starling is serving {what} at http://{addr}/");
+            run_announced(listener, config, shutdown_signal(), banner).await?;
         }
         Ok(())
     })

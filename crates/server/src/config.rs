@@ -325,12 +325,12 @@ impl Config {
         };
         // (One that exists is kept: the session records to a new name.)
         if let Some(p) = &self.record
-            && !dir_of(p).is_dir()
+            && (p.is_dir() || !dir_of(p).is_dir())
         {
             return Err(err(
                 "record",
                 p.display(),
-                "a file in an existing directory",
+                "a file (not a directory) in an existing directory",
             ));
         }
         if let Some(p) = &self.state_file {
@@ -343,14 +343,22 @@ impl Config {
                 ));
             }
             // The checkpoint is written next to it, then renamed over it.
-            // (A probe a killed server left, say as pid 1 in a container,
-            // means the directory took one.)
-            let probe = dir.join(format!(".starling-probe-{}", std::process::id()));
-            let writable = match std::fs::File::create_new(&probe) {
-                Ok(_) => true,
-                Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
-            };
-            let _ = std::fs::remove_file(&probe);
+            // (Named anew each try: a probe a killed server left, say as
+            // pid 1 in a container, is in the way of no later one.)
+            let writable = (0..8).any(|k| {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                let probe = dir.join(format!(
+                    ".starling-probe-{}-{nanos}-{k}",
+                    std::process::id()
+                ));
+                let made = std::fs::File::create_new(&probe).is_ok();
+                if made {
+                    let _ = std::fs::remove_file(&probe);
+                }
+                made
+            });
             if !writable {
                 return Err(err(
                     "state_file",
@@ -383,7 +391,11 @@ impl Config {
             .map_err(|e| err(&format!("params.{}", e.field), &e.value, &e.allowed))?;
         self.swarm
             .validate()
-            .and_then(|()| self.swarm.validate_for(self.population))
+            // A resumed flock's size is checked when it is read (app.rs).
+            .and_then(|()| match self.state_file.as_ref().filter(|p| p.exists()) {
+                Some(_) => Ok(()),
+                None => self.swarm.validate_for(self.population),
+            })
             .map_err(|e| err(&format!("swarm.{}", e.field), &e.value, &e.allowed))?;
         if self.population > MAX_SERVED_POPULATION {
             return Err(err(

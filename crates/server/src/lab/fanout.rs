@@ -97,15 +97,23 @@ pub(crate) async fn spawn_starling(
         .context("starting starling")?;
     let pid = child.id().context("child pid")?;
     let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await??
-        .context("the child printed nothing")?;
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .context("no URL in the child's first line")?
-        .trim_end_matches('/')
-        .to_owned();
+    // The banner names the URL once the server has started; log lines may
+    // come first.
+    let addr = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await?
+                .context("the child printed no URL")?;
+            if let Some(a) = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("http://"))
+            {
+                return anyhow::Ok(a.trim_end_matches('/').to_owned());
+            }
+        }
+    })
+    .await??;
     Ok((child, pid, addr))
 }
 

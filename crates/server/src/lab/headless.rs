@@ -5,9 +5,10 @@
 //!
 //! Outputs are deterministic: the same scenario and seed give byte-identical
 //! `metrics.csv` and `trajectories.csv` on any thread count (wall-clock
-//! figures appear only in `summary.json`). A run writes into `DIR.partial`
-//! and renames it to `DIR` only when everything succeeded, so no partial
-//! output ever looks finished.
+//! figures appear only in `summary.json`). A run writes nothing over
+//! anything, and into partial twins renamed into place only when
+//! everything succeeded (`output.rs`), so no partial output ever looks
+//! finished.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -139,7 +140,7 @@ pub struct Exports<'a> {
 }
 
 /// The recording and MCAP files a single-seed run writes, opened at their
-/// partial twins, with those twins' paths (for messages).
+/// partial twins, with the paths given for them (for messages).
 #[derive(Debug, Default)]
 struct Writers {
     record: Option<(std::fs::File, PathBuf)>,
@@ -226,6 +227,10 @@ fn run_one(
             flock.step();
             if let Some(rec) = recorder.as_mut() {
                 rec.after_tick(&flock);
+                // A failed write (a full disk) ends the run now, not at its end.
+                if let Some(e) = rec.failed() {
+                    bail!("--record {}: {e}", rec.path().display());
+                }
             }
             if let Some(m) = mcap.as_mut() {
                 m.tick(&flock)?;
@@ -350,6 +355,14 @@ pub fn run_batch(
         )
     };
     let marks = event_marks(s, ticks);
+    if let (Some(r), Some(m)) = (exports.record, exports.mcap)
+        && r == m
+    {
+        bail!(
+            "--record and --mcap {}: the same file for both",
+            r.display()
+        );
+    }
     if let [seed] = seeds {
         // The files first: a path refused costs no run. They are put in
         // place with the folder, after the report, or not at all.
@@ -362,7 +375,7 @@ pub fn run_batch(
             .map(|p| NewFile::new(p, "--mcap"))
             .transpose()?;
         let open = |f: Option<&mut NewFile>| -> Result<Option<(std::fs::File, PathBuf)>> {
-            f.map(|f| Ok((f.take_file()?, f.partial().to_owned())))
+            f.map(|f| Ok((f.take_file()?, f.path().to_owned())))
                 .transpose()
         };
         let writers = Writers {

@@ -51,7 +51,9 @@ fn check_new(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
 
 /// Calls `write` on the directory's partial twin (created) and renames it
 /// to `dir` only when it succeeded; `dir` must not exist. Everything else
-/// the run puts in place goes inside `write`, so the folder comes last.
+/// the run puts in place goes inside `write`, so the folder comes last. A
+/// failed `write` removes the twin; a finished run whose folder cannot be
+/// put in place (one appeared meanwhile) is kept at the twin, and said so.
 pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let (dir, partial) = check_new(dir, flag)?;
     // The outermost folder this makes for it, removed with it on failure.
@@ -68,29 +70,39 @@ pub fn written_dir<T>(dir: &Path, flag: &str, write: impl FnOnce(&Path) -> Resul
     // `create_dir`, not `_all`: two runs racing for one twin, one fails.
     std::fs::create_dir(&partial)
         .with_context(|| format!("{flag}: creating {}", partial.display()))?;
-    let put = write(&partial).and_then(|out| {
-        std::fs::rename(&partial, &dir).with_context(|| {
-            format!(
-                "{flag}: renaming {} to {}",
-                partial.display(),
-                dir.display()
-            )
-        })?;
-        Ok(out)
-    });
-    if put.is_err() {
-        let _ = std::fs::remove_dir_all(&partial);
-        // Then the folders made for it, innermost first, while empty (one
-        // another run has put something in since stays).
-        if let (Some(made), Some(parent)) = (made, partial.parent()) {
-            for a in parent.ancestors() {
-                if std::fs::remove_dir(a).is_err() || a == made {
-                    break;
+    let out = match write(&partial) {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&partial);
+            // Then the folders made for it, innermost first, while empty
+            // (one another run has put something in since stays).
+            if let (Some(made), Some(parent)) = (made, partial.parent()) {
+                for a in parent.ancestors() {
+                    if std::fs::remove_dir(a).is_err() || a == made {
+                        break;
+                    }
                 }
             }
+            return Err(e);
         }
+    };
+    // The run finished: whatever stops the rename, its folder is kept.
+    // (Checked again: a rename would replace an empty folder that appeared.)
+    if dir.exists() {
+        bail!(
+            "{flag} {} appeared while the run wrote it: the finished run is left at {}",
+            dir.display(),
+            partial.display()
+        );
     }
-    put
+    std::fs::rename(&partial, &dir).with_context(|| {
+        format!(
+            "{flag}: the finished run is left at {}: renaming it to {}",
+            partial.display(),
+            dir.display()
+        )
+    })?;
+    Ok(out)
 }
 
 /// A new file written at its partial twin, which this creates (so no other
@@ -130,6 +142,11 @@ impl NewFile {
         self.file
             .take()
             .with_context(|| format!("{} taken twice", self.partial.display()))
+    }
+
+    /// The path given for it.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The twin's path (for messages).
@@ -245,6 +262,20 @@ mod tests {
             "b"
         );
         assert!(written_dir(&out, "--out", |_| Ok(())).is_err());
+        // A folder that appears while a run writes is not replaced, and the
+        // finished run is kept beside it.
+        let late = d.join("late");
+        let e = written_dir(&late, "--out", |p| {
+            std::fs::write(p.join("metrics.csv"), "c")?;
+            std::fs::create_dir(d.join("late")).map_err(Into::into)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("late.partial"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(d.join("late.partial/metrics.csv")).unwrap(),
+            "c"
+        );
         std::fs::remove_dir_all(d).unwrap();
     }
 }

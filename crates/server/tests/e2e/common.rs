@@ -481,18 +481,23 @@ pub(crate) async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // The banner names the URL once the server has started; log lines
+    // (a checkpoint resumed) may come first.
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .trim_end_matches('/')
-        .to_owned();
+    let url = tokio::time::timeout(WAIT, async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server printed no URL");
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                return url.trim_end_matches('/').to_owned();
+            }
+        }
+    })
+    .await
+    .unwrap();
     (child, url)
 }
 

