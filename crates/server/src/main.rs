@@ -306,12 +306,24 @@ fn serve_replay(file: PathBuf, args: &ServeArgs) -> Result<()> {
     ] {
         anyhow::ensure!(
             !given,
-            "{flag} does not apply to a replay: the recording sets the flock"
+            "{flag} (or {}) does not apply to a replay: the recording sets the flock",
+            env_of(flag)
         );
     }
     let mut config = config_from(args)?;
     config.replay = Some(file);
     serve_until_signal(config, Mode::Replay)
+}
+
+/// The `STARLING_*` variable that sets the same as `flag` (a value refused
+/// may have come from either).
+fn env_of(flag: &str) -> String {
+    format!(
+        "STARLING_{}",
+        flag.trim_start_matches('-')
+            .replace('-', "_")
+            .to_uppercase()
+    )
 }
 
 fn serve_edge(args: &ServeArgs) -> Result<()> {
@@ -326,7 +338,8 @@ fn serve_edge(args: &ServeArgs) -> Result<()> {
     ] {
         anyhow::ensure!(
             !given,
-            "{flag} does not apply to an edge: the origin runs the flock"
+            "{flag} (or {}) does not apply to an edge: the origin runs the flock",
+            env_of(flag)
         );
     }
     let config = config_from(args)?;
