@@ -157,167 +157,163 @@ fn run_one(
     bar: &ProgressBar,
     writers: Writers,
 ) -> Result<RunSummary> {
-    {
-        let mut flock: Flock = s.build(seed)?;
-        let mut recorder = writers
-            .record
-            .map(|(file, path)| {
-                Recorder::to_file(file, &path, &flock)
-                    .with_context(|| format!("--record {}", path.display()))
-            })
-            .transpose()?;
-        let mut mcap = writers
-            .mcap
-            .map(|(file, path)| McapExport::to_file(file, &path, s.swarm))
-            .transpose()?;
-        if let Some(m) = mcap.as_mut() {
-            m.tick(&flock)?;
-        }
-        let mut metrics = std::io::BufWriter::new(std::fs::File::create(dir.join("metrics.csv"))?);
-        let mut traj =
-            std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.csv"))?);
-        metrics.write_all(METRICS_HEADER.as_bytes())?;
-        traj.write_all(TRAJ_HEADER.as_bytes())?;
-        let mut events: Vec<(u64, usize)> = s
-            .events
-            .iter()
-            .enumerate()
-            .map(|(k, e)| (s.event_tick(e), k))
-            .collect();
-        events.sort_unstable();
-        let mut next_event = 0;
-        let mut capped = Vec::new();
-        let mut meter = SwarmMeter::default();
-        let (mut order_sum, mut rows, mut collisions, mut min_nn) =
-            (0.0f64, 0u64, 0u64, f32::INFINITY);
-        let mut last_swarm = SwarmMetrics::default();
-        let mut line = String::new();
-        let dt = 1.0 / f64::from(flock.params().tick_hz);
-        let t0 = Instant::now();
-        bar.set_length(ticks);
-        for _ in 0..ticks {
-            while next_event < events.len() && events[next_event].0 <= flock.tick() {
-                let k = events[next_event].1;
-                let tick = flock.tick();
-                let (op, cut) = s.events[k]
-                    .op(flock.len(), flock.frozen_count())
-                    .map_err(anyhow::Error::msg)
-                    .with_context(|| format!("event {k} at tick {tick}"))?;
-                if let Some(c) = cut {
-                    bar.suspend(|| {
-                        eprintln!(
-                            "warning: event {k} at tick {tick}: {} asked for {} boids, {} there were; applied to those (see events_capped in summary.json)",
-                            c.field, c.asked, c.applied
-                        );
-                    });
-                    capped.push(CappedEvent {
-                        event: k,
-                        tick,
-                        capped: c,
-                    });
-                }
-                apply_op(&mut flock, op.clone())
-                    .map_err(anyhow::Error::msg)
-                    .with_context(|| format!("event {k} at tick {tick}"))?;
-                if let Some(rec) = recorder.as_mut() {
-                    rec.op(tick, &op);
-                }
-                next_event += 1;
-            }
-            flock.step();
-            if let Some(rec) = recorder.as_mut() {
-                rec.after_tick(&flock);
-                // A failed write (a full disk) ends the run now, not at its end.
-                if let Some(e) = rec.failed() {
-                    bail!("--record {}: {e}", rec.path().display());
-                }
-            }
-            if let Some(m) = mcap.as_mut() {
-                m.tick(&flock)?;
-            }
+    let mut flock: Flock = s.build(seed)?;
+    let mut recorder = writers
+        .record
+        .map(|(file, path)| {
+            Recorder::to_file(file, &path, &flock)
+                .with_context(|| format!("--record {}", path.display()))
+        })
+        .transpose()?;
+    let mut mcap = writers
+        .mcap
+        .map(|(file, path)| McapExport::to_file(file, &path, s.swarm))
+        .transpose()?;
+    if let Some(m) = mcap.as_mut() {
+        m.tick(&flock)?;
+    }
+    let mut metrics = std::io::BufWriter::new(std::fs::File::create(dir.join("metrics.csv"))?);
+    let mut traj = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.csv"))?);
+    metrics.write_all(METRICS_HEADER.as_bytes())?;
+    traj.write_all(TRAJ_HEADER.as_bytes())?;
+    let mut events: Vec<(u64, usize)> = s
+        .events
+        .iter()
+        .enumerate()
+        .map(|(k, e)| (s.event_tick(e), k))
+        .collect();
+    events.sort_unstable();
+    let mut next_event = 0;
+    let mut capped = Vec::new();
+    let mut meter = SwarmMeter::default();
+    let (mut order_sum, mut rows, mut collisions, mut min_nn) = (0.0f64, 0u64, 0u64, f32::INFINITY);
+    let mut last_swarm = SwarmMetrics::default();
+    let mut line = String::new();
+    let dt = 1.0 / f64::from(flock.params().tick_hz);
+    let t0 = Instant::now();
+    bar.set_length(ticks);
+    for _ in 0..ticks {
+        while next_event < events.len() && events[next_event].0 <= flock.tick() {
+            let k = events[next_event].1;
             let tick = flock.tick();
-            if tick.is_multiple_of(s.output.metrics_every) {
-                let m = *flock.metrics();
-                let w = meter.measure(&flock, &s.swarm);
-                line.clear();
-                writeln!(
-                    line,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            let (op, cut) = s.events[k]
+                .op(flock.len(), flock.frozen_count())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("event {k} at tick {tick}"))?;
+            if let Some(c) = cut {
+                bar.suspend(|| {
+                    eprintln!(
+                        "warning: event {k} at tick {tick}: {} asked for {} boids, {} there were; applied to those (see events_capped in summary.json)",
+                        c.field, c.asked, c.applied
+                    );
+                });
+                capped.push(CappedEvent {
+                    event: k,
                     tick,
-                    tick as f64 * dt,
-                    m.population,
-                    m.order,
-                    m.mean_speed_mps,
-                    opt(w.min_nn_m),
-                    opt(w.mean_nn_m),
-                    w.collisions,
-                    w.collision_ratio,
-                    w.clusters,
-                    w.largest_cluster,
-                    opt(w.obstacle_clearance_m),
-                    opt(w.goal_distance_m),
-                    opt(w.velocity_correlation),
-                    opt(w.algebraic_connectivity),
-                )?;
-                metrics.write_all(line.as_bytes())?;
-                order_sum += f64::from(m.order);
-                rows += 1;
-                collisions += w.collisions as u64;
-                min_nn = min_nn.min(w.min_nn_m.unwrap_or(f32::INFINITY));
-                last_swarm = w;
+                    capped: c,
+                });
             }
-            let every = s.output.trajectories_every;
-            if every > 0 && tick.is_multiple_of(every) {
-                let (ids, boids) = (flock.ids(), flock.boids());
-                let mut order: Vec<usize> = (0..ids.len()).collect();
-                order.sort_unstable_by_key(|&i| ids[i]);
-                for i in order {
-                    let b = boids[i];
-                    line.clear();
-                    writeln!(
-                        line,
-                        "{},{},{},{},{},{},{},{}",
-                        tick, ids[i], b.p.x, b.p.y, b.p.z, b.v.x, b.v.y, b.v.z
-                    )?;
-                    traj.write_all(line.as_bytes())?;
-                }
+            apply_op(&mut flock, op.clone())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("event {k} at tick {tick}"))?;
+            if let Some(rec) = recorder.as_mut() {
+                rec.op(tick, &op);
             }
-            bar.inc(1);
+            next_event += 1;
         }
-        metrics.flush()?;
-        traj.flush()?;
+        flock.step();
         if let Some(rec) = recorder.as_mut() {
-            rec.finish(&flock);
+            rec.after_tick(&flock);
+            // A failed write (a full disk) ends the run now, not at its end.
             if let Some(e) = rec.failed() {
                 bail!("--record {}: {e}", rec.path().display());
             }
         }
-        if let Some(m) = mcap {
-            m.finish()?;
+        if let Some(m) = mcap.as_mut() {
+            m.tick(&flock)?;
         }
-        let wall = t0.elapsed().as_secs_f64();
-        let summary = RunSummary {
-            scenario: s.name.clone(),
-            seed,
-            ticks,
-            simulated_s: ticks as f64 * dt,
-            wall_s: wall,
-            ticks_per_s: ticks as f64 / wall.max(1e-9),
-            events_applied: next_event,
-            events_not_reached: events.len() - next_event,
-            events_capped: capped,
-            mean_order: order_sum / rows.max(1) as f64,
-            min_nn_m: min_nn.is_finite().then_some(min_nn),
-            collisions_total: collisions,
-            last_tick: *flock.metrics(),
-            last_swarm,
-        };
-        std::fs::write(
-            dir.join("summary.json"),
-            serde_json::to_vec_pretty(&summary)?,
-        )?;
-        Ok(summary)
+        let tick = flock.tick();
+        if tick.is_multiple_of(s.output.metrics_every) {
+            let m = *flock.metrics();
+            let w = meter.measure(&flock, &s.swarm);
+            line.clear();
+            writeln!(
+                line,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                tick,
+                tick as f64 * dt,
+                m.population,
+                m.order,
+                m.mean_speed_mps,
+                opt(w.min_nn_m),
+                opt(w.mean_nn_m),
+                w.collisions,
+                w.collision_ratio,
+                w.clusters,
+                w.largest_cluster,
+                opt(w.obstacle_clearance_m),
+                opt(w.goal_distance_m),
+                opt(w.velocity_correlation),
+                opt(w.algebraic_connectivity),
+            )?;
+            metrics.write_all(line.as_bytes())?;
+            order_sum += f64::from(m.order);
+            rows += 1;
+            collisions += w.collisions as u64;
+            min_nn = min_nn.min(w.min_nn_m.unwrap_or(f32::INFINITY));
+            last_swarm = w;
+        }
+        let every = s.output.trajectories_every;
+        if every > 0 && tick.is_multiple_of(every) {
+            let (ids, boids) = (flock.ids(), flock.boids());
+            let mut order: Vec<usize> = (0..ids.len()).collect();
+            order.sort_unstable_by_key(|&i| ids[i]);
+            for i in order {
+                let b = boids[i];
+                line.clear();
+                writeln!(
+                    line,
+                    "{},{},{},{},{},{},{},{}",
+                    tick, ids[i], b.p.x, b.p.y, b.p.z, b.v.x, b.v.y, b.v.z
+                )?;
+                traj.write_all(line.as_bytes())?;
+            }
+        }
+        bar.inc(1);
     }
+    metrics.flush()?;
+    traj.flush()?;
+    if let Some(rec) = recorder.as_mut() {
+        rec.finish(&flock);
+        if let Some(e) = rec.failed() {
+            bail!("--record {}: {e}", rec.path().display());
+        }
+    }
+    if let Some(m) = mcap {
+        m.finish()?;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let summary = RunSummary {
+        scenario: s.name.clone(),
+        seed,
+        ticks,
+        simulated_s: ticks as f64 * dt,
+        wall_s: wall,
+        ticks_per_s: ticks as f64 / wall.max(1e-9),
+        events_applied: next_event,
+        events_not_reached: events.len() - next_event,
+        events_capped: capped,
+        mean_order: order_sum / rows.max(1) as f64,
+        min_nn_m: min_nn.is_finite().then_some(min_nn),
+        collisions_total: collisions,
+        last_tick: *flock.metrics(),
+        last_swarm,
+    };
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    Ok(summary)
 }
 
 /// Runs `seeds` (in parallel when more than one), each into `out/seed-N`
