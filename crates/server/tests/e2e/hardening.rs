@@ -929,15 +929,7 @@ async fn other_sites_pages_cannot_drive_an_open_loopback_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limited() {
-    let server = TestServer::start(Config {
-        population: 20_000,
-        operator_token: vec!["operator-token".into()],
-        ..test_config()
-    })
-    .await;
-    // Wait (for ticks, via frames) until some seconds of samples exist.
-    let mut v = Viewer::connect(server.addr, None, 5).await;
-    while v.next_frame().await.tick < 330 {}
+    let server = with_history(test_config()).await;
     let url = server.url("/api/v1/trajectories.csv?seconds=60");
     // Anonymous viewers may not run them (by default only operators may).
     let (s, b) = rest(reqwest::Method::GET, &url, None, None).await;
@@ -964,6 +956,27 @@ async fn trajectory_exports_need_their_role_run_one_at_a_time_and_are_rate_limit
     server.stop().await.unwrap();
 }
 
+/// A server of `config` with 20,000 boids and an operator token, once
+/// some seconds of samples exist (waited for by ticks, via frames).
+async fn with_history(config: Config) -> TestServer {
+    let server = TestServer::start(Config {
+        population: 20_000,
+        operator_token: vec!["operator-token".into()],
+        ..config
+    })
+    .await;
+    let mut v = Viewer::connect(server.addr, None, 5).await;
+    while v.next_frame().await.tick < 330 {}
+    server
+}
+
+/// The export slot is free again: the next export is served whole.
+async fn the_next_export_is_served(server: &TestServer) {
+    let short = server.url("/api/v1/trajectories.csv?seconds=1");
+    let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
+    assert_eq!(s, 200);
+}
+
 /// An operator's export of `url`, started (200) and its body not read yet.
 async fn start_export(url: &str) -> reqwest::Response {
     let held = reqwest::Client::new()
@@ -981,16 +994,11 @@ async fn start_export(url: &str) -> reqwest::Response {
 /// ended cleanly, short by millions of rows); the export slot is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
-    let server = TestServer::start(Config {
-        population: 20_000,
-        operator_token: vec!["operator-token".into()],
+    let server = with_history(Config {
         stall_timeout_s: 1.0,
         ..test_config()
     })
     .await;
-    let mut v = Viewer::connect(server.addr, None, 5).await;
-    while v.next_frame().await.tick < 330 {}
-    drop(v);
     // About 20 MB of CSV, more than loopback's socket buffers hold.
     let url = server.url("/api/v1/trajectories.csv?seconds=60");
     let held = start_export(&url).await;
@@ -1001,10 +1009,7 @@ async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
         "a cut export read as whole: {:?} bytes",
         body.map(|b| b.len())
     );
-    // The slot is free again: the next export is served whole.
-    let short = server.url("/api/v1/trajectories.csv?seconds=1");
-    let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
-    assert_eq!(s, 200);
+    the_next_export_is_served(&server).await;
     server.stop().await.unwrap();
 }
 
@@ -1013,17 +1018,12 @@ async fn a_stalled_trajectory_export_ends_in_an_error_not_a_short_csv() {
 /// its transfer ends in an error and the next export is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_steady_trajectory_export_is_cut_at_its_deadline() {
-    let server = TestServer::start(Config {
-        population: 20_000,
-        operator_token: vec!["operator-token".into()],
+    let server = with_history(Config {
         stall_timeout_s: 60.0,
         export_deadline_s: 1.0,
         ..test_config()
     })
     .await;
-    let mut v = Viewer::connect(server.addr, None, 5).await;
-    while v.next_frame().await.tick < 330 {}
-    drop(v);
     // About 20 MB of CSV, read a chunk every 20 ms.
     let url = server.url("/api/v1/trajectories.csv?seconds=60");
     let mut held = start_export(&url).await;
@@ -1040,10 +1040,7 @@ async fn a_slow_steady_trajectory_export_is_cut_at_its_deadline() {
         ended.is_err(),
         "an export past its deadline read as whole: {ended:?}"
     );
-    // The slot is free again: the next export is served whole.
-    let short = server.url("/api/v1/trajectories.csv?seconds=1");
-    let (s, _) = rest(reqwest::Method::GET, &short, Some("operator-token"), None).await;
-    assert_eq!(s, 200);
+    the_next_export_is_served(&server).await;
     server.stop().await.unwrap();
 }
 
