@@ -816,6 +816,15 @@ mod tests {
         path
     }
 
+    /// `err` is a malformed line `line` whose message says `says`.
+    fn assert_malformed(err: ReplayError, line: usize, says: &str) {
+        assert!(err.to_string().contains(says), "{err}");
+        match err {
+            ReplayError::Malformed { line: at, .. } => assert_eq!(at, line),
+            other => panic!("expected a malformed line, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_recording_cut_mid_line_plays_to_the_line_before() {
         // A recorder killed mid-write leaves its last line without a
@@ -851,10 +860,7 @@ mod tests {
             replay(&path, |_| {}).unwrap_err(),
             Script::load(&path).unwrap_err(),
         ] {
-            match err {
-                ReplayError::Malformed { line, .. } => assert_eq!(line, lines.len()),
-                other => panic!("expected a malformed line, got {other:?}"),
-            }
+            assert_malformed(err, lines.len(), "");
         }
         // A whole last line without a newline is read, and one that is
         // whole JSON but no recording line is an error, not a cut.
@@ -864,10 +870,8 @@ mod tests {
             None
         );
         let wrong = format!("{body}\n{{\"kind\":\"nonsense\"}}");
-        match replay(path_with(&path, &wrong), |_| {}).unwrap_err() {
-            ReplayError::Malformed { line, .. } => assert_eq!(line, lines.len() + 1),
-            other => panic!("expected a malformed line, got {other:?}"),
-        }
+        let err = replay(path_with(&path, &wrong), |_| {}).unwrap_err();
+        assert_malformed(err, lines.len() + 1, "");
         // Not a file at all.
         let err = Script::load(Path::new("/dev/null"))
             .unwrap_err()
@@ -899,12 +903,7 @@ mod tests {
         let line = serde_json::to_string(&reset).unwrap();
         std::fs::write(&path, format!("{whole}{line}\n")).unwrap();
         assert_eq!(replay(&path, |_| {}).unwrap().final_tick, 0);
-        let err = Script::load(&path).unwrap_err();
-        assert!(err.to_string().contains("a reset"), "{err}");
-        match err {
-            ReplayError::Malformed { line, .. } => assert_eq!(line, last + 1),
-            other => panic!("expected a malformed line, got {other:?}"),
-        }
+        assert_malformed(Script::load(&path).unwrap_err(), last + 1, "a reset");
         std::fs::remove_dir_all(&dir).ok();
     }
 
@@ -923,12 +922,7 @@ mod tests {
             replay(&path, |_| {}).unwrap_err(),
             Script::load(&path).unwrap_err(),
         ] {
-            let text = err.to_string();
-            assert!(text.contains("MAX_TICK_GAP"), "{text}");
-            match err {
-                ReplayError::Malformed { line, .. } => assert_eq!(line, n + 1),
-                other => panic!("expected a malformed line, got {other:?}"),
-            }
+            assert_malformed(err, n + 1, "MAX_TICK_GAP");
         }
         std::fs::remove_dir_all(&dir).ok();
     }
