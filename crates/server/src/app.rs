@@ -347,9 +347,6 @@ pub enum Mode {
 pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
     use anyhow::Context as _;
     config.validate()?;
-    if mode != Mode::Edge {
-        config.check_paths()?;
-    }
     init_logging(config.log_json);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use starling_protocol::Role;
-use starling_sim::params::SPECS;
+use starling_sim::params::used_only_by;
 use starling_sim::{Params, SwarmConfig};
 
 use crate::command::AgentCaps;
@@ -294,17 +294,12 @@ impl Config {
         };
         let model = self.params.model;
         for (key, value) in given {
-            let Some(spec) = SPECS.iter().find(|s| s.name == key) else {
-                continue;
-            };
-            if !spec.models.contains(model) {
-                let users: Vec<&str> = spec.models.iter().map(|m| m.as_str()).collect();
+            if let Some(users) = used_only_by(key, model) {
                 return Err(err(
                     &format!("params.{key}"),
                     value,
                     &format!(
-                        "unset: it is used only by model {} and this config's model is {}",
-                        users.join(" | "),
+                        "unset: it is used only by model {users} and this config's model is {}",
                         model.as_str()
                     ),
                 ));

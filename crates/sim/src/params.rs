@@ -473,6 +473,15 @@ fn half_smallest_extent(p: &Params) -> f32 {
         / 2.0
 }
 
+/// The models that use parameter `name` ("vasarhelyi | olfati_saber"),
+/// when `model` is not among them: set under `model`, it would do nothing.
+/// None when `model` uses it, or no parameter has that name.
+pub fn used_only_by(name: &str, model: Model) -> Option<String> {
+    let spec = SPECS.iter().find(|s| s.name == name)?;
+    let users: Vec<&str> = spec.models.iter().map(Model::as_str).collect();
+    (!spec.models.contains(model)).then(|| users.join(" | "))
+}
+
 /// Every scalar parameter (all but `world_m` and `dims`, which shape the
 /// world), in the order viewers list them, each group's together.
 pub const SPECS: [ParamSpec; 52] = {

@@ -39,7 +39,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use starling_sim::params::SPECS;
+use starling_sim::params::{SPECS, used_only_by};
 use starling_sim::{
     Flock, FlockConfig, MAX_POPULATION, Model, Params, ParamsPatch, Preset, SwarmConfig, Vec3,
 };
@@ -570,14 +570,9 @@ fn unused_under(model: Model, patch: &ParamsPatch) -> Option<&'static str> {
 
 /// Why a parameter is refused under `model`, naming the models that use it.
 fn model_detail(field: &str, model: Model) -> String {
-    let users: Vec<&str> = SPECS
-        .iter()
-        .find(|s| s.name == field)
-        .map(|s| s.models.iter().map(Model::as_str).collect())
-        .unwrap_or_default();
+    let users = used_only_by(field, model).unwrap_or_default();
     format!(
-        "is used only by model {} and this scenario's model is {model}: remove it or set model",
-        users.join(" | ")
+        "is used only by model {users} and this scenario's model is {model}: remove it or set model"
     )
 }
 
