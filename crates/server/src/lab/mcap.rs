@@ -262,19 +262,9 @@ fn scene(flock: &Flock) -> Vec<SceneEntity> {
 }
 
 impl McapExport {
-    /// Creates `path`, a new file (an existing one is refused, never
-    /// replaced), with the three channels; swarm metrics are measured with
-    /// `swarm`.
-    pub fn create(path: &Path, swarm: SwarmConfig) -> Result<Self, McapError> {
-        let file = File::create_new(path).map_err(|source| McapError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::to_file(file, path, swarm)
-    }
-
-    /// As [`McapExport::create`], into `file`, opened at `path` by the
-    /// caller (a run's partial twin).
+    /// Starts the export in `file` (opened at `path` by the caller: a run's
+    /// partial twin, `lab/output.rs`) with the three channels; swarm
+    /// metrics are measured with `swarm`.
     pub fn to_file(file: File, path: &Path, swarm: SwarmConfig) -> Result<Self, McapError> {
         let io = |source| McapError::Io {
             path: path.to_owned(),
@@ -492,7 +482,8 @@ mod tests {
                 None,
             )
             .unwrap();
-        let mut out = McapExport::create(&path, SwarmConfig::default()).unwrap();
+        let file = File::create_new(&path).unwrap();
+        let mut out = McapExport::to_file(file, &path, SwarmConfig::default()).unwrap();
         let first: Vec<(u32, Vec3)> = flock
             .ids()
             .iter()

@@ -25,7 +25,8 @@ fn named(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// `path`'s partial twin (see [`named`]).
-pub fn partial_of(path: &Path) -> Result<PathBuf> {
+#[cfg(test)]
+fn partial_of(path: &Path) -> Result<PathBuf> {
     named(path, "path").map(|(_, twin)| twin)
 }
 
