@@ -282,16 +282,15 @@ impl Shared {
             return Err(e);
         }
         let (tx, mut rx) = oneshot::channel();
-        let claimed = give_up.map(|wait| (wait, Claim::default()));
-        let claim = claimed.as_ref().map(|(_, c)| c.clone());
-        // A waiter that goes away unanswered (its task cancelled) gives up
-        // on the op too: a forwarded op nobody waits for never applies.
-        let _abandon = AbandonOnDrop(claim.clone());
+        // The op's claim, when it may be given up on. A waiter that goes
+        // away unanswered (its task cancelled) gives up on the op too: a
+        // forwarded op nobody waits for never applies.
+        let claim = AbandonOnDrop(give_up.map(|_| Claim::default()));
         if let Err(e) = self.0.requests.try_send(Request {
             op,
             actor,
             reply: tx,
-            claim,
+            claim: claim.0.clone(),
         }) {
             t.command(name, "busy");
             return Err(match e {
@@ -303,8 +302,8 @@ impl Shared {
                 }
             });
         }
-        let answer = match &claimed {
-            Some((wait, claim)) => match tokio::time::timeout(*wait, &mut rx).await {
+        let answer = match (give_up, &claim.0) {
+            (Some(wait), Some(claim)) => match tokio::time::timeout(wait, &mut rx).await {
                 Ok(answer) => answer,
                 Err(_) if claim.abandon() => {
                     t.command(name, "expired");
@@ -316,7 +315,7 @@ impl Shared {
                 // Taken as the wait ran out: its answer follows the publish.
                 Err(_) => rx.await,
             },
-            None => rx.await,
+            _ => rx.await,
         };
         match answer {
             Ok(Ok(applied)) => {
@@ -331,7 +330,7 @@ impl Shared {
                 t.command(name, "busy");
                 // The loop stopped: a claimed op it never took is certainly
                 // not applied; any other may have been.
-                let certain = claimed.as_ref().is_some_and(|(_, c)| c.abandon());
+                let certain = claim.0.as_ref().is_some_and(Claim::abandon);
                 Err(ApiError::busy(if certain {
                     "not applied: the simulation is shutting down"
                 } else {
