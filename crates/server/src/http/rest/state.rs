@@ -112,6 +112,29 @@ mod export_end {
     pub(super) const STALLED: u8 = 2;
     /// Still running at the deadline.
     pub(super) const OVERDUE: u8 = 3;
+    /// Its client went away.
+    pub(super) const GONE: u8 = 4;
+
+    /// Why an export that ended so was cut short (for its log line and its
+    /// body's error).
+    pub(super) fn why(
+        end: u8,
+        stall: std::time::Duration,
+        deadline: std::time::Duration,
+    ) -> String {
+        match end {
+            STALLED => format!(
+                "its client took longer than stall_timeout_s ({} s) to take a chunk",
+                stall.as_secs_f32()
+            ),
+            OVERDUE => format!(
+                "it was still running at export_deadline_s ({} s)",
+                deadline.as_secs_f32()
+            ),
+            GONE => "its client went away".to_owned(),
+            _ => "its writer stopped".to_owned(),
+        }
+    }
 }
 
 /// The last seconds of the live session as CSV (`tick,time_s,id,x,y,z,vx,vy,vz`),
@@ -205,8 +228,10 @@ async fn trajectories(
             });
             match sent {
                 Ok(Ok(())) => true,
-                // The client went away: nobody reads the reason.
-                Ok(Err(_)) => false,
+                Ok(Err(_)) => {
+                    end_by_writer.store(export_end::GONE, Ordering::Release);
+                    false
+                }
                 Err(_) => {
                     let overdue = tokio::time::Instant::now() >= overdue_at;
                     let why = if overdue {
@@ -222,11 +247,8 @@ async fn trajectories(
         if whole {
             end_by_writer.store(export_end::WHOLE, Ordering::Release);
         } else {
-            let reason = match end_by_writer.load(Ordering::Acquire) {
-                export_end::STALLED => "its client stopped taking it (stall_timeout_s)",
-                export_end::OVERDUE => "it ran past export_deadline_s",
-                _ => "its client went away",
-            };
+            let end = end_by_writer.load(Ordering::Acquire);
+            let reason = export_end::why(end, stall, deadline);
             tracing::warn!(reason, "trajectory export cut short");
         }
     });
@@ -240,15 +262,7 @@ async fn trajectories(
                 // The writer is done (its sender dropped after `end` was set).
                 None => match end.load(Ordering::Acquire) {
                     export_end::WHOLE => return None,
-                    export_end::STALLED => format!(
-                        "its client took longer than stall_timeout_s ({} s) to take a chunk",
-                        stall.as_secs_f32()
-                    ),
-                    export_end::OVERDUE => format!(
-                        "it was still running at export_deadline_s ({} s)",
-                        deadline.as_secs_f32()
-                    ),
-                    _ => "its writer stopped".to_owned(),
+                    cut => export_end::why(cut, stall, deadline),
                 },
             };
             let e = std::io::Error::other(format!("trajectory export cut short: {why}"));
