@@ -442,13 +442,13 @@ impl Scenario {
                 ));
             }
         }
-        // Parameter patches in the order they happen (file order within a
-        // tick), each against the parameters in force then: an earlier
-        // event may have changed the model.
+        // The events in the order they happen (file order within a tick).
         let mut order: Vec<usize> = (0..self.events.len()).collect();
         order.sort_by_key(|&k| self.event_tick(&self.events[k]));
+        // Parameter patches in that order, each against the parameters in
+        // force then: an earlier event may have changed the model.
         let mut live = self.params;
-        for k in order {
+        for &k in &order {
             let Some(p) = &self.events[k].patch_params else {
                 continue;
             };
@@ -488,8 +488,6 @@ impl Scenario {
         // aside), and an agent removed must have been added by then (ids
         // are given in order; one whose time to live ran out first is only
         // found when the run gets there).
-        let mut order: Vec<usize> = (0..self.events.len()).collect();
-        order.sort_by_key(|&k| self.event_tick(&self.events[k]));
         for k in order {
             let e = &self.events[k];
             let agent =
