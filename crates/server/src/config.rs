@@ -147,6 +147,10 @@ pub struct Config {
     /// Default `starling`: letters, digits, `-` and `_` in `.`-separated
     /// tokens, at most 64 bytes.
     pub nats_subject: String,
+    /// The top-level keys the TOML file set (`population`, `params`, …),
+    /// so a mode that takes the flock from elsewhere can refuse them.
+    #[serde(skip)]
+    pub file_keys: Vec<String>,
 }
 
 impl Default for Config {
@@ -190,6 +194,7 @@ impl Default for Config {
             nats: None,
             nats_secret: None,
             nats_subject: "starling".to_owned(),
+            file_keys: Vec::new(),
         }
     }
 }
@@ -277,9 +282,12 @@ impl Config {
                 &format!("a readable file ({e})"),
             )
         })?;
-        let config: Self = toml::from_str(&text)
+        let mut config: Self = toml::from_str(&text)
             .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))?;
         config.check_params_model(&text)?;
+        if let Ok(table) = text.parse::<toml::Table>() {
+            config.file_keys = table.keys().cloned().collect();
+        }
         Ok(config)
     }
 

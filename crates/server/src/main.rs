@@ -298,21 +298,32 @@ fn main() -> Result<()> {
 }
 
 fn serve_replay(file: PathBuf, args: &ServeArgs) -> Result<()> {
+    let why = "does not apply to a replay: the recording sets the flock";
     for (flag, given) in [
         ("--population", args.population.is_some()),
         ("--seed", args.seed.is_some()),
         ("--tick-hz", args.tick_hz.is_some()),
         ("--dims", args.dims.is_some()),
     ] {
-        anyhow::ensure!(
-            !given,
-            "{flag} (or {}) does not apply to a replay: the recording sets the flock",
-            env_of(flag)
-        );
+        anyhow::ensure!(!given, "{flag} (or {}) {why}", env_of(flag));
     }
     let mut config = config_from(args)?;
+    refuse_file_keys(&config, args, &["population", "seed", "params"], why)?;
     config.replay = Some(file);
     serve_until_signal(config, Mode::Replay)
+}
+
+/// Refuses a key of the config file that the mode would ignore (its flag
+/// is refused the same way).
+fn refuse_file_keys(config: &Config, args: &ServeArgs, keys: &[&str], why: &str) -> Result<()> {
+    if let (Some(path), Some(key)) = (
+        &args.config,
+        keys.iter()
+            .find(|k| config.file_keys.iter().any(|f| f == *k)),
+    ) {
+        anyhow::bail!("{key} (in the config file {}) {why}", path.display());
+    }
+    Ok(())
 }
 
 /// The `STARLING_*` variable that sets the same as `flag` (a value refused
@@ -327,6 +338,7 @@ fn env_of(flag: &str) -> String {
 }
 
 fn serve_edge(args: &ServeArgs) -> Result<()> {
+    let why = "does not apply to an edge: the origin runs the flock";
     for (flag, given) in [
         ("--population", args.population.is_some()),
         ("--seed", args.seed.is_some()),
@@ -336,13 +348,22 @@ fn serve_edge(args: &ServeArgs) -> Result<()> {
         ("--checkpoint-every", args.checkpoint_every.is_some()),
         ("--record", args.record.is_some()),
     ] {
-        anyhow::ensure!(
-            !given,
-            "{flag} (or {}) does not apply to an edge: the origin runs the flock",
-            env_of(flag)
-        );
+        anyhow::ensure!(!given, "{flag} (or {}) {why}", env_of(flag));
     }
     let config = config_from(args)?;
+    refuse_file_keys(
+        &config,
+        args,
+        &[
+            "population",
+            "seed",
+            "params",
+            "state_file",
+            "checkpoint_every_s",
+            "record",
+        ],
+        why,
+    )?;
     anyhow::ensure!(
         config.nats.is_some(),
         "an edge needs --nats (the NATS server its origin publishes to)"

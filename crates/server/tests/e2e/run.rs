@@ -500,3 +500,46 @@ fn serve_refuses_a_state_file_it_could_not_write_before_it_starts() {
     assert!(!String::from_utf8_lossy(&r.stdout).contains("serving"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A config file's flock settings do not apply to a replay (the recording
+/// sets the flock) or to an edge (its origin runs it): refused, naming the
+/// key and the file, as their flags are (the file's were ignored).
+#[test]
+fn replays_and_edges_refuse_a_config_files_flock_settings() {
+    let dir = scratch("config-flock");
+    let config = dir.join("flock.toml");
+    std::fs::write(&config, "population = 100000\n[params]\nw_sep = 2.0\n").unwrap();
+    let config = config.to_str().unwrap();
+    let recording = dir.join("run.jsonl");
+    let modes: [&[&str]; 2] = [
+        &["replay", recording.to_str().unwrap(), "--serve"],
+        &["edge", "--nats", "nats://127.0.0.1:4222"],
+    ];
+    for (mode, why) in modes.into_iter().zip(["a replay", "an edge"]) {
+        let r = refused_within(
+            Command::new(env!("CARGO_BIN_EXE_starling"))
+                .args(mode)
+                .args(["--bind", "127.0.0.1:0", "--config", config]),
+            "a server started with a config file's flock settings ignored",
+        );
+        assert!(!r.status.success());
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(
+            err.contains("population (in the config file")
+                && err.contains("flock.toml")
+                && err.contains(&format!("does not apply to {why}")),
+            "{err}"
+        );
+    }
+    // Settings a replay does take are still read from the file.
+    std::fs::write(dir.join("flock.toml"), "snapshot_hz = 500\n").unwrap();
+    let r = refused_within(
+        Command::new(env!("CARGO_BIN_EXE_starling"))
+            .args(modes[0])
+            .args(["--bind", "127.0.0.1:0", "--config", config]),
+        "a replay served with snapshot_hz = 500",
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("snapshot_hz"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
