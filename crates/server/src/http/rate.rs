@@ -78,6 +78,16 @@ impl<K: Eq + Hash + Clone> RateBuckets<K> {
         *tokens -= 1.0;
         true
     }
+
+    /// Returns one taken from `key`'s bucket (for what was refused after
+    /// it was taken, and so cost nothing), up to its burst; nothing for a
+    /// key forgotten since (it was given its burst back then).
+    pub fn give_back(&self, key: K) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((tokens, _)) = buckets.get_mut(&key) {
+            *tokens = (*tokens + 1.0).min(self.burst);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +103,21 @@ mod tests {
         let slow = RateBuckets::new(0.01, 0.02);
         assert!(slow.take(()), "the burst is at least one");
         assert!(!slow.take(()));
+    }
+
+    #[test]
+    fn a_command_given_back_can_be_sent_again_but_never_past_the_burst() {
+        let b = RateBuckets::new(0.0, 2.0);
+        assert!(b.take(1) && b.take(1) && !b.take(1));
+        b.give_back(1);
+        assert!(b.take(1), "the one given back");
+        assert!(!b.take(1));
+        b.give_back(1);
+        b.give_back(1);
+        b.give_back(1);
+        assert!(b.take(1) && b.take(1) && !b.take(1), "at most the burst");
+        b.give_back(7);
+        assert_eq!(b.buckets.lock().unwrap().len(), 1, "no bucket made");
     }
 
     #[test]

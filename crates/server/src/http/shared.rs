@@ -293,6 +293,7 @@ impl Shared {
             claim: claim.0.clone(),
         }) {
             t.command(name, "busy");
+            self.give_back_rate(actor);
             return Err(match e {
                 std::sync::mpsc::TrySendError::Full(_) => {
                     ApiError::busy("the command queue is full; retry shortly")
@@ -307,6 +308,7 @@ impl Shared {
                 Ok(answer) => answer,
                 Err(_) if claim.abandon() => {
                     t.command(name, "expired");
+                    self.give_back_rate(actor);
                     return Err(ApiError::busy(format!(
                         "not applied: the simulation did not reach it within {} s; nothing changed, so it is safe to retry",
                         wait.as_secs_f32()
@@ -331,12 +333,24 @@ impl Shared {
                 // The loop stopped: a claimed op it never took is certainly
                 // not applied; any other may have been.
                 let certain = claim.0.as_ref().is_some_and(Claim::abandon);
+                if certain {
+                    self.give_back_rate(actor);
+                }
                 Err(ApiError::busy(if certain {
                     "not applied: the simulation is shutting down"
                 } else {
                     "the simulation is shutting down"
                 }))
             }
+        }
+    }
+
+    /// Returns what [`Self::check_rate`] took for an op that was certainly
+    /// not applied (refused as busy, or given up on): a pilot may send it
+    /// again at once.
+    fn give_back_rate(&self, actor: Actor) {
+        if let (Role::Pilot, Some(account)) = (actor.role, actor.account) {
+            self.0.commands.give_back(account);
         }
     }
 
@@ -383,8 +397,15 @@ pub(crate) mod testing {
     /// builds them (no HTTP), and a second `Shared` whose ops go to the
     /// test instead, which plays the tick loop (or hands them on to it).
     pub(crate) fn served(population: usize) -> (SimLoop, Shared, Shared, Receiver<Request>) {
+        served_with(population, Config::default().limits())
+    }
+
+    /// [`served`] under other limits.
+    pub(crate) fn served_with(
+        population: usize,
+        limits: Limits,
+    ) -> (SimLoop, Shared, Shared, Receiver<Request>) {
         let config = Config::default();
-        let limits = config.limits();
         let flock = Flock::new(FlockConfig {
             population,
             ..FlockConfig::default()
@@ -455,8 +476,9 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{queued, served, spawn_one};
+    use super::testing::{queued, served, served_with, spawn_one};
     use super::*;
+    use crate::config::Config;
 
     /// The population once every op queued so far has been applied (the
     /// loop takes ops in order, and answers after it publishes).
@@ -541,6 +563,56 @@ mod tests {
         let _ =
             tokio::time::timeout(Duration::ZERO, live.submit(Actor::OPERATOR, spawn_one())).await;
         assert_eq!(population_after_queue(&live).await, 102);
+        sim.stop();
+    }
+
+    /// A pilot's op that was certainly not applied (given up on, or
+    /// refused as busy) gives back its rate token: the pilot may retry at
+    /// once. One that was applied has spent it.
+    #[tokio::test(start_paused = true)]
+    async fn a_pilot_op_not_applied_does_not_spend_the_pilots_rate() {
+        use crate::command::Account;
+        let limits = Limits {
+            pilot_rate_per_s: 0.1,
+            ..Config::default().limits()
+        };
+        let (sim, live, held, queue) = served_with(100, limits);
+        let pilot = Actor {
+            role: Role::Pilot,
+            account: Some(Account(0)),
+        };
+        let predator = || Op::AddPredator {
+            mode: starling_sim::PredatorMode::Static,
+            position: starling_sim::Vec3::ZERO,
+            max_speed_mps: None,
+            ttl_s: Some(5.0),
+        };
+        let wait = Some(Duration::from_millis(20));
+        for _ in 0..3 {
+            let e = held
+                .submit_within(pilot, predator(), wait)
+                .await
+                .unwrap_err();
+            assert!(e.detail.starts_with("not applied"), "{}", e.detail);
+            drop(queue.try_recv().unwrap());
+        }
+        // The held queue full (eight waiting): busy, not rate limited.
+        for _ in 0..8 {
+            drop(held.0.requests.try_send(Request {
+                op: spawn_one(),
+                actor: Actor::OPERATOR,
+                reply: oneshot::channel().0,
+                claim: None,
+            }));
+        }
+        for _ in 0..3 {
+            let e = held.submit(pilot, predator()).await.unwrap_err();
+            assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        }
+        // The burst (one at this rate) is still there, and then spent.
+        live.submit(pilot, predator()).await.unwrap();
+        let e = live.submit(pilot, predator()).await.unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::TOO_MANY_REQUESTS);
         sim.stop();
     }
 
