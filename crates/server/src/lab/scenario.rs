@@ -36,6 +36,7 @@
 //!                                   # add_predator, add_obstacle, add_goal, remove_agent
 //! ```
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -486,22 +487,44 @@ impl Scenario {
         // Agent events are tried on the probe flock too, in the order they
         // happen: an added agent either applies anywhere or nowhere (caps
         // aside), and an agent removed must have been added by then (ids
-        // are given in order; one whose time to live ran out first is only
-        // found when the run gets there).
+        // are given in order) and not have run out of time. The probe stays
+        // at tick 0, so the expiry it gives an agent counts from the event
+        // that added it; parameter patches go to it too (`tick_hz` turns a
+        // time to live into ticks).
+        let note_expiry = |expires: &mut HashMap<u32, u64>, probe: &Flock, id: u32, from: u64| {
+            if let Some(end) = expiry_of(probe, id) {
+                expires.insert(id, from + end);
+            }
+        };
+        let mut expires = HashMap::new();
+        for id in agent_ids(&probe) {
+            note_expiry(&mut expires, &probe, id, 0);
+        }
         for k in order {
             let e = &self.events[k];
+            let at = self.event_tick(e);
+            let fail =
+                |d: String| err(&format!("events[{k}]"), line_of_table(text, "events", k), d);
+            if let Some(id) = e.remove_agent
+                && let Some(&end) = expires.get(&id)
+                && end < at
+            {
+                // Dropped by the step at its expiry tick, so gone from the
+                // events of every tick after it.
+                return Err(fail(format!(
+                    "remove_agent = {id}: its time to live ran out at tick {end}, before this event's tick {at} (allowed: an agent still there at the event's tick)"
+                )));
+            }
             let agent =
                 e.add_obstacle.is_some() || e.add_goal.is_some() || e.add_predator.is_some();
-            if agent || e.remove_agent.is_some() {
-                e.op(0, 0)
+            if agent || e.remove_agent.is_some() || e.patch_params.is_some() {
+                let added = e
+                    .op(0, 0)
                     .and_then(|(op, _)| apply_op(&mut probe, op))
-                    .map_err(|d| {
-                        err(
-                            &format!("events[{k}]"),
-                            line_of_table(text, "events", k),
-                            d.to_string(),
-                        )
-                    })?;
+                    .map_err(|d| fail(d.to_string()))?;
+                if let Some(id) = added.filter(|_| agent) {
+                    note_expiry(&mut expires, &probe, id, at);
+                }
             }
         }
         Ok(())
@@ -654,6 +677,39 @@ impl Event {
             detail: "no action".into(),
         })
     }
+}
+
+/// The ids of a flock's agents.
+fn agent_ids(f: &Flock) -> Vec<u32> {
+    let a = f.agents();
+    let obstacles = a.obstacles().iter().map(|o| o.id);
+    let goals = a.goals().iter().map(|g| g.id);
+    obstacles
+        .chain(goals)
+        .chain(a.predators().iter().map(|p| p.id))
+        .collect()
+}
+
+/// The tick agent `id`'s time to live runs out at, if it has one.
+fn expiry_of(f: &Flock, id: u32) -> Option<u64> {
+    let a = f.agents();
+    a.obstacles()
+        .iter()
+        .find(|o| o.id == id)
+        .map(|o| o.expires_at_tick)
+        .or_else(|| {
+            a.goals()
+                .iter()
+                .find(|g| g.id == id)
+                .map(|g| g.expires_at_tick)
+        })
+        .or_else(|| {
+            a.predators()
+                .iter()
+                .find(|p| p.id == id)
+                .map(|p| p.expires_at_tick)
+        })
+        .flatten()
 }
 
 /// Applies an op outside the server (building a scenario, headless events).
@@ -834,6 +890,39 @@ mod tests {
         check(
             "[[events]]\nat_tick = 10\nremove_agent = 42\n",
             1,
+            "events[0]",
+        );
+        // One whose time to live (15 ticks at 60 Hz) ran out: it is there
+        // for the events of its last tick, 35, and gone after.
+        let brief = "[[events]]\nat_tick = 20\nadd_obstacle = { sphere = { center = [1, 2, 3], radius_m = 5 }, ttl_s = 0.25 }\n";
+        check(
+            &format!("{brief}[[events]]\nat_tick = 36\nremove_agent = 0\n"),
+            4,
+            "events[1]",
+        );
+        let e = Scenario::parse(
+            "s.toml",
+            &format!("{brief}[[events]]\nat_tick = 36\nremove_agent = 0\n"),
+        )
+        .unwrap_err();
+        assert!(e.detail.contains("ran out at tick 35"), "{e}");
+        Scenario::parse(
+            "s.toml",
+            &format!("{brief}[[events]]\nat_tick = 35\nremove_agent = 0\n"),
+        )
+        .unwrap();
+        // At 30 Hz the same 0.25 s is 8 ticks: patched first, gone at 29.
+        check(
+            &format!(
+                "[[events]]\nat_tick = 0\npatch_params = {{ tick_hz = 30 }}\n{brief}[[events]]\nat_tick = 29\nremove_agent = 0\n"
+            ),
+            7,
+            "events[2]",
+        );
+        // Agents of the file's tables count from tick 0.
+        check(
+            "[[obstacles]]\nsphere = { center = [1, 2, 3], radius_m = 5 }\nttl_s = 1\n[[events]]\nat_tick = 61\nremove_agent = 0\n",
+            4,
             "events[0]",
         );
         Scenario::parse(

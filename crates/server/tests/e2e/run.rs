@@ -378,13 +378,12 @@ fn a_run_never_overwrites_and_a_failed_run_leaves_nothing() {
         assert!(batch.join(f).exists(), "{f}");
     }
     assert!(!dir.join("batch.partial").exists());
-    // A run that fails at tick 30, once it has written: an obstacle that
-    // lives 0.05 s (the load's check does not expire agents) removed after.
+    // A run that fails at tick 2, once it has written: a latency too long
+    // for the delay line at this population (checked against the boids,
+    // which the load's probe flock does not have).
     let failing = write(
         &dir,
-        &format!(
-            "{SCENARIO}\n[[events]]\nat_tick = 0\nadd_obstacle = {{ sphere = {{ center = [10, 30, 15], radius_m = 3 }}, ttl_s = 0.05 }}\n[[events]]\nat_tick = 30\nremove_agent = 2\n"
-        ),
+        "population = 280000\nticks = 5\n[[events]]\nat_tick = 2\npatch_params = { latency_ticks = 120 }\n",
     );
     let (rec, mcap) = (dir.join("f.jsonl"), dir.join("f.mcap"));
     let fout = dir.join("fout");
@@ -404,7 +403,7 @@ fn a_run_never_overwrites_and_a_failed_run_leaves_nothing() {
     assert!(!r.status.success());
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
-        err.contains("at tick 30") && err.contains("no agent with id 2"),
+        err.contains("at tick 2") && err.contains("latency_ticks"),
         "{err}"
     );
     let left: Vec<_> = std::fs::read_dir(&dir)
