@@ -230,8 +230,13 @@ pub async fn run_announced(
         Some(history),
     );
     if let Some(url) = &config.nats {
-        let client =
-            crate::nats::connect(url, "starling-origin", shared.0.telemetry.clone()).await?;
+        let client = crate::nats::connect(
+            url,
+            &config.nats_tls(),
+            "starling-origin",
+            shared.0.telemetry.clone(),
+        )
+        .await?;
         crate::nats::origin::start(
             client,
             Subjects::new(&config.nats_subject),
@@ -268,6 +273,7 @@ pub async fn run_edge(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     config.validate()?;
+    config.check_paths()?;
     let Some(url) = &config.nats else {
         return Err(RunError::Config(ConfigError {
             field: "nats".into(),
@@ -277,7 +283,8 @@ pub async fn run_edge(
     };
     let telemetry = Arc::new(Telemetry::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let client = crate::nats::connect(url, "starling-edge", telemetry.clone()).await?;
+    let client =
+        crate::nats::connect(url, &config.nats_tls(), "starling-edge", telemetry.clone()).await?;
     let edge = crate::nats::edge::start(
         client,
         EdgeConfig {

@@ -17,6 +17,7 @@ use crate::http::guard::Allowed;
 use crate::http::listen::ConnLimits;
 use crate::http::proxy::TrustedProxies;
 use crate::http::shared::{Limits, MAX_SERVED_POPULATION};
+use crate::nats::NatsTls;
 
 /// Everything `starling serve` needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -147,6 +148,14 @@ pub struct Config {
     /// Default `starling`: letters, digits, `-` and `_` in `.`-separated
     /// tokens, at most 64 bytes.
     pub nats_subject: String,
+    /// Root certificates (PEM) the NATS server's certificate must chain
+    /// to, instead of the system's; requires TLS.
+    pub nats_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for a NATS server that verifies its
+    /// clients; requires TLS, and `nats_key`.
+    pub nats_cert: Option<PathBuf>,
+    /// The key (PEM) of `nats_cert`.
+    pub nats_key: Option<PathBuf>,
     /// The top-level keys the TOML file set (`population`, `params`, …),
     /// so a mode that takes the flock from elsewhere can refuse them.
     #[serde(skip)]
@@ -194,6 +203,9 @@ impl Default for Config {
             nats: None,
             nats_secret: None,
             nats_subject: "starling".to_owned(),
+            nats_ca: None,
+            nats_cert: None,
+            nats_key: None,
             file_keys: Vec::new(),
         }
     }
@@ -336,6 +348,7 @@ impl Config {
                 "a file (not a directory) in an existing directory",
             ));
         }
+        self.check_nats_tls_files()?;
         if let Some(p) = &self.state_file {
             let dir = dir_of(p);
             if p.is_dir() || !dir.is_dir() {
@@ -369,6 +382,55 @@ impl Config {
                     "a file in a directory this server may write (checkpoints are written there)",
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The NATS TLS settings, as the client takes them.
+    pub fn nats_tls(&self) -> NatsTls {
+        NatsTls {
+            ca: self.nats_ca.clone(),
+            client: self.nats_cert.clone().zip(self.nats_key.clone()),
+        }
+    }
+
+    /// Reads the NATS TLS files now: the client reads them only as it
+    /// connects, and retries for ever, so a missing or wrong file would
+    /// show only as a link that never comes up.
+    fn check_nats_tls_files(&self) -> Result<(), ConfigError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |field: &str, path: &Path| {
+            let found: Result<Vec<_>, _> =
+                CertificateDer::pem_file_iter(path).and_then(|certs| certs.collect());
+            match found {
+                Ok(certs) if !certs.is_empty() => Ok(()),
+                Ok(_) => Err(err(
+                    field,
+                    path.display(),
+                    "a PEM file with at least one certificate (none found)",
+                )),
+                Err(e) => Err(err(
+                    field,
+                    path.display(),
+                    &format!("a readable PEM file of certificates ({e})"),
+                )),
+            }
+        };
+        if let Some(ca) = &self.nats_ca {
+            certificates("nats_ca", ca)?;
+        }
+        if let Some(cert) = &self.nats_cert {
+            certificates("nats_cert", cert)?;
+        }
+        if let Some(key) = &self.nats_key {
+            PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                err(
+                    "nats_key",
+                    key.display(),
+                    &format!("a readable PEM file holding a private key ({e})"),
+                )
+            })?;
         }
         Ok(())
     }
@@ -534,6 +596,32 @@ impl Config {
                 format!("({} bytes)", secret.len()),
                 "16 ..= 256 bytes",
             ));
+        }
+        match (&self.nats_cert, &self.nats_key) {
+            (Some(_), None) => {
+                return Err(err(
+                    "nats_key",
+                    "(none)",
+                    "the key of nats_cert (PEM), given with it",
+                ));
+            }
+            (None, Some(k)) => {
+                return Err(err(
+                    "nats_key",
+                    k.display(),
+                    "unset unless nats_cert is set (the client certificate it is the key of)",
+                ));
+            }
+            _ => {}
+        }
+        for (field, set) in [("nats_ca", &self.nats_ca), ("nats_cert", &self.nats_cert)] {
+            if let (Some(path), None) = (set, &self.nats) {
+                return Err(err(
+                    field,
+                    path.display(),
+                    "unset unless nats is set (TLS to the NATS server)",
+                ));
+            }
         }
         let token_ok = |t: &str| {
             !t.is_empty()
@@ -777,6 +865,74 @@ mod tests {
         )
         .unwrap();
         Config::from_toml_file(&file).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// NATS TLS settings come in working sets, and their files are read
+    /// before the server starts (the client would read them only as it
+    /// connects, and retry a bad one for ever).
+    #[test]
+    fn nats_tls_files_are_checked_before_the_server_starts() {
+        let dir = crate::scratch_dir("nats-tls");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["starling".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let (pem, key_pem) = (
+            write("c.pem", &cert.pem()),
+            write("c.key", &key.serialize_pem()),
+        );
+        let not_pem = write("notes.txt", "not a certificate\n");
+        let tls = |ca: Option<&PathBuf>, cert: Option<&PathBuf>, key: Option<&PathBuf>| Config {
+            nats: Some("nats://127.0.0.1:4222".into()),
+            nats_ca: ca.cloned(),
+            nats_cert: cert.cloned(),
+            nats_key: key.cloned(),
+            ..Config::default()
+        };
+        let good = tls(Some(&pem), Some(&pem), Some(&key_pem));
+        good.validate().unwrap();
+        good.check_paths().unwrap();
+        assert_eq!(good.nats_tls().client, Some((pem.clone(), key_pem.clone())));
+        for (config, field) in [
+            (tls(None, Some(&pem), None), "nats_key"),
+            (tls(None, None, Some(&key_pem)), "nats_key"),
+            (
+                Config {
+                    nats: None,
+                    ..tls(Some(&pem), None, None)
+                },
+                "nats_ca",
+            ),
+        ] {
+            assert_eq!(config.validate().unwrap_err().field, field);
+        }
+        let missing = dir.join("missing.pem");
+        for (config, field, words) in [
+            (tls(Some(&not_pem), None, None), "nats_ca", "none found"),
+            (tls(Some(&missing), None, None), "nats_ca", "readable"),
+            (
+                tls(None, Some(&key_pem), Some(&key_pem)),
+                "nats_cert",
+                "none found",
+            ),
+            (
+                tls(None, Some(&pem), Some(&not_pem)),
+                "nats_key",
+                "private key",
+            ),
+        ] {
+            config.validate().unwrap();
+            let e = config.check_paths().unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().contains(words), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

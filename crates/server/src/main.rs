@@ -136,6 +136,17 @@ struct ServeArgs {
     /// Prefix of the NATS subjects (default starling).
     #[arg(long, env = "STARLING_NATS_SUBJECT")]
     nats_subject: Option<String>,
+    /// Root certificates (PEM) the NATS server's certificate must chain
+    /// to, instead of the system's (the container has none); requires TLS.
+    #[arg(long, env = "STARLING_NATS_CA")]
+    nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a NATS server that verifies clients;
+    /// with --nats-key.
+    #[arg(long, env = "STARLING_NATS_CERT")]
+    nats_cert: Option<PathBuf>,
+    /// The key (PEM) of --nats-cert.
+    #[arg(long, env = "STARLING_NATS_KEY")]
+    nats_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -432,5 +443,10 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     if let Some(s) = &args.nats_subject {
         config.nats_subject.clone_from(s);
     }
+    // (An empty value, as compose passes an unset one, means none.)
+    let path = |v: &Option<PathBuf>| v.clone().filter(|p| !p.as_os_str().is_empty());
+    config.nats_ca = path(&args.nats_ca).or(config.nats_ca);
+    config.nats_cert = path(&args.nats_cert).or(config.nats_cert);
+    config.nats_key = path(&args.nats_key).or(config.nats_key);
     Ok(config)
 }

@@ -42,16 +42,27 @@ pub fn nats_server_binary() -> Result<PathBuf> {
 #[derive(Debug)]
 pub struct Nats {
     port: u16,
+    /// nats-server's arguments besides the address (TLS, say).
+    args: Vec<String>,
     child: Option<Child>,
 }
 
 impl Nats {
     /// Starts one on a free port and waits until it listens.
     pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// The same, with more of nats-server's arguments.
+    pub async fn start_with(args: &[&str]) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let mut n = Self { port, child: None };
+        let mut n = Self {
+            port,
+            args: args.iter().map(|&a| a.to_owned()).collect(),
+            child: None,
+        };
         n.restart().await?;
         Ok(n)
     }
@@ -74,6 +85,7 @@ impl Nats {
         self.child = Some(
             tokio::process::Command::new(nats_server_binary()?)
                 .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(&self.args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .kill_on_drop(true)

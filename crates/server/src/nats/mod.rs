@@ -8,6 +8,7 @@ pub mod edge;
 pub mod origin;
 pub mod wire;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,17 +34,42 @@ pub enum NatsError {
 /// the finest grid, every cell an update, each cut in two parts.
 pub const SUBSCRIPTION_CAPACITY: usize = 4 * starling_protocol::limits::MAX_CELLS;
 
+/// TLS to the NATS server beyond what its URL asks (`tls://` asks for TLS
+/// with the system's root certificates). Either file set requires TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsTls {
+    /// Root certificates (PEM) the server's certificate must chain to,
+    /// instead of the system's: a private CA's, or any at all in the
+    /// container, which has none.
+    pub ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM), for a server that verifies
+    /// its clients (nats-server's `verify`).
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
 /// Connects to `url` (`nats://host:4222`, credentials in the URL if the
-/// server wants them), retrying in the background until it answers and
-/// reconnecting for ever after a loss (async-nats logs each event).
-/// `name` shows in the server's monitoring; `telemetry` counts the link
-/// (`nats_connected`) and the messages the server dropped for us.
+/// server wants them; `tls` adds TLS settings), retrying in the background
+/// until it answers and reconnecting for ever after a loss (async-nats
+/// logs each event). `name` shows in the server's monitoring; `telemetry`
+/// counts the link (`nats_connected`) and the messages the server dropped
+/// for us.
 pub async fn connect(
     url: &str,
+    tls: &NatsTls,
     name: &str,
     telemetry: Arc<Telemetry>,
 ) -> Result<Client, async_nats::ConnectError> {
-    ConnectOptions::new()
+    let mut options = ConnectOptions::new();
+    if let Some(ca) = &tls.ca {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let Some((cert, key)) = &tls.client {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    if tls != &NatsTls::default() {
+        options = options.require_tls(true);
+    }
+    options
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)

@@ -76,6 +76,26 @@ async fn until_dropped(addr: SocketAddr, reason: &str, least: u64, what: &str) {
     }
 }
 
+/// Patches `w_sep` through `edge` and finds it applied at `origin`.
+async fn patch_through(edge: &TestServer, origin: &TestServer) {
+    let (status, body) = rest(
+        Method::PATCH,
+        &edge.url("/api/v1/params"),
+        Some(OPERATOR),
+        Some(serde_json::json!({"w_sep": 2.5})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, params) = rest(
+        Method::GET,
+        &origin.url("/api/v1/params"),
+        Some(OPERATOR),
+        None,
+    )
+    .await;
+    assert_eq!(params["w_sep"], 2.5, "{params}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge_apply() {
     let nats = Nats::start().await.unwrap();
@@ -128,22 +148,7 @@ async fn viewers_on_two_edges_see_the_origins_ticks_and_commands_through_an_edge
     assert!(cells.next_cells().await.boids > 0 || cells.next_cells().await.boids > 0);
 
     // A command through an edge applies at the origin, with the origin's answer.
-    let (status, body) = rest(
-        Method::PATCH,
-        &edges[0].url("/api/v1/params"),
-        Some(OPERATOR),
-        Some(serde_json::json!({"w_sep": 2.5})),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let (_, params) = rest(
-        Method::GET,
-        &origin.url("/api/v1/params"),
-        Some(OPERATOR),
-        None,
-    )
-    .await;
-    assert_eq!(params["w_sep"], 2.5, "{params}");
+    patch_through(&edges[0], &origin).await;
     // Refusals come back with their field and words.
     let (status, body) = rest(
         Method::PATCH,
@@ -423,4 +428,92 @@ async fn an_edge_serves_nothing_until_the_origin_sent_it_every_cell() {
     late.stop().await.unwrap();
     edge.stop().await.unwrap();
     origin.stop().await.unwrap();
+}
+
+/// The PEM files of a private CA, a server certificate for 127.0.0.1 and
+/// a client certificate, written to `dir`: (ca, server cert, server key,
+/// client cert, client key).
+fn private_pki(dir: &std::path::Path) -> [std::path::PathBuf; 5] {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let ca = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
+    let (client_cert, client_key) = leaf(vec!["starling".into()]);
+    let files = [
+        ("ca.pem", ca_cert.pem()),
+        ("server.pem", server_cert),
+        ("server.key", server_key),
+        ("client.pem", client_cert),
+        ("client.key", client_key),
+    ];
+    std::fs::create_dir_all(dir).unwrap();
+    files.map(|(name, text)| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    })
+}
+
+/// Beyond one host the link to NATS carries the secret and callers'
+/// tokens: with `nats_ca` (a private CA; the container has no system
+/// roots) and a client certificate, the origin and an edge reach a
+/// nats-server that takes only TLS clients with certificates from that
+/// CA, and the flock and commands flow as over a plain link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn origin_and_edges_reach_a_tls_nats_server_with_a_private_ca_and_client_certificates() {
+    let dir = std::env::temp_dir().join(format!("starling-nats-tls-{}", std::process::id()));
+    let [ca, server_cert, server_key, client_cert, client_key] = private_pki(&dir);
+    let s = |p: &std::path::PathBuf| p.to_str().unwrap().to_owned();
+    let nats = Nats::start_with(&[
+        "--tls",
+        "--tlscert",
+        &s(&server_cert),
+        "--tlskey",
+        &s(&server_key),
+        "--tlsverify",
+        "--tlscacert",
+        &s(&ca),
+    ])
+    .await
+    .unwrap();
+    // The server is strict: no client without TLS, without the CA, or
+    // without a certificate gets in.
+    let plain = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(2))
+        .connect(nats.url())
+        .await;
+    assert!(plain.is_err(), "a client without the CA connected");
+    let no_cert = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(2))
+        .add_root_certificates(ca.clone())
+        .connect(nats.url())
+        .await;
+    assert!(no_cert.is_err(), "a client without a certificate connected");
+    let tls = |c: Config| Config {
+        nats_ca: Some(ca.clone()),
+        nats_cert: Some(client_cert.clone()),
+        nats_key: Some(client_key.clone()),
+        ..c
+    };
+    let origin = TestServer::start(tls(origin_config(&nats))).await;
+    let edge = TestServer::start_edge(tls(edge_config(&nats, SECRET))).await;
+    ready(edge.addr, 200).await;
+    let mut viewer = Viewer::connect(edge.addr, None, 30).await;
+    let first = viewer.next_frame().await.tick;
+    assert!(viewer.next_frame().await.tick > first);
+    patch_through(&edge, &origin).await;
+    edge.stop().await.unwrap();
+    origin.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
