@@ -5,7 +5,8 @@
 //! [`ConnLimits::header_timeout`], which is also how long an idle
 //! keep-alive connection may wait for its next request, and how long an
 //! HTTP connection may make no progress either way (a request body that
-//! stops arriving, a response its client stops reading). IPv6 addresses
+//! stops arriving, a response its client stops reading); and no socket is
+//! read faster than [`READ_BYTES_PER_S`]. IPv6 addresses
 //! count per /56, what a subscriber is usually given (a /64 each, a /48's
 //! holder had 65,536 addresses' worth of sockets and viewers; a /48 each,
 //! every device of a carrier's pool could have shared one cap).
@@ -37,6 +38,18 @@ use super::proxy::PeerAddr;
 /// all, takes a few KiB. A longer head is answered 431 (hyper checks
 /// between reads, so a head a little over may arrive whole and be read).
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+/// What one socket may send us, bytes a second, once its burst
+/// ([`READ_BURST_BYTES`]) is spent: past it the socket is read no faster
+/// (its sender waits, as on a slow link). Bytes cost work whatever they
+/// hold: a WebSocket of empty continuation frames, each read and dropped
+/// without ever completing a message the viewer's message cap counts,
+/// kept a core busy. At this rate such a socket costs a few hundredths of
+/// a percent of one; a viewer sends a few KiB a second, an operator's
+/// request is at most a head and a body.
+pub const READ_BYTES_PER_S: f64 = 64.0 * 1024.0;
+/// What one socket may send at once: a request's largest head and body
+/// ([`MAX_HEAD_BYTES`], `MAX_BODY_BYTES`) with room to spare.
+pub const READ_BURST_BYTES: f64 = 128.0 * 1024.0;
 /// How long HTTP connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error (such as running out of file descriptors)
@@ -142,12 +155,63 @@ impl Activity {
     }
 }
 
+/// A token bucket of bytes a socket may send ([`READ_BYTES_PER_S`],
+/// [`READ_BURST_BYTES`]): a read waits while it is empty. A read may take
+/// more than is left (it is not cut short), so the bucket runs into debt
+/// and the next read waits it out: over time no socket is read faster
+/// than the rate.
+struct ReadBudget {
+    rate_per_s: f64,
+    burst: f64,
+    /// Bytes that may be read now; below zero, owed.
+    left: f64,
+    at: tokio::time::Instant,
+    /// Wakes the reader once the debt is paid.
+    wait: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl ReadBudget {
+    fn new(rate_per_s: f64, burst: f64) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            rate_per_s,
+            burst,
+            left: burst,
+            at: now,
+            wait: Box::pin(tokio::time::sleep_until(now)),
+        }
+    }
+
+    /// Ready once a read may go ahead.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let now = tokio::time::Instant::now();
+            let elapsed = now.duration_since(self.at).as_secs_f64();
+            self.left = (self.left + elapsed * self.rate_per_s).min(self.burst);
+            self.at = now;
+            if self.left > 0.0 {
+                return Poll::Ready(());
+            }
+            // Until the bucket holds a byte again.
+            let owed = Duration::from_secs_f64((1.0 - self.left) / self.rate_per_s);
+            self.wait.as_mut().reset(now + owed);
+            std::task::ready!(self.wait.as_mut().poll(cx));
+        }
+    }
+
+    /// Takes what a read returned.
+    fn spend(&mut self, bytes: usize) {
+        self.left -= bytes as f64;
+    }
+}
+
 /// A socket counted against the limits until it is dropped (after an
-/// upgrade, the WebSocket owns it).
+/// upgrade, the WebSocket owns it), read no faster than its budget.
 struct Counted {
     io: TcpStream,
     address: AddressCount,
     activity: Arc<Activity>,
+    budget: ReadBudget,
     _total: OwnedSemaphorePermit,
 }
 
@@ -157,9 +221,12 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        std::task::ready!(self.budget.poll_ready(cx));
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.budget.spend(read);
             self.activity.touch();
         }
         polled
@@ -200,6 +267,7 @@ fn admit(
         io,
         address,
         activity: Activity::new(),
+        budget: ReadBudget::new(READ_BYTES_PER_S, READ_BURST_BYTES),
         _total: permit,
     })
 }
@@ -294,6 +362,34 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes a reader of `budget` gets in `seconds` from a sender that
+    /// never stops (on the paused clock).
+    async fn read_for(budget: &mut ReadBudget, seconds: u64) -> usize {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+        let mut got = 0;
+        while tokio::time::Instant::now() < deadline {
+            std::future::poll_fn(|cx| budget.poll_ready(cx)).await;
+            // Reads come in the sizes a socket gives: up to 16 KiB.
+            budget.spend(16 * 1024);
+            got += 16 * 1024;
+        }
+        got
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_socket_is_read_no_faster_than_its_rate_after_its_burst() {
+        let mut budget = ReadBudget::new(64.0 * 1024.0, 128.0 * 1024.0);
+        let got = read_for(&mut budget, 10).await;
+        // The burst, ten seconds' rate, and the one read that may overdraw.
+        let most = 128 * 1024 + 10 * 64 * 1024 + 16 * 1024;
+        assert!(got <= most, "{got} bytes read in 10 s, at most {most}");
+        assert!(got >= 10 * 64 * 1024, "{got} bytes: the rate was not given");
+        // A quiet socket's budget fills to the burst, not past it.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let got = read_for(&mut budget, 1).await;
+        assert!(got <= 128 * 1024 + 64 * 1024 + 16 * 1024, "{got}");
+    }
 
     #[test]
     fn ipv6_addresses_count_per_56_block_and_mapped_ipv4_as_ipv4() {

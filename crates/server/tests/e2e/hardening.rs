@@ -1413,3 +1413,71 @@ async fn every_api_refusal_is_json_naming_what_is_wrong() {
     assert_eq!(goal["oneOf"].as_array().map(Vec::len), Some(2), "{goal}");
     server.stop().await.unwrap();
 }
+
+/// A WebSocket that sends empty continuation frames for ever completes no
+/// message, so no message cap counts it; each frame is still read and
+/// parsed. Its socket is read no faster than `READ_BYTES_PER_S`: in four
+/// seconds the server takes its burst, its rate and what the two kernels'
+/// buffers hold (about 4 MB here), not what it can parse (70 MB even in
+/// this unoptimised build; one such socket kept a core busy in release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_of_empty_websocket_frames_is_read_no_faster_than_its_rate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(test_config()).await;
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            server.addr
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        tcp.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // A masked frame (the mask all zeros: the payload as it is).
+    let frame = |opcode_fin: u8, payload: &[u8]| {
+        let mut f = vec![opcode_fin];
+        if payload.len() < 126 {
+            f.push(0x80 | payload.len() as u8);
+        } else {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        }
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(payload);
+        f
+    };
+    tcp.write_all(&frame(0x82, &subscribe_bytes(30)))
+        .await
+        .unwrap();
+    // A binary message begun, then only empty continuations.
+    tcp.write_all(&frame(0x02, &[])).await.unwrap();
+    let flood: Vec<u8> = frame(0x00, &[]).repeat(10_000);
+    let (mut rx, mut tx) = tcp.into_split();
+    // What the server sends (its Hello, frames) is read and dropped.
+    tokio::spawn(async move {
+        let mut sink = vec![0u8; 64 * 1024];
+        while rx.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+    });
+    let mut sent = 0usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while let Ok(Ok(())) = tokio::time::timeout_at(deadline, tx.write_all(&flood)).await {
+        sent += flood.len();
+    }
+    assert!(
+        sent < 16 << 20,
+        "{sent} bytes of empty frames taken in 4 s: the socket's read rate is not held"
+    );
+    server.stop().await.unwrap();
+}
