@@ -766,6 +766,7 @@ impl Config {
             whole_world_bytes: self.whole_world_bytes,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             export_deadline: Duration::from_secs_f32(self.export_deadline_s),
+            body_deadline: Duration::from_secs_f32(self.header_timeout_s),
             pilot_caps: AgentCaps {
                 each: self.pilot_agents_each,
                 total: self.pilot_agents_total,

@@ -141,10 +141,10 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
     })
 }
 
-/// The field serde names in an "unknown field `x`" or "missing field `x`"
-/// message, if it is one.
+/// The field serde names in an "unknown field `x`", "missing field `x`"
+/// or "duplicate field `x`" message, if it is one.
 pub fn serde_field(msg: &str) -> Option<&str> {
-    ["unknown field `", "missing field `"]
+    ["unknown field `", "missing field `", "duplicate field `"]
         .iter()
         .find_map(|p| msg.split(p).nth(1)?.split('`').next())
 }

@@ -46,6 +46,10 @@ pub struct Limits {
     pub stall_timeout: Duration,
     /// A trajectory export still running after this long is cut.
     pub export_deadline: Duration,
+    /// A request body must arrive whole within this long of its head
+    /// (`header_timeout_s`: one dripped a byte every few seconds held its
+    /// socket and handler for as long as its client liked).
+    pub body_deadline: Duration,
     /// Agents pilots may have alive at once (the tick loop's ledger
     /// enforces them).
     pub pilot_caps: AgentCaps,
@@ -69,6 +73,7 @@ impl Default for Limits {
             whole_world_bytes: 1 << 30,
             stall_timeout: Duration::from_secs(10),
             export_deadline: Duration::from_secs(600),
+            body_deadline: Duration::from_secs(10),
             pilot_caps: AgentCaps { each: 8, total: 64 },
             pilot_rate_per_s: 20.0,
             trajectories_role: Role::Operator,

@@ -1481,3 +1481,108 @@ async fn a_socket_of_empty_websocket_frames_is_read_no_faster_than_its_rate() {
     );
     server.stop().await.unwrap();
 }
+
+/// A REST body as its bytes say: a key given twice, a number out of range
+/// and trailing text are refused naming the field (serde kept the last
+/// key, and named none for the others); an empty body sent with a JSON
+/// type is no body; and a body dripped in after its head is cut at
+/// `header_timeout_s` with 408 (it held its socket for as long as its
+/// client liked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_are_read_whole_each_key_once_and_refusals_name_the_field() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(Config {
+        header_timeout_s: 1.0,
+        ..test_config()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, body: &'static str| {
+        client
+            .request(method, server.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for (path, body, field, words) in [
+        (
+            "/api/v1/params",
+            r#"{"w_sep": 99, "w_sep": 2.5}"#,
+            "w_sep",
+            "duplicate field",
+        ),
+        (
+            "/api/v1/boids/kill",
+            r#"{"count": 5, "count": 1}"#,
+            "count",
+            "duplicate field",
+        ),
+        (
+            "/api/v1/params",
+            r#"{"w_sep": 1e400}"#,
+            "w_sep",
+            "out of range",
+        ),
+        (
+            "/api/v1/goals",
+            r#"{"waypoints": [[1, 2, 3], [4, 5, 6e999]]}"#,
+            "waypoints[1][2]",
+            "out of range",
+        ),
+    ] {
+        let method = if path == "/api/v1/params" {
+            reqwest::Method::PATCH
+        } else {
+            reqwest::Method::POST
+        };
+        let r = send(method, path, body).await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let b: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(b["field"], field, "{body}: {b}");
+        assert!(b["detail"].as_str().unwrap().contains(words), "{b}");
+    }
+    let r = send(
+        reqwest::Method::PATCH,
+        "/api/v1/params",
+        r#"{"w_sep": 2} x"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        b["detail"].as_str().unwrap().contains("not valid JSON"),
+        "{b}"
+    );
+    assert_eq!(
+        get(&server.url("/api/v1/params")).await["w_sep"],
+        1.5,
+        "nothing applied"
+    );
+    // No body, whatever the headers say.
+    for path in ["/api/v1/boids/thaw", "/api/v1/control/reset"] {
+        let r = send(reqwest::Method::POST, path, "").await.unwrap();
+        assert_eq!(r.status(), 200, "{path}: {}", r.text().await.unwrap());
+    }
+    // A body whose bytes stop coming.
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(b"PATCH /api/v1/params HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"w_sep\"")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let drip = async {
+        // A byte every half second: never a second without progress.
+        for b in b": 2.0, " {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if tcp.write_all(&[*b]).await.is_err() {
+                break;
+            }
+        }
+    };
+    drip.await;
+    let _ = tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("header_timeout_s"), "{answer}");
+    server.stop().await.unwrap();
+}

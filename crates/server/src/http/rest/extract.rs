@@ -2,13 +2,13 @@
 //! JSON body ([`Body`]) whose every rejection is an [`ApiError`] naming the
 //! field.
 
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use crate::command::{Actor, serde_field};
@@ -43,22 +43,14 @@ pub(super) struct Body<T>(pub T);
 #[derive(Debug)]
 pub(super) struct OptionalBody<T>(pub T);
 
-/// Whether a request carries no body at all.
-fn is_empty(req: &Request) -> bool {
-    let h = req.headers();
-    let length = h.get(CONTENT_LENGTH);
-    length.is_some_and(|v| v == "0")
-        || (length.is_none() && h.get(CONTENT_TYPE).is_none() && h.get(TRANSFER_ENCODING).is_none())
-}
-
 impl<T: DeserializeOwned> FromRequest<Shared> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, s: &Shared) -> Result<Self, ApiError> {
-        if is_empty(&req) {
-            return Err(body_required());
+        match parse(req, s).await? {
+            Some(v) if !v.is_null() => typed(v).map(Body),
+            _ => Err(body_required()),
         }
-        parse(req, s, false).await.map(Body)
     }
 }
 
@@ -66,33 +58,80 @@ impl<T: DeserializeOwned> FromRequest<Shared> for OptionalBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, s: &Shared) -> Result<Self, ApiError> {
-        if is_empty(&req) {
-            return typed(Value::Object(Map::new())).map(OptionalBody);
+        match parse(req, s).await? {
+            Some(v) if !v.is_null() => typed(v).map(OptionalBody),
+            // No body, an empty one or `null`: every field its default.
+            _ => typed(Value::Object(Map::new())).map(OptionalBody),
         }
-        parse(req, s, true).await.map(OptionalBody)
     }
 }
 
-/// Reads a JSON body (size, media type and syntax checked by axum) into
-/// `T`. Numbers with no fraction are integers, as JSON Schema says (`385.0`
-/// is a valid count). `null` is no body: allowed only when `optional`.
-async fn parse<T: DeserializeOwned>(
-    req: Request,
-    s: &Shared,
-    optional: bool,
-) -> Result<T, ApiError> {
-    let Json(mut v) = Json::<Value>::from_request(req, s)
-        .await
-        .map_err(json_error)?;
-    if v.is_null() {
-        if !optional {
-            return Err(body_required());
+/// Reads a JSON body, whole within `Limits::body_deadline` (408) and at most
+/// `MAX_BODY_BYTES` (413), into a JSON value: `None` when there is none
+/// (whatever the headers say). It must be `application/json` (415) and
+/// valid JSON with no key given twice in an object (400; serde would keep
+/// the last). Numbers with no fraction are integers, as JSON Schema says
+/// (`385.0` is a valid count). A body that is neither an object nor
+/// `null` is refused (422): serde would take a list of a struct's fields
+/// in order.
+async fn parse(req: Request, s: &Shared) -> Result<Option<Value>, ApiError> {
+    let json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<mime::Mime>().ok())
+        .is_some_and(|m| {
+            m.type_() == "application"
+                && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
+        });
+    let deadline = s.0.limits.body_deadline;
+    let bytes = match tokio::time::timeout(deadline, Bytes::from_request(req, s)).await {
+        Err(_) => {
+            let secs = deadline.as_secs_f32();
+            return Err(ApiError::invalid(
+                StatusCode::REQUEST_TIMEOUT,
+                None,
+                format!(
+                    "the body did not arrive within {secs} s (allowed: the whole body within header_timeout_s, {secs} s, of the head)"
+                ),
+            ));
         }
-        v = Value::Object(Map::new());
+        Ok(Err(rej)) => {
+            let status = rej.status();
+            return Err(ApiError {
+                status,
+                error: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "too_large"
+                } else {
+                    "invalid"
+                },
+                field: None,
+                detail: rej.body_text(),
+            });
+        }
+        Ok(Ok(b)) => b,
+    };
+    if bytes.is_empty() {
+        return Ok(None);
     }
-    if !v.is_object() {
-        // serde would take a list of a struct's fields in order; the API
-        // takes objects.
+    if !json {
+        return Err(ApiError::invalid(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            "a body must be sent with `Content-Type: application/json`",
+        ));
+    }
+    let mut v = unique_json(&bytes).map_err(|(path, msg)| {
+        let (field, detail) = match (serde_field(&msg), path.as_str()) {
+            // A key given twice, within the object at `path`.
+            (Some(key), ".") => (Some(key.to_owned()), msg.clone()),
+            (Some(key), at) => (Some(format!("{at}.{key}")), format!("{at}: {msg}")),
+            (None, ".") => (None, format!("the body is not valid JSON: {msg}")),
+            (None, at) => (Some(at.to_owned()), format!("{at}: {msg}")),
+        };
+        ApiError::invalid(StatusCode::BAD_REQUEST, field, detail)
+    })?;
+    if !(v.is_object() || v.is_null()) {
         return Err(ApiError::invalid(
             StatusCode::UNPROCESSABLE_ENTITY,
             None,
@@ -100,7 +139,78 @@ async fn parse<T: DeserializeOwned>(
         ));
     }
     whole_numbers(&mut v);
-    typed(v)
+    Ok(Some(v))
+}
+
+/// `bytes` as one JSON value in which no object gives a key twice; an
+/// error is the path to where it was found (`.` for the whole) and what.
+fn unique_json(bytes: &[u8]) -> Result<Value, (String, String)> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let Unique(v) = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| (e.path().to_string(), e.inner().to_string()))?;
+    de.end().map_err(|e| (".".to_owned(), e.to_string()))?;
+    Ok(v)
+}
+
+/// A JSON value in which no object gives a key twice.
+struct Unique(Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        // JSON holds no NaN or infinity: every f64 it gives is finite.
+        Ok(Number::from_f64(x).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, t: &str) -> Result<Value, E> {
+        Ok(Value::String(t.to_owned()))
+    }
+    fn visit_string<E>(self, t: String) -> Result<Value, E> {
+        Ok(Value::String(t))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if m.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate field `{key}` (allowed: each key once)"
+                )));
+            }
+            let Unique(v) = map.next_value()?;
+            m.insert(key, v);
+        }
+        Ok(Value::Object(m))
+    }
 }
 
 fn body_required() -> ApiError {
@@ -190,39 +300,5 @@ async fn path_param<T: serde::de::DeserializeOwned + Send>(
             Some(field.into()),
             format!("{}: {what}", e.body_text()),
         )),
-    }
-}
-
-/// Turns axum's JSON rejection into `{error, field, detail}`; the field is
-/// the path serde reports (`w_sep`, `position[1]`) or the name of an
-/// unknown or missing field.
-fn json_error(rej: JsonRejection) -> ApiError {
-    let status = match rej.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::UNPROCESSABLE_ENTITY,
-        _ => StatusCode::BAD_REQUEST,
-    };
-    let text = rej.body_text();
-    let detail = text
-        .strip_prefix("Failed to deserialize the JSON body into the target type: ")
-        .unwrap_or(&text)
-        .to_owned();
-    let field = match serde_field(&detail) {
-        Some(f) => Some(f.to_owned()),
-        None => detail
-            .split_once(": ")
-            .map(|(path, _)| path.to_owned())
-            .filter(|p| !p.contains(' ')),
-    };
-    ApiError {
-        status,
-        error: if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "too_large"
-        } else {
-            "invalid"
-        },
-        field,
-        detail,
     }
 }
