@@ -114,7 +114,19 @@ pub fn apply(
         } => id = Some(f.add_goal(kind, arrive_radius_m, ttl_s)?),
         Op::AddObstacle { shape, ttl_s } => id = Some(f.add_obstacle(shape, ttl_s)?),
         Op::MoveAgent { id, position } => {
-            f.move_agent(id, position)?;
+            f.move_agent(id, position).map_err(|e| match e {
+                // The moved shape's corner or centre out of range: the
+                // position asked for is what to change.
+                SimError::Invalid(p) if p.field != "position" => SimError::from(ParamError::new(
+                    "position",
+                    format_args!("{:?}", position.to_array()),
+                    format!(
+                        "a point the agent fits at (moved there, its {} would be {}: allowed {})",
+                        p.field, p.value, p.allowed
+                    ),
+                )),
+                other => other,
+            })?;
         }
         Op::RemoveAgent { id } => {
             f.remove_agent(id)?;
@@ -124,7 +136,15 @@ pub fn apply(
             count,
             spread_m,
         } => {
-            f.spawn_boids(center, spread_m, count)?;
+            f.spawn_boids(center, spread_m, count)
+                .map_err(|e| match e {
+                    // The engine calls the ball's radius what the op calls spread.
+                    SimError::Invalid(p) if p.field == "radius_m" => SimError::from(ParamError {
+                        field: "spread_m",
+                        ..p
+                    }),
+                    other => other,
+                })?;
         }
         Op::RemoveBoids { ids } => {
             f.remove_boids(&ids)?;
@@ -142,7 +162,24 @@ pub fn apply(
             f.freeze_random(n)?;
         }
         Op::FreezeBoids(Selection::Fraction(x)) => {
-            f.freeze_random(Amount::Fraction(fraction(x)?).resolve(f.len()))?;
+            let len = f.len();
+            f.freeze_random(Amount::Fraction(fraction(x)?).resolve(len))
+                .map_err(|e| match e {
+                    // More than are left unfrozen: the fraction is at fault.
+                    SimError::NotEnough {
+                        what,
+                        asked,
+                        available,
+                    } => SimError::from(ParamError::new(
+                        "fraction",
+                        x,
+                        format!(
+                            "0 ..= {} now: it asks for {asked} of the {len} boids, and {available} are {what}",
+                            available as f64 / len.max(1) as f64
+                        ),
+                    )),
+                    other => other,
+                })?;
         }
         Op::Thaw { ids } => {
             f.thaw(ids.as_deref())?;
@@ -184,4 +221,74 @@ pub fn apply(
         }
     }
     Ok(Applied { tick: f.tick(), id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starling_sim::{FlockConfig, Shape, Vec3};
+
+    fn refused_field(f: &mut Flock, op: Op) -> String {
+        match apply(f, &mut false, op, |_| {}) {
+            Err(OpError::Sim(SimError::Invalid(p))) => {
+                format!("{} = {}: {}", p.field, p.value, p.allowed)
+            }
+            other => panic!("not refused as invalid: {other:?}"),
+        }
+    }
+
+    /// Refusals name the field the op was given, not the engine's own
+    /// (`radius_m` for a spawn's spread, a box's `max` for a move, `count`
+    /// for a fraction).
+    #[test]
+    fn refusals_name_the_ops_own_fields() {
+        let mut f = Flock::new(FlockConfig {
+            population: 100,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        let e = refused_field(
+            &mut f,
+            Op::SpawnBoids {
+                center: Vec3::splat(50.0),
+                count: 1,
+                spread_m: -1.0,
+            },
+        );
+        assert!(e.starts_with("spread_m = -1"), "{e}");
+        let Applied { id: Some(id), .. } = apply(
+            &mut f,
+            &mut false,
+            Op::AddObstacle {
+                shape: Shape::Box {
+                    min: Vec3::ZERO,
+                    max: Vec3::splat(10.0),
+                },
+                ttl_s: None,
+            },
+            |_| {},
+        )
+        .unwrap() else {
+            panic!("no id")
+        };
+        let e = refused_field(
+            &mut f,
+            Op::MoveAgent {
+                id,
+                position: Vec3::new(199_999.0, 5.0, 5.0),
+            },
+        );
+        assert!(e.starts_with("position = [199999.0, 5.0, 5.0]"), "{e}");
+        assert!(e.contains("its max would be"), "{e}");
+        apply(
+            &mut f,
+            &mut false,
+            Op::FreezeBoids(Selection::Count(100)),
+            |_| {},
+        )
+        .unwrap();
+        let e = refused_field(&mut f, Op::FreezeBoids(Selection::Fraction(0.5)));
+        assert!(e.starts_with("fraction = 0.5: 0 ..= 0 now"), "{e}");
+        assert!(e.contains("50 of the 100 boids, and 0 are"), "{e}");
+    }
 }

@@ -123,6 +123,15 @@ pub fn exactly_one(field: &str, of: &str) -> OpError {
     }
 }
 
+/// `looping` asked of a point goal, which has no path to loop.
+pub(super) fn looping_point() -> OpError {
+    OpError::BadInput {
+        field: Some("looping".to_owned()),
+        detail: "looping = true: allowed only with waypoints (a point goal has no path to loop)"
+            .to_owned(),
+    }
+}
+
 impl PredatorSpec {
     /// The op that adds it.
     pub fn op(&self) -> Op {
@@ -139,6 +148,7 @@ impl GoalSpec {
     /// The op that adds it.
     pub fn op(&self) -> Result<Op, OpError> {
         let kind = match (self.position, &self.waypoints) {
+            (Some(_), None) if self.looping => return Err(looping_point()),
             (Some(p), None) => GoalKind::Point {
                 position: Vec3::from(p),
             },

@@ -11,7 +11,7 @@ use starling_sim::{
     Vec3,
 };
 
-use super::spec::DEFAULT_ARRIVE_RADIUS_M;
+use super::spec::{DEFAULT_ARRIVE_RADIUS_M, looping_point};
 use super::{Amount, Op, OpError, Selection};
 
 fn vec3(v: [f32; 3]) -> Vec3 {
@@ -54,6 +54,9 @@ pub fn op_from_command(command: Command) -> Result<Op, OpError> {
             ttl_s,
         } => Op::AddGoal {
             kind: if waypoints.is_empty() {
+                if looping {
+                    return Err(looping_point());
+                }
                 GoalKind::Point {
                     position: vec3(position),
                 }
@@ -130,14 +133,25 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
                 })?,
             ParamValue::Text(t) => serde_json::Value::String(t.clone()),
         };
-        obj.insert(name.clone(), value);
-    }
-    serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| {
-        let detail = e.to_string();
-        OpError::BadInput {
-            field: serde_field(&detail).map(str::to_owned),
-            detail,
+        if obj.insert(name.clone(), value).is_some() {
+            return Err(OpError::BadInput {
+                field: Some(name.clone()),
+                detail: format!("{name} is changed twice in one patch: allowed once"),
+            });
         }
+    }
+    serde_path_to_error::deserialize(serde_json::Value::Object(obj)).map_err(|e| {
+        let path = e.path().to_string();
+        let msg = e.inner().to_string();
+        let field = serde_field(&msg)
+            .map(str::to_owned)
+            .or((path != ".").then(|| path.clone()));
+        let detail = if path == "." {
+            msg
+        } else {
+            format!("{path}: {msg}")
+        };
+        OpError::BadInput { field, detail }
     })
 }
 
@@ -299,5 +313,40 @@ mod tests {
         assert!(matches!(e, OpError::BadInput { field: Some(f), .. } if f == "w_sep"));
         let p = patch_from(&[("k_nearest".into(), ParamValue::Number(5.0))]).unwrap();
         assert_eq!(p.k_nearest, Some(5));
+        // A wrong type names its field (it named none).
+        let e = patch_from(&[("w_sep".into(), ParamValue::Text("x".into()))]).unwrap_err();
+        assert!(
+            matches!(&e, OpError::BadInput { field: Some(f), .. } if f == "w_sep"),
+            "{e}"
+        );
+        // A name given twice is refused (the last one won).
+        let e = patch_from(&[
+            ("w_sep".into(), ParamValue::Number(99.0)),
+            ("w_sep".into(), ParamValue::Number(2.0)),
+        ])
+        .unwrap_err();
+        assert!(
+            matches!(&e, OpError::BadInput { field: Some(f), .. } if f == "w_sep"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    /// A point goal that asks to loop is refused, naming `looping` (the
+    /// flag was dropped); a path may loop.
+    #[test]
+    fn a_looping_point_goal_is_refused() {
+        let goal = |waypoints: Vec<[f32; 3]>| Command::AddGoal {
+            position: [1.0, 2.0, 3.0],
+            waypoints,
+            looping: true,
+            ttl_s: None,
+        };
+        let e = op_from_command(goal(Vec::new())).unwrap_err();
+        assert!(
+            matches!(&e, OpError::BadInput { field: Some(f), .. } if f == "looping"),
+            "{e}"
+        );
+        assert!(op_from_command(goal(vec![[1.0, 2.0, 3.0]])).is_ok());
     }
 }

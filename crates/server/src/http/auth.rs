@@ -80,9 +80,14 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The token in an `Authorization: Bearer …` header value.
+/// The token in an `Authorization: Bearer …` header value (the scheme's
+/// name in any case, as RFC 7235 has it).
 pub fn bearer(header: Option<&str>) -> Option<&str> {
-    header?.strip_prefix("Bearer ").map(str::trim)
+    let header = header?;
+    let scheme = header.get(..7)?;
+    scheme
+        .eq_ignore_ascii_case("bearer ")
+        .then(|| header[7..].trim())
 }
 
 /// `?token=` on a URL: how a browser presents a token where it cannot set

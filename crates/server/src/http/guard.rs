@@ -97,24 +97,25 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
     // counted (a load balancer's health checks share its address with the
     // pages it passes on), unless a proxy passed them on for a client.
     let probe = !forwarded && matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics");
+    let query = Query::<TokenQuery>::try_from_uri(req.uri())
+        .unwrap_or_default()
+        .0;
+    let presented = query.presented(headers);
+    let unknown_token = s.0.tokens.unknown(presented);
     if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied()
         && s.0.tokens.any()
         && !probe
+        && s.0.tokens.actor(presented).account.is_none()
+        && !s.0.anonymous_requests.take(ip)
     {
-        let query = Query::<TokenQuery>::try_from_uri(req.uri())
-            .unwrap_or_default()
-            .0;
-        let presented = query.presented(headers);
-        if s.0.tokens.actor(presented).account.is_none() && !s.0.anonymous_requests.take(ip) {
-            if req.uri().path() == "/ws" {
-                s.0.telemetry.viewer_refused("anonymous_rate");
-            }
-            return ApiError::rate_limited(format!(
-                "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
-                s.0.limits.anonymous_requests_per_s
-            ))
-            .into_response();
+        if req.uri().path() == "/ws" {
+            s.0.telemetry.viewer_refused("anonymous_rate");
         }
+        return ApiError::rate_limited(format!(
+            "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
+            s.0.limits.anonymous_requests_per_s
+        ))
+        .into_response();
     }
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
     let upgrade = headers.contains_key(header::UPGRADE);
@@ -129,7 +130,34 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
             ),
         );
     }
-    next.run(req).await
+    let response = next.run(req).await;
+    if unknown_token && response.status() == StatusCode::FORBIDDEN {
+        return told_token_unknown(response).await;
+    }
+    response
+}
+
+/// A refusal for want of a role, to a request whose token matched none:
+/// says so (it was served as an anonymous viewer's), in the body's
+/// `detail` and as RFC 6750's `invalid_token`.
+async fn told_token_unknown(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    parts.headers.insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
+    );
+    let bytes = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if let Some(serde_json::Value::String(detail)) = json.get_mut("detail") {
+        detail.push_str(
+            " (the token presented is not one this server knows: the request was served as an anonymous viewer's)",
+        );
+    }
+    let body = serde_json::to_vec(&json).map_or(bytes, Into::into);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {

@@ -32,22 +32,13 @@ use shared::{MAX_BODY_BYTES, Shared};
 
 /// The whole HTTP surface.
 pub fn app(shared: Shared, web_dir: &Path) -> Router {
-    let (api, doc) = rest::routes(shared.0.limits.max_population);
-    // Serialised once: each request is a copy of the bytes, not of the document.
-    let doc =
-        axum::body::Bytes::from(serde_json::to_vec(&doc).expect("the OpenAPI document serialises"));
+    let api = rest::routes(shared.0.limits.max_population);
     let mut router = Router::new()
-        .route(
-            "/api/v1/openapi.json",
-            get(move || {
-                let doc = doc.clone();
-                async move { ([(header::CONTENT_TYPE, "application/json")], doc) }
-            }),
-        )
         .route("/ws", get(ws::upgrade))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(prometheus))
+        .method_not_allowed_fallback(rest::wrong_method)
         .nest("/api/v1", api);
     router = if web_dir.join("index.html").is_file() {
         router.fallback_service(ServeDir::new(web_dir))

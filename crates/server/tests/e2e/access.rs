@@ -470,5 +470,30 @@ async fn a_token_that_matches_none_is_told_so_and_watches_read_only() {
     ok.next_frame().await;
     ok.next_frame().await;
     assert!(ok.seen.errors.is_empty(), "{:?}", ok.seen.errors);
+    // Over REST a refusal says so too; the scheme's name is in any case.
+    let pause = |auth: &'static str| {
+        reqwest::Client::new()
+            .post(server.url("/api/v1/control/pause"))
+            .header("authorization", auth)
+            .send()
+    };
+    let r = pause("Bearer not-a-token-at-all").await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        "Bearer error=\"invalid_token\""
+    );
+    let b: Value = r.json().await.unwrap();
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not one this server knows"),
+        "{b}"
+    );
+    let r = pause("bearer operator-token").await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = pause("BEARER operator-token").await.unwrap();
+    assert_eq!(r.status(), 200);
     server.stop().await.unwrap();
 }

@@ -1363,6 +1363,49 @@ async fn every_api_refusal_is_json_naming_what_is_wrong() {
             "invalid",
             Some("sphere"),
         ),
+        // Outside /api/v1 too (these were empty 405s).
+        (
+            Method::POST,
+            "/api/v1/openapi.json",
+            None,
+            405,
+            "method_not_allowed",
+            None,
+        ),
+        (
+            Method::POST,
+            "/healthz",
+            None,
+            405,
+            "method_not_allowed",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/openapi.json?dry_run=true",
+            None,
+            400,
+            "invalid",
+            Some("dry_run"),
+        ),
+        // The field as the request names it (the engine's own name was given).
+        (
+            Method::POST,
+            "/api/v1/boids/spawn",
+            Some(serde_json::json!({ "center": [50, 50, 40], "count": 1, "spread_m": -1 })),
+            422,
+            "invalid",
+            Some("spread_m"),
+        ),
+        // A point has no path to loop (the flag was dropped).
+        (
+            Method::POST,
+            "/api/v1/goals",
+            Some(serde_json::json!({ "position": [10, 10, 10], "looping": true })),
+            422,
+            "invalid",
+            Some("looping"),
+        ),
         // The socket's refusals were axum's plain text.
         (Method::GET, "/ws", None, 400, "invalid", Some("Connection")),
         (
@@ -1584,5 +1627,35 @@ async fn request_bodies_are_read_whole_each_key_once_and_refusals_name_the_field
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("header_timeout_s"), "{answer}");
+    server.stop().await.unwrap();
+}
+
+/// A socket's first message must be a binary Subscribe: a text one is
+/// told so (it was told "no Subscribe within 5 s", at once), and a ping
+/// before it is answered and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_other_than_subscribe_is_told_what_was_wrong() {
+    let server = TestServer::start(test_config()).await;
+    let url = format!("ws://{}/ws", server.addr);
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    ws.send(Message::Text("hello".into())).await.unwrap();
+    let close = drain_until_closed(&mut ws).await.expect("a Close");
+    assert_eq!(close.reason, CloseReason::ProtocolError);
+    assert!(close.detail.contains("binary"), "{close:?}");
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    ws.send(Message::Ping(vec![1, 2, 3].into())).await.unwrap();
+    ws.send(Message::Binary(subscribe_bytes(30).into()))
+        .await
+        .unwrap();
+    let mut hello = false;
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(WAIT, ws.next()).await {
+        if let Message::Binary(b) = msg
+            && let Ok(ServerFrame::Control(ServerMsg::Hello(_))) = decode_server(&b)
+        {
+            hello = true;
+            break;
+        }
+    }
+    assert!(hello, "no Hello after a ping and a Subscribe");
     server.stop().await.unwrap();
 }

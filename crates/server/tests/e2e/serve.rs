@@ -840,7 +840,11 @@ async fn failure_injection_kills_boids_over_rest_and_websocket() {
         .command(12, Command::SetPopulation { count: u32::MAX })
         .await
     {
-        Reply::Error(e) => assert_eq!(e.field.as_deref(), Some("population"), "{e:?}"),
+        // The wire's name for it (REST's is `population`).
+        Reply::Error(e) => {
+            assert_eq!(e.field.as_deref(), Some("count"), "{e:?}");
+            assert!(e.detail.starts_with("count = 4294967295"), "{e:?}");
+        }
         Reply::Ack(a) => panic!("{a:?}"),
     }
     assert_eq!(get(&server.url("/api/v1/state")).await["population"], 300);

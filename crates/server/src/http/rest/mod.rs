@@ -29,9 +29,9 @@ use crate::command::Applied;
 use crate::http::error::ApiError;
 use crate::http::shared::Shared;
 
-/// The routes, to be nested under `/api/v1`, with the OpenAPI document
-/// (served at `/api/v1/openapi.json`).
-pub fn routes(max_population: usize) -> (Router<Shared>, serde_json::Value) {
+/// The routes, to be nested under `/api/v1`, the OpenAPI document
+/// (`/api/v1/openapi.json`) among them.
+pub fn routes(max_population: usize) -> Router<Shared> {
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(params::routes())
         .merge(agents::routes())
@@ -41,13 +41,27 @@ pub fn routes(max_population: usize) -> (Router<Shared>, serde_json::Value) {
         .split_for_parts();
     let doc = openapi::document(&doc, max_population);
     let taken = Arc::new(query_parameters(&doc));
-    let router = router
+    // Serialised once: each request is a copy of the bytes, not of the document.
+    let bytes =
+        axum::body::Bytes::from(serde_json::to_vec(&doc).expect("the OpenAPI document serialises"));
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let bytes = bytes.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        bytes,
+                    )
+                }
+            }),
+        )
         .route_layer(axum::middleware::from_fn(move |path, req, next| {
             known_query(taken.clone(), path, req, next)
         }))
         .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method);
-    (router, doc)
+        .method_not_allowed_fallback(wrong_method)
 }
 
 /// The query parameters each route takes, by its path in the document
@@ -127,7 +141,7 @@ async fn no_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
 }
 
 /// A resource asked with a method it does not take.
-async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+pub(super) async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
     ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
         error: "method_not_allowed",

@@ -303,9 +303,16 @@ async fn serve(
             return;
         }
     }
-    // The first message must be Subscribe, with our major version.
-    let (max_fps, view, minor) = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, stream.next()).await
-    {
+    // The first message must be Subscribe, with our major version (pings
+    // before it are answered by the socket and skipped here).
+    let deadline = tokio::time::Instant::now() + SUBSCRIBE_TIMEOUT;
+    let first = loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            other => break other,
+        }
+    };
+    let (max_fps, view, minor) = match first {
         Ok(Some(Ok(Message::Binary(b)))) => match decode_client(&b) {
             Ok(ClientMsg::Subscribe {
                 major,
@@ -354,7 +361,17 @@ async fn serve(
                 return;
             }
         },
-        _ => {
+        Ok(Some(Ok(Message::Text(_)))) => {
+            let detail = "the first message must be Subscribe, in a binary message (this protocol sends no text)";
+            let _ = w
+                .send(error_msg(None, ErrorCode::BadRequest, None, detail))
+                .await;
+            w.close(CloseReason::ProtocolError, detail).await;
+            return;
+        }
+        // Gone (a Close, an error, the end) before subscribing.
+        Ok(_) => return,
+        Err(_) => {
             let detail = format!("no Subscribe within {} s", SUBSCRIBE_TIMEOUT.as_secs());
             w.close(CloseReason::ProtocolError, &detail).await;
             return;

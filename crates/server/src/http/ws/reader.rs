@@ -238,6 +238,14 @@ fn start_command(
 
 /// A command's outcome: its op, through the same door as REST.
 async fn command_reply(s: &Shared, actor: Actor, command: Command) -> Result<Applied, ApiError> {
+    // The one field the wire names otherwise than the op (REST's name).
+    let set_population = matches!(command, Command::SetPopulation { .. });
     let op = op_from_command(command)?;
-    s.submit(actor, op).await
+    s.submit(actor, op).await.map_err(|mut e| {
+        if set_population && e.field.as_deref() == Some("population") {
+            e.field = Some("count".into());
+            e.detail = e.detail.replacen("population", "count", 1);
+        }
+        e
+    })
 }
