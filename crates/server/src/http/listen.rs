@@ -6,7 +6,9 @@
 //! keep-alive connection may wait for its next request, and how long an
 //! HTTP connection may make no progress either way (a request body that
 //! stops arriving, a response its client stops reading); and no socket is
-//! read faster than [`READ_BYTES_PER_S`]. IPv6 addresses
+//! read faster than [`READ_BYTES_PER_S`]. A full server makes room for a
+//! newcomer by closing an idle HTTP socket of the address holding the
+//! most (`Conns::evict_for`). IPv6 addresses
 //! count per /56, what a subscriber is usually given (a /64 each, a /48's
 //! holder had 65,536 addresses' worth of sockets and viewers; a /48 each,
 //! every device of a carrier's pool could have shared one cap).
@@ -16,7 +18,7 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -27,7 +29,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tower_layer::Layer;
 
 use super::proxy::PeerAddr;
@@ -50,6 +52,14 @@ pub const READ_BYTES_PER_S: f64 = 64.0 * 1024.0;
 /// What one socket may send at once: a request's largest head and body
 /// ([`MAX_HEAD_BYTES`], `MAX_BODY_BYTES`) with room to spare.
 pub const READ_BURST_BYTES: f64 = 128.0 * 1024.0;
+/// How long an HTTP connection must have been idle (no request being
+/// handled and no byte either way), or open without a request, before a
+/// full server closes it for a newcomer (`Conns::evict_for`).
+pub const EVICT_AFTER: Duration = Duration::from_secs(1);
+/// How long a newcomer a full server made room for waits for the room.
+const ADMIT_WAIT: Duration = Duration::from_secs(1);
+/// Newcomers waiting for room at once; more are refused.
+const ADMIT_WAITING: usize = 64;
 /// How long HTTP connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error (such as running out of file descriptors)
@@ -81,6 +91,12 @@ pub struct PeerGroup(pub IpAddr);
 pub struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
 
 impl PerAddress {
+    /// How many `group` holds.
+    fn count(&self, group: IpAddr) -> usize {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&group).copied().unwrap_or(0)
+    }
+
     /// One more for `group`, counted until the returned guard is dropped,
     /// or None when `group` holds `cap` already.
     pub fn take(&self, group: IpAddr, cap: usize) -> Option<AddressCount> {
@@ -253,23 +269,155 @@ impl AsyncWrite for Counted {
     }
 }
 
+/// An HTTP connection (not upgraded: a WebSocket has left this), as a
+/// full server weighs it for closing.
+#[derive(Debug)]
+struct Conn {
+    group: IpAddr,
+    opened: Instant,
+    activity: Arc<Activity>,
+    /// Requests whose handler is running.
+    calls: AtomicUsize,
+    /// Whether a request ever reached a handler.
+    served: AtomicBool,
+    /// Closes the connection.
+    evict: Notify,
+}
+
+impl Conn {
+    /// Whether a newcomer may have its socket: no handler running, and idle
+    /// (or open without a request) for [`EVICT_AFTER`]. A response still
+    /// being sent (an export) moves bytes, so it is not idle.
+    fn evictable(&self) -> bool {
+        let waiting = !self.served.load(Ordering::Relaxed) && self.opened.elapsed() >= EVICT_AFTER;
+        self.calls.load(Ordering::Relaxed) == 0 && (waiting || self.activity.idle() >= EVICT_AFTER)
+    }
+}
+
+/// A request in a connection's handler, counted until dropped.
+struct InCall(Arc<Conn>);
+
+impl InCall {
+    fn enter(conn: &Arc<Conn>) -> Self {
+        conn.served.store(true, Ordering::Relaxed);
+        conn.calls.fetch_add(1, Ordering::Relaxed);
+        Self(conn.clone())
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The open HTTP connections, for [`Conns::evict_for`].
+#[derive(Debug, Clone, Default)]
+struct Conns(Arc<Mutex<HashMap<u64, Arc<Conn>>>>, Arc<AtomicU64>);
+
+/// A connection's place in [`Conns`], given up when dropped.
+struct Listed(Conns, u64);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        let mut m = (self.0).0.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(&self.1);
+    }
+}
+
+impl Conns {
+    fn list(&self, conn: Arc<Conn>) -> Listed {
+        let id = self.1.fetch_add(1, Ordering::Relaxed);
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(id, conn);
+        Listed(self.clone(), id)
+    }
+
+    /// When every socket is taken: closes one for a newcomer from `group`,
+    /// true if it did. It takes an evictable connection ([`Conn::evictable`])
+    /// from the address that holds the most sockets, the longest idle of
+    /// its own, and only from an address holding more than the
+    /// newcomer's: idle sockets held by few addresses make way for others,
+    /// and an address cannot take the room its peers hold.
+    fn evict_for(&self, group: IpAddr, counts: &PerAddress) -> bool {
+        let mine = counts.count(group);
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let victim = m
+            .values()
+            .filter(|c| c.evictable())
+            .map(|c| (counts.count(c.group), c.activity.idle(), c))
+            .filter(|(held, _, _)| *held > mine + 1)
+            .max_by_key(|(held, idle, _)| (*held, *idle));
+        match victim {
+            Some((_, _, c)) => {
+                c.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Why a socket was not admitted.
+enum Refused {
+    /// Its address holds its most.
+    PerAddress,
+    /// The server holds its most.
+    Full,
+}
+
 /// Counts a new socket from `ip`, or refuses it when a limit is reached.
-fn admit(
+/// Waits (at most [`ADMIT_WAIT`]) when `wait` and the server is full.
+async fn admit(
     io: TcpStream,
     ip: IpAddr,
     per_ip: &PerAddress,
     total: &Arc<Semaphore>,
     limits: ConnLimits,
-) -> Option<Counted> {
-    let permit = total.clone().try_acquire_owned().ok()?;
-    let address = per_ip.take(address_group(ip), limits.per_ip)?;
-    Some(Counted {
+    wait: bool,
+) -> Result<Counted, (TcpStream, Refused)> {
+    let Some(address) = per_ip.take(address_group(ip), limits.per_ip) else {
+        return Err((io, Refused::PerAddress));
+    };
+    let permit = match total.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) if wait => {
+            match tokio::time::timeout(ADMIT_WAIT, total.clone().acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => return Err((io, Refused::Full)),
+            }
+        }
+        Err(_) => return Err((io, Refused::Full)),
+    };
+    Ok(Counted {
         io,
         address,
         activity: Activity::new(),
         budget: ReadBudget::new(READ_BYTES_PER_S, READ_BURST_BYTES),
         _total: permit,
     })
+}
+
+/// Tells a socket refused at accept why (503 with the JSON error body
+/// every refusal has; the setting named), as far as its buffer takes it
+/// at once, then closes it.
+fn refuse(io: TcpStream, why: Refused) {
+    let (field, detail) = match why {
+        Refused::PerAddress => (
+            "max_connections_per_ip",
+            "this address has as many sockets open as it may (max_connections_per_ip)",
+        ),
+        Refused::Full => (
+            "max_connections",
+            "the server has as many sockets open as it may, none idle to close for this one (max_connections); retry shortly",
+        ),
+    };
+    let body = serde_json::json!({ "error": "busy", "field": field, "detail": detail }).to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = io.try_write(answer.as_bytes());
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets open
@@ -285,6 +433,8 @@ pub async fn serve(
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     let per_ip = PerAddress::default();
     let total = Arc::new(Semaphore::new(limits.total));
+    let conns = Conns::default();
+    let waiting = Arc::new(Semaphore::new(ADMIT_WAITING));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
@@ -298,55 +448,46 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Some(io) = admit(io, peer.ip(), &per_ip, &total, limits) else {
-            tracing::debug!(%peer, "connection refused: too many open sockets");
-            continue;
-        };
-        let (activity, group) = (io.activity.clone(), io.address.group());
-        let stall = limits.header_timeout;
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .max_buf_size(MAX_HEAD_BYTES)
-            .serve_connection(
-                TokioIo::new(io),
-                TowerToHyperService::new(
-                    Extension(PeerAddr(peer.ip()))
-                        .layer(Extension(PeerGroup(group)).layer(router.clone())),
-                ),
-            )
-            .with_upgrades();
-        let (mut closing, open) = (closing.clone(), open_tx.clone());
-        tokio::spawn(async move {
-            let _open = open;
-            let mut conn = std::pin::pin!(conn);
-            // Until it upgrades (the WebSocket then has its own limits), a
-            // connection that moves no byte for `stall` is dropped.
-            let stalled = async {
-                loop {
-                    let idle = activity.idle();
-                    if idle >= stall {
-                        break;
+        let io = match admit(io, peer.ip(), &per_ip, &total, limits, false).await {
+            Ok(io) => io,
+            // Full: room is made by closing an idle socket of an address
+            // that holds more, and the newcomer waits for it.
+            Err((io, Refused::Full))
+                if conns.evict_for(address_group(peer.ip()), &per_ip)
+                    && let Ok(slot) = waiting.clone().try_acquire_owned() =>
+            {
+                let (per_ip, total) = (per_ip.clone(), total.clone());
+                let (router, conns, closing, open) = (
+                    router.clone(),
+                    conns.clone(),
+                    closing.clone(),
+                    open_tx.clone(),
+                );
+                tokio::spawn(async move {
+                    let admitted = admit(io, peer.ip(), &per_ip, &total, limits, true).await;
+                    drop(slot);
+                    match admitted {
+                        Ok(io) => serve_one(io, peer, &router, limits, &conns, closing, open),
+                        Err((io, why)) => refuse(io, why),
                     }
-                    tokio::time::sleep(stall - idle).await;
-                }
-            };
-            let ended = tokio::select! {
-                ended = conn.as_mut() => ended,
-                () = stalled => {
-                    tracing::debug!(%peer, "connection dropped: no progress within the header timeout");
-                    return;
-                }
-                _ = closing.changed() => {
-                    // Finish the request in progress, then close.
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = ended {
-                tracing::debug!(%peer, error = %e, "connection ended");
+                });
+                continue;
             }
-        });
+            Err((io, why)) => {
+                tracing::debug!(%peer, "connection refused: too many open sockets");
+                refuse(io, why);
+                continue;
+            }
+        };
+        serve_one(
+            io,
+            peer,
+            &router,
+            limits,
+            &conns,
+            closing.clone(),
+            open_tx.clone(),
+        );
     }
     let _ = closing_tx.send(true);
     drop(open_tx);
@@ -357,6 +498,85 @@ pub async fn serve(
         tracing::warn!("some connections did not finish within the shutdown grace");
     }
     Ok(())
+}
+
+/// Serves one admitted socket on its own task until it ends, is closed
+/// (stalled, or evicted for a newcomer) or upgrades; `open` is held
+/// until then, `closing` starts a graceful end.
+fn serve_one(
+    io: Counted,
+    peer: std::net::SocketAddr,
+    router: &Router,
+    limits: ConnLimits,
+    conns: &Conns,
+    mut closing: watch::Receiver<bool>,
+    open: mpsc::Sender<()>,
+) {
+    let (activity, group) = (io.activity.clone(), io.address.group());
+    let conn = Arc::new(Conn {
+        group,
+        opened: Instant::now(),
+        activity: activity.clone(),
+        calls: AtomicUsize::new(0),
+        served: AtomicBool::new(false),
+        evict: Notify::new(),
+    });
+    let listed = conns.list(conn.clone());
+    let stall = limits.header_timeout;
+    let inner = TowerToHyperService::new(
+        Extension(PeerAddr(peer.ip())).layer(Extension(PeerGroup(group)).layer(router.clone())),
+    );
+    let calls = conn.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let call = InCall::enter(&calls);
+        let answer = hyper::service::Service::call(&inner, req);
+        async move {
+            let answer = answer.await;
+            drop(call);
+            answer
+        }
+    });
+    let http = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::spawn(async move {
+        let _open = open;
+        let _listed = listed;
+        let mut conn_fut = std::pin::pin!(http);
+        // Until it upgrades (the WebSocket then has its own limits), a
+        // connection that moves no byte for `stall` is dropped.
+        let stalled = async {
+            loop {
+                let idle = activity.idle();
+                if idle >= stall {
+                    break;
+                }
+                tokio::time::sleep(stall - idle).await;
+            }
+        };
+        let ended = tokio::select! {
+            ended = conn_fut.as_mut() => ended,
+            () = stalled => {
+                tracing::debug!(%peer, "connection dropped: no progress within the header timeout");
+                return;
+            }
+            () = conn.evict.notified() => {
+                tracing::debug!(%peer, "connection closed: idle on a full server, for a newcomer");
+                return;
+            }
+            _ = closing.changed() => {
+                // Finish the request in progress, then close.
+                conn_fut.as_mut().graceful_shutdown();
+                conn_fut.await
+            }
+        };
+        if let Err(e) = ended {
+            tracing::debug!(%peer, error = %e, "connection ended");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -1659,3 +1659,100 @@ async fn a_first_message_other_than_subscribe_is_told_what_was_wrong() {
     assert!(hello, "no Hello after a ping and a Subscribe");
     server.stop().await.unwrap();
 }
+
+/// A socket to `server` from the local address `from`.
+async fn socket_from(server: &TestServer, from: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(server.addr).await.unwrap()
+}
+
+/// What the server sent a socket until it closed it (or `within`).
+async fn answer_of(s: &mut tokio::net::TcpStream, within: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(within, s.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A few addresses holding every socket of a server, and never sending a
+/// request, locked everyone out (operators too), and sockets over a cap
+/// were dropped without a word. Now a full server closes an idle socket
+/// of the address holding the most for a newcomer from another, and one
+/// it cannot make room for gets a 503 naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start(Config {
+        max_viewers: 2,
+        max_connections: Some(12),
+        max_connections_per_ip: 6,
+        ..test_config()
+    })
+    .await;
+    // Twelve sockets in requests whose bodies are still to come: none
+    // may be closed, so a newcomer is refused, and told why.
+    let mut busy = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3"] {
+        for _ in 0..6 {
+            let mut s = socket_from(&server, from).await;
+            s.write_all(b"PATCH /api/v1/params HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+                .await
+                .unwrap();
+            busy.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut newcomer = socket_from(&server, "127.0.0.1").await;
+    let answer = answer_of(&mut newcomer, WAIT).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("\"field\":\"max_connections\""), "{answer}");
+    drop(busy);
+    // Twelve silent sockets, past the idle time a full server allows.
+    let mut silent = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while silent.len() < 12 {
+        let from = ["127.0.0.2", "127.0.0.3"][silent.len() % 2];
+        let mut s = socket_from(&server, from).await;
+        // Refused while the busy ones are still going: try again.
+        if closed_by_server(&mut s, Duration::from_millis(100)).await {
+            assert!(tokio::time::Instant::now() < deadline, "never admitted");
+            continue;
+        }
+        silent.push(s);
+    }
+    tokio::time::sleep(starling_server::http::listen::EVICT_AFTER + Duration::from_millis(500))
+        .await;
+    let r = reqwest::get(server.url("/healthz")).await.unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a newcomer to a full server of idle sockets"
+    );
+    let mut closed = 0;
+    for s in &mut silent {
+        if closed_by_server(s, Duration::from_millis(200)).await {
+            closed += 1;
+        }
+    }
+    assert!(
+        (1..=2).contains(&closed),
+        "{closed} idle sockets closed for one newcomer"
+    );
+    // Past an address's own cap: a 503 naming it.
+    let mut extra = socket_from(&server, "127.0.0.2").await;
+    let mut more = socket_from(&server, "127.0.0.2").await;
+    // (One of them may be admitted, if the room was made from this address.)
+    let second = Duration::from_secs(1);
+    let answers = [
+        answer_of(&mut extra, second).await,
+        answer_of(&mut more, second).await,
+    ];
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.contains("\"field\":\"max_connections_per_ip\"")),
+        "{answers:?}"
+    );
+    server.stop().await.unwrap();
+}
