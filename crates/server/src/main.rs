@@ -122,8 +122,9 @@ struct ServeArgs {
     /// operator (default operator).
     #[arg(long, env = "STARLING_TRAJECTORIES_ROLE")]
     trajectories_role: Option<String>,
-    /// Log JSON lines instead of text (filter with RUST_LOG).
-    #[arg(long, env = "STARLING_LOG_JSON")]
+    /// Log JSON lines instead of text (filter with RUST_LOG; the variable
+    /// takes true/false, 1/0, yes/no, on/off).
+    #[arg(long, env = "STARLING_LOG_JSON", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true")]
     log_json: bool,
     /// NATS server, e.g. nats://127.0.0.1:4222: `serve` publishes every
     /// broadcast there for edges; `edge` serves them.
@@ -169,8 +170,9 @@ enum Cmd {
         #[arg(long)]
         serve: bool,
         /// Also write the replayed run as MCAP (boids, scene, metrics; opens
-        /// in Foxglove), from the first tick replayed; swarm metrics with
-        /// the default links (a recording does not keep the scenario's).
+        /// in Foxglove), from the recording's start: the run's own export
+        /// but for the step's wall-clock time; swarm metrics with the
+        /// default links (a recording does not keep the scenario's).
         #[arg(long, conflicts_with = "serve")]
         mcap: Option<PathBuf>,
         #[command(flatten)]
@@ -187,7 +189,7 @@ enum Cmd {
         /// Simulated seconds to run instead.
         #[arg(long)]
         until_seconds: Option<f64>,
-        /// Output directory (must not exist; default out/<scenario name>).
+        /// Output directory (must not exist; default out/<the scenario file's name, without .toml>).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Seeds: one number or an inclusive range A..B, run in parallel
@@ -427,12 +429,15 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         (&args.allow_origin, &mut config.allow_origin),
         (&args.trusted_proxies, &mut config.trusted_proxies),
     ] {
+        // (An empty variable, as compose passes an unset one, gives none.)
+        let given: Vec<String> = given
+            .iter()
+            .flat_map(|t| t.split(','))
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
         if !given.is_empty() {
-            *from_file = given
-                .iter()
-                .flat_map(|t| t.split(','))
-                .map(str::to_owned)
-                .collect();
+            *from_file = given;
         }
     }
     config.log_json |= args.log_json;

@@ -310,7 +310,8 @@ impl<R: BufRead> Iterator for Lines<R> {
     }
 }
 
-/// Replays a recording, calling `on_tick` after every tick, and checks
+/// Replays a recording, calling `on_tick` with its start and after every
+/// tick (as a run's export sees it), and checks
 /// every recorded digest.
 pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayReport, ReplayError> {
     let name = path.display().to_string();
@@ -360,7 +361,10 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
                         ),
                     ));
                 }
-                flock = Some(Flock::restore(*checkpoint).map_err(|e| malformed(n, e.to_string()))?);
+                let start = Flock::restore(*checkpoint).map_err(|e| malformed(n, e.to_string()))?;
+                // The start is a state of the run too (an export's first sample).
+                on_tick(&start);
+                flock = Some(start);
             }
             (Line::Start { .. }, Some(_)) => {
                 return Err(malformed(n, "a second start line".into()));
@@ -372,6 +376,7 @@ pub fn replay(path: &Path, mut on_tick: impl FnMut(&Flock)) -> Result<ReplayRepo
                 apply(f, &mut paused, op, |f| {
                     f.step();
                     steps += 1;
+                    on_tick(f);
                 })
                 .map_err(|e| malformed(n, format!("the recorded op was refused on replay: {e}")))?;
                 report.ticks += steps;

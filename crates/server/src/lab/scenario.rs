@@ -211,6 +211,22 @@ fn line_of(text: &str, key: &str, from: usize) -> usize {
         .map_or(0, |(i, _)| i + 1)
 }
 
+/// The 1-based line assigning `key` within the table whose header is on
+/// 1-based line `header` (up to the next header), else the header's own
+/// (a rule between two parameters may name one the file did not set).
+fn line_in_table(text: &str, key: &str, header: usize) -> usize {
+    let end = text
+        .lines()
+        .enumerate()
+        .skip(header)
+        .find(|(_, l)| l.trim_start().starts_with('['))
+        .map_or(usize::MAX, |(i, _)| i + 1);
+    match line_of(text, key, header) {
+        n if n != 0 && n < end => n,
+        _ => header,
+    }
+}
+
 /// The key assigned on 1-based `line`, under its table (`params.model`);
 /// empty when the line assigns nothing.
 fn key_at(text: &str, line: usize) -> String {
@@ -302,7 +318,7 @@ impl Scenario {
             .map_or(0, |i| i + 1);
         let err = |field: &str, detail: String| ScenarioError {
             file: file.to_owned(),
-            line: line_of(text, field.split('[').next().unwrap_or(field), params_at),
+            line: line_in_table(text, field.split('[').next().unwrap_or(field), params_at),
             field: format!("params.{field}"),
             detail,
         };
@@ -454,6 +470,15 @@ impl Scenario {
                 continue;
             };
             let at = line_of_table(text, "events", k);
+            if p.tick_hz.is_some() {
+                // The run's clock (`at_s`, `time_s`, `--until-seconds`,
+                // `simulated_s`) counts in one rate.
+                return Err(err(
+                    &format!("events[{k}].patch_params.tick_hz"),
+                    line_of(text, "tick_hz", at),
+                    "allowed only in [params]: a run keeps one tick rate, which its times (at_s, time_s, --until-seconds) count in".into(),
+                ));
+            }
             let patched = live.patched(p).map_err(|pe| {
                 err(
                     &format!("events[{k}].patch_params.{}", pe.field),
@@ -477,9 +502,14 @@ impl Scenario {
                 .map_or((field.as_str(), 0), |(t, rest)| {
                     (t, rest.trim_end_matches(']').parse().unwrap_or(0))
                 });
-            // A table of tables (`[[obstacles]]`), else a key (`placement = `).
+            // A table of tables (`[[obstacles]]`), a table (`[placement]`),
+            // else a key (`placement = `).
+            let header = format!("[{table}]");
             let line = match line_of_table(text, table, idx) {
-                0 => line_of(text, table, 0),
+                0 => text
+                    .lines()
+                    .position(|l| l.trim() == header)
+                    .map_or_else(|| line_of(text, table, 0), |i| i + 1),
                 n => n,
             };
             err(&field, line, detail)
@@ -489,8 +519,8 @@ impl Scenario {
         // aside), and an agent removed must have been added by then (ids
         // are given in order) and not have run out of time. The probe stays
         // at tick 0, so the expiry it gives an agent counts from the event
-        // that added it; parameter patches go to it too (`tick_hz` turns a
-        // time to live into ticks).
+        // that added it; parameter patches go to it too (agents are
+        // checked against the parameters in force).
         let note_expiry = |expires: &mut HashMap<u32, u64>, probe: &Flock, id: u32, from: u64| {
             if let Some(end) = expiry_of(probe, id) {
                 expires.insert(id, from + end);
@@ -879,6 +909,19 @@ mod tests {
             2,
             "placement",
         );
+        // The same as a table (it was line 0).
+        check(
+            "population = 10\n[placement]\nkind = \"ball\"\ncenter = [1, 2, 3]\nradius_m = -5\n",
+            2,
+            "placement",
+        );
+        // A rule between two parameters names the one the file did not set:
+        // the line is the table's, not a later event's that sets it.
+        check(
+            "[params]\nmax_speed_mps = 2\n[[events]]\nat_tick = 5\npatch_params = { min_speed_mps = 1 }\n",
+            1,
+            "params.min_speed_mps",
+        );
         // An agent removed before it is added, or never added: found at
         // load, not after the run got there.
         let add = "[[events]]\nat_tick = 20\nadd_obstacle = { sphere = { center = [1, 2, 3], radius_m = 5 } }\n";
@@ -911,13 +954,11 @@ mod tests {
             &format!("{brief}[[events]]\nat_tick = 35\nremove_agent = 0\n"),
         )
         .unwrap();
-        // At 30 Hz the same 0.25 s is 8 ticks: patched first, gone at 29.
+        // A run keeps one tick rate: its times count in it.
         check(
-            &format!(
-                "[[events]]\nat_tick = 0\npatch_params = {{ tick_hz = 30 }}\n{brief}[[events]]\nat_tick = 29\nremove_agent = 0\n"
-            ),
-            7,
-            "events[2]",
+            "[[events]]\nat_tick = 5\npatch_params = { tick_hz = 30 }\n",
+            3,
+            "events[0].patch_params.tick_hz",
         );
         // Agents of the file's tables count from tick 0.
         check(

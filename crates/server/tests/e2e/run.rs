@@ -302,6 +302,7 @@ fn a_recorded_headless_run_replays() {
     let scenario = write(&dir, SCENARIO);
     let rec = dir.join("run.jsonl");
     let out = dir.join("out");
+    let (run_mcap, replay_mcap) = (dir.join("run.mcap"), dir.join("replay.mcap"));
     let r = starling(
         &[
             "run",
@@ -310,6 +311,8 @@ fn a_recorded_headless_run_replays() {
             out.to_str().unwrap(),
             "--record",
             rec.to_str().unwrap(),
+            "--mcap",
+            run_mcap.to_str().unwrap(),
         ],
         "2",
     );
@@ -320,6 +323,50 @@ fn a_recorded_headless_run_replays() {
     assert_eq!(report["ops"], 1, "the kill event");
     assert_eq!(report["final_tick"], 240);
     assert!(report["digests_checked"].as_u64().unwrap() >= 4);
+    // The replay's export is the run's: the same samples, stamped alike,
+    // from the start state on (it began a tick late, 1/60 s early).
+    let r = starling(
+        &[
+            "replay",
+            rec.to_str().unwrap(),
+            "--mcap",
+            replay_mcap.to_str().unwrap(),
+        ],
+        "1",
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let messages = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).unwrap();
+        mcap::MessageStream::new(&bytes)
+            .unwrap()
+            .map(|m| {
+                let m = m.unwrap();
+                let mut data = m.data.into_owned();
+                if m.channel.topic == "/metrics" {
+                    // The step's wall-clock time is the one thing of the
+                    // machine's in a sample.
+                    let mut v: serde_json::Value = serde_json::from_slice(&data).unwrap();
+                    v["tick"]["step_ms"] = serde_json::Value::Null;
+                    data = serde_json::to_vec(&v).unwrap();
+                }
+                (m.channel.topic.clone(), m.log_time, data)
+            })
+            .collect::<Vec<_>>()
+    };
+    let (run, replayed) = (messages(&run_mcap), messages(&replay_mcap));
+    assert_eq!(run.len(), replayed.len());
+    for (a, b) in run.iter().zip(&replayed) {
+        assert!(
+            a == b,
+            "{} at {} ns differs from the replay's {} at {} ns: {} / {}",
+            a.0,
+            a.1,
+            b.0,
+            b.1,
+            String::from_utf8_lossy(&a.2),
+            String::from_utf8_lossy(&b.2)
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
