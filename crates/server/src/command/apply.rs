@@ -64,6 +64,10 @@ pub enum OpError {
     /// The tick loop has stopped (the server is shutting down).
     #[error("the simulation is shutting down")]
     Stopped,
+    /// Certainly not applied, and safe to retry at once (an edge that
+    /// could not forward it); what happened, in words.
+    #[error("{0}")]
+    NotApplied(String),
     /// The origin's refusal of an op an edge forwarded (its HTTP status,
     /// class, field and words, passed on as they are).
     #[error("{detail}")]

@@ -157,7 +157,7 @@ impl From<OpError> for ApiError {
             },
             OpError::LimitReached(d) => Self::conflict("limit_reached", d),
             OpError::Conflict(d) => Self::conflict("conflict", d),
-            OpError::Stopped => Self::busy(detail),
+            OpError::Stopped | OpError::NotApplied(_) => Self::busy(detail),
             OpError::Remote {
                 status,
                 error,

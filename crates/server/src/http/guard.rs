@@ -138,24 +138,30 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
 }
 
 /// A refusal for want of a role, to a request whose token matched none:
-/// says so (it was served as an anonymous viewer's), in the body's
-/// `detail` and as RFC 6750's `invalid_token`.
+/// says so in its `detail` (it was served as an anonymous viewer's). A
+/// body that is not such a JSON object is passed on as it is.
 async fn told_token_unknown(response: Response) -> Response {
     let (mut parts, body) = response.into_parts();
-    parts.headers.insert(
-        header::WWW_AUTHENTICATE,
-        axum::http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
-    );
     let bytes = axum::body::to_bytes(body, 64 * 1024)
         .await
         .unwrap_or_default();
-    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    if let Some(serde_json::Value::String(detail)) = json.get_mut("detail") {
-        detail.push_str(
-            " (the token presented is not one this server knows: the request was served as an anonymous viewer's)",
-        );
-    }
-    let body = serde_json::to_vec(&json).map_or(bytes, Into::into);
+    let mut json = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    let told = json
+        .as_mut()
+        .and_then(|j| j.get_mut("detail"))
+        .and_then(|d| match d {
+            serde_json::Value::String(detail) => {
+                detail.push_str(
+                    " (the token presented is not one this server knows: the request was served as an anonymous viewer's)",
+                );
+                Some(())
+            }
+            _ => None,
+        });
+    let body = match (told, json) {
+        (Some(()), Some(json)) => serde_json::to_vec(&json).map_or(bytes, Into::into),
+        _ => bytes,
+    };
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(body))
 }

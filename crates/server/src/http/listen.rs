@@ -57,9 +57,18 @@ pub const READ_BURST_BYTES: f64 = 128.0 * 1024.0;
 /// full server closes it for a newcomer (`Conns::evict_for`).
 pub const EVICT_AFTER: Duration = Duration::from_secs(1);
 /// How long a newcomer a full server made room for waits for the room.
-const ADMIT_WAIT: Duration = Duration::from_secs(1);
+pub const ADMIT_WAIT: Duration = Duration::from_secs(1);
 /// Newcomers waiting for room at once; more are refused.
-const ADMIT_WAITING: usize = 64;
+pub const ADMIT_WAITING: usize = 64;
+/// Refused sockets closed gently at once (the 503 sent, what the client
+/// still sends read and dropped for [`LINGER`], at most
+/// [`LINGER_BYTES`], so its kernel does not answer our close with a reset
+/// that loses the 503); more are closed at once.
+const LINGERING: usize = 256;
+/// How long a refused socket is read before it is closed.
+const LINGER: Duration = Duration::from_secs(1);
+/// The most read from a refused socket before it is closed.
+const LINGER_BYTES: usize = 64 * 1024;
 /// How long HTTP connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error (such as running out of file descriptors)
@@ -280,17 +289,22 @@ struct Conn {
     calls: AtomicUsize,
     /// Whether a request ever reached a handler.
     served: AtomicBool,
+    /// Whether it was picked to close (a second newcomer picks another).
+    picked: AtomicBool,
     /// Closes the connection.
     evict: Notify,
 }
 
 impl Conn {
-    /// Whether a newcomer may have its socket: no handler running, and idle
-    /// (or open without a request) for [`EVICT_AFTER`]. A response still
-    /// being sent (an export) moves bytes, so it is not idle.
+    /// Whether a newcomer may have its socket: not picked already, no
+    /// request in a handler or its response being sent (an export is
+    /// counted until its last byte), and idle, or open without a request,
+    /// for [`EVICT_AFTER`].
     fn evictable(&self) -> bool {
         let waiting = !self.served.load(Ordering::Relaxed) && self.opened.elapsed() >= EVICT_AFTER;
-        self.calls.load(Ordering::Relaxed) == 0 && (waiting || self.activity.idle() >= EVICT_AFTER)
+        !self.picked.load(Ordering::Relaxed)
+            && self.calls.load(Ordering::Relaxed) == 0
+            && (waiting || self.activity.idle() >= EVICT_AFTER)
     }
 }
 
@@ -308,6 +322,31 @@ impl InCall {
 impl Drop for InCall {
     fn drop(&mut self) {
         self.0.calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted ([`InCall`]) until it
+/// has been sent, or dropped.
+struct Counting<B> {
+    body: B,
+    _call: InCall,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Counting<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -336,9 +375,10 @@ impl Conns {
     /// When every socket is taken: closes one for a newcomer from `group`,
     /// true if it did. It takes an evictable connection ([`Conn::evictable`])
     /// from the address that holds the most sockets, the longest idle of
-    /// its own, and only from an address holding more than the
-    /// newcomer's: idle sockets held by few addresses make way for others,
-    /// and an address cannot take the room its peers hold.
+    /// its own, and only from an address that would still hold more than
+    /// the newcomer's once it is admitted (at least two more now): idle
+    /// sockets held by few addresses make way for others, and an address
+    /// cannot take the room its peers hold.
     fn evict_for(&self, group: IpAddr, counts: &PerAddress) -> bool {
         let mine = counts.count(group);
         let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -350,6 +390,7 @@ impl Conns {
             .max_by_key(|(held, idle, _)| (*held, *idle));
         match victim {
             Some((_, _, c)) => {
+                c.picked.store(true, Ordering::Relaxed);
                 c.evict.notify_one();
                 true
             }
@@ -367,27 +408,30 @@ enum Refused {
 }
 
 /// Counts a new socket from `ip`, or refuses it when a limit is reached.
-/// Waits (at most [`ADMIT_WAIT`]) when `wait` and the server is full.
+/// With `at_once`, a full server refuses it at once (the caller may make
+/// room); else it waits for a socket's room, at most [`ADMIT_WAIT`] (the
+/// tokio semaphore serves waiters in order).
 async fn admit(
     io: TcpStream,
     ip: IpAddr,
     per_ip: &PerAddress,
     total: &Arc<Semaphore>,
     limits: ConnLimits,
-    wait: bool,
+    at_once: bool,
 ) -> Result<Counted, (TcpStream, Refused)> {
     let Some(address) = per_ip.take(address_group(ip), limits.per_ip) else {
         return Err((io, Refused::PerAddress));
     };
-    let permit = match total.clone().try_acquire_owned() {
-        Ok(p) => p,
-        Err(_) if wait => {
-            match tokio::time::timeout(ADMIT_WAIT, total.clone().acquire_owned()).await {
-                Ok(Ok(p)) => p,
-                _ => return Err((io, Refused::Full)),
-            }
-        }
-        Err(_) => return Err((io, Refused::Full)),
+    let permit = if at_once {
+        total.clone().try_acquire_owned().ok()
+    } else {
+        tokio::time::timeout(ADMIT_WAIT, total.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    };
+    let Some(permit) = permit else {
+        return Err((io, Refused::Full));
     };
     Ok(Counted {
         io,
@@ -400,8 +444,8 @@ async fn admit(
 
 /// Tells a socket refused at accept why (503 with the JSON error body
 /// every refusal has; the setting named), as far as its buffer takes it
-/// at once, then closes it.
-fn refuse(io: TcpStream, why: Refused) {
+/// at once, then closes it, gently while `lingering` has room.
+fn refuse(io: TcpStream, why: Refused, lingering: &Arc<Semaphore>) {
     let (field, detail) = match why {
         Refused::PerAddress => (
             "max_connections_per_ip",
@@ -418,6 +462,26 @@ fn refuse(io: TcpStream, why: Refused) {
         body.len()
     );
     let _ = io.try_write(answer.as_bytes());
+    let Ok(slot) = lingering.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _slot = slot;
+        let mut io = io;
+        let _ = io.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut read = 0;
+        let drain = async {
+            while read < LINGER_BYTES {
+                match io.read(&mut sink).await {
+                    Ok(n) if n > 0 => read += n,
+                    _ => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER, drain).await;
+    });
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets open
@@ -435,6 +499,7 @@ pub async fn serve(
     let total = Arc::new(Semaphore::new(limits.total));
     let conns = Conns::default();
     let waiting = Arc::new(Semaphore::new(ADMIT_WAITING));
+    let lingering = Arc::new(Semaphore::new(LINGERING));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
@@ -448,15 +513,31 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let io = match admit(io, peer.ip(), &per_ip, &total, limits, false).await {
+        // While newcomers wait for the room made for them, the room is
+        // theirs: no other takes it first.
+        let queued = waiting.available_permits() < ADMIT_WAITING;
+        let admitted = if per_ip.count(address_group(peer.ip())) >= limits.per_ip {
+            Err((io, Refused::PerAddress))
+        } else if queued {
+            Err((io, Refused::Full))
+        } else {
+            admit(io, peer.ip(), &per_ip, &total, limits, true).await
+        };
+        let io = match admitted {
             Ok(io) => io,
             // Full: room is made by closing an idle socket of an address
             // that holds more, and the newcomer waits for it.
-            Err((io, Refused::Full))
-                if conns.evict_for(address_group(peer.ip()), &per_ip)
-                    && let Ok(slot) = waiting.clone().try_acquire_owned() =>
-            {
-                let (per_ip, total) = (per_ip.clone(), total.clone());
+            Err((io, Refused::Full)) => {
+                let slot = waiting.clone().try_acquire_owned();
+                let Some(slot) = slot
+                    .ok()
+                    .filter(|_| conns.evict_for(address_group(peer.ip()), &per_ip))
+                else {
+                    tracing::debug!(%peer, "connection refused: the server is full");
+                    refuse(io, Refused::Full, &lingering);
+                    continue;
+                };
+                let (per_ip, total, lingering) = (per_ip.clone(), total.clone(), lingering.clone());
                 let (router, conns, closing, open) = (
                     router.clone(),
                     conns.clone(),
@@ -464,18 +545,18 @@ pub async fn serve(
                     open_tx.clone(),
                 );
                 tokio::spawn(async move {
-                    let admitted = admit(io, peer.ip(), &per_ip, &total, limits, true).await;
+                    let admitted = admit(io, peer.ip(), &per_ip, &total, limits, false).await;
                     drop(slot);
                     match admitted {
                         Ok(io) => serve_one(io, peer, &router, limits, &conns, closing, open),
-                        Err((io, why)) => refuse(io, why),
+                        Err((io, why)) => refuse(io, why, &lingering),
                     }
                 });
                 continue;
             }
             Err((io, why)) => {
-                tracing::debug!(%peer, "connection refused: too many open sockets");
-                refuse(io, why);
+                tracing::debug!(%peer, "connection refused: too many sockets from its address");
+                refuse(io, why, &lingering);
                 continue;
             }
         };
@@ -519,6 +600,7 @@ fn serve_one(
         activity: activity.clone(),
         calls: AtomicUsize::new(0),
         served: AtomicBool::new(false),
+        picked: AtomicBool::new(false),
         evict: Notify::new(),
     });
     let listed = conns.list(conn.clone());
@@ -531,9 +613,8 @@ fn serve_one(
         let call = InCall::enter(&calls);
         let answer = hyper::service::Service::call(&inner, req);
         async move {
-            let answer = answer.await;
-            drop(call);
-            answer
+            let answer = answer.await?;
+            Ok::<_, std::convert::Infallible>(answer.map(|body| Counting { body, _call: call }))
         }
     });
     let http = http1::Builder::new()
@@ -565,7 +646,12 @@ fn serve_one(
             }
             () = conn.evict.notified() => {
                 tracing::debug!(%peer, "connection closed: idle on a full server, for a newcomer");
-                return;
+                if conn.calls.load(Ordering::Relaxed) == 0 {
+                    return;
+                }
+                // A request came in as it was picked: answer it, then close.
+                conn_fut.as_mut().graceful_shutdown();
+                conn_fut.await
             }
             _ = closing.changed() => {
                 // Finish the request in progress, then close.
@@ -595,6 +681,37 @@ mod tests {
             got += 16 * 1024;
         }
         got
+    }
+
+    /// A request counts as in its handler until its response's last byte:
+    /// a connection streaming an export is never idle for eviction.
+    #[tokio::test]
+    async fn a_request_counts_until_its_response_body_is_sent() {
+        use hyper::body::Body as _;
+        let conn = Arc::new(Conn {
+            group: IpAddr::from([127, 0, 0, 1]),
+            opened: Instant::now() - EVICT_AFTER * 2,
+            activity: Activity::new(),
+            calls: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            picked: AtomicBool::new(false),
+            evict: Notify::new(),
+        });
+        assert!(conn.evictable(), "open a while without a request");
+        let mut body = Counting {
+            body: axum::body::Body::from("a,b\n1,2\n"),
+            _call: InCall::enter(&conn),
+        };
+        assert!(!conn.evictable(), "its response is being sent");
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            frame.unwrap();
+            assert!(!conn.evictable());
+        }
+        drop(body);
+        assert_eq!(conn.calls.load(Ordering::Relaxed), 0);
+        conn.picked.store(true, Ordering::Relaxed);
+        assert!(!conn.evictable(), "picked once, not twice");
     }
 
     #[tokio::test(start_paused = true)]

@@ -329,6 +329,11 @@ impl Shared {
                 t.command(name, "ok");
                 Ok(applied)
             }
+            Ok(Err(e @ crate::command::OpError::NotApplied(_))) => {
+                t.command(name, "busy");
+                self.give_back_rate(actor);
+                Err(e.into())
+            }
             Ok(Err(e)) => {
                 t.command(name, "rejected");
                 Err(e.into())
@@ -612,6 +617,23 @@ mod tests {
         }
         for _ in 0..3 {
             let e = held.submit(pilot, predator()).await.unwrap_err();
+            assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        }
+        // Refused by the loop as certainly not applied (an edge that could
+        // not forward it).
+        while queue.try_recv().is_ok() {}
+        for _ in 0..3 {
+            let waiter = tokio::spawn({
+                let held = held.clone();
+                async move { held.submit(pilot, predator()).await }
+            });
+            let req = queued(&queue).await;
+            req.reply
+                .send(Err(crate::command::OpError::NotApplied(
+                    "not applied: no link".into(),
+                )))
+                .unwrap();
+            let e = waiter.await.unwrap().unwrap_err();
             assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
         }
         // The burst (one at this rate) is still there, and then spent.

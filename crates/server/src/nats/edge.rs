@@ -651,14 +651,14 @@ fn forward(
         if client.connection_state() != async_nats::connection::State::Connected {
             // Sent now, it would wait in the client across the reconnect and
             // could reach the origin after this edge had given up on it.
-            let _ = reply.send(Err(remote_busy(
+            let _ = reply.send(Err(not_forwarded(
                 "not applied: the edge is not connected to NATS; retry shortly",
             )));
             continue;
         }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let _ = reply.send(Err(remote_busy(&format!(
-                "the edge has {COMMANDS_IN_FLIGHT} commands in flight to the origin, the most it forwards at once (COMMANDS_IN_FLIGHT); retry shortly"
+            let _ = reply.send(Err(not_forwarded(&format!(
+                "not applied: the edge has {COMMANDS_IN_FLIGHT} commands in flight to the origin, the most it forwards at once (COMMANDS_IN_FLIGHT); retry shortly"
             ))));
             continue;
         };
@@ -706,11 +706,19 @@ fn forward(
                         ))),
                     }
                 }
-                Err(e) => Err(remote_busy(&e.to_string())),
+                Err(e) => Err(not_forwarded(&format!("not applied: {e}"))),
             };
             let _ = reply.send(answer);
         });
     }
+}
+
+/// A command this edge did not send: certainly not applied (a pilot's
+/// rate token is given back).
+fn not_forwarded(detail: &str) -> OpError {
+    // Logged here: the 503 it becomes is logged at DEBUG, with refusals.
+    tracing::warn!(detail, "a command could not be forwarded to the origin");
+    OpError::NotApplied(detail.to_owned())
 }
 
 fn remote_busy(detail: &str) -> OpError {

@@ -479,10 +479,6 @@ async fn a_token_that_matches_none_is_told_so_and_watches_read_only() {
     };
     let r = pause("Bearer not-a-token-at-all").await.unwrap();
     assert_eq!(r.status(), 403);
-    assert_eq!(
-        r.headers()["www-authenticate"],
-        "Bearer error=\"invalid_token\""
-    );
     let b: Value = r.json().await.unwrap();
     assert!(
         b["detail"]

@@ -1703,7 +1703,13 @@ async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server
         }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // (A request sent before the answer is read: the close must not reset
+    // the answer away.)
     let mut newcomer = socket_from(&server, "127.0.0.1").await;
+    let _ = newcomer
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let answer = answer_of(&mut newcomer, WAIT).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("\"field\":\"max_connections\""), "{answer}");
@@ -1735,10 +1741,7 @@ async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server
             closed += 1;
         }
     }
-    assert!(
-        (1..=2).contains(&closed),
-        "{closed} idle sockets closed for one newcomer"
-    );
+    assert_eq!(closed, 1, "idle sockets closed for one newcomer");
     // Past an address's own cap: a 503 naming it.
     let mut extra = socket_from(&server, "127.0.0.2").await;
     let mut more = socket_from(&server, "127.0.0.2").await;

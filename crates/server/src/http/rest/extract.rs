@@ -14,6 +14,7 @@ use serde_json::{Map, Number, Value};
 use crate::command::{Actor, serde_field};
 use crate::http::auth::TokenQuery;
 use crate::http::error::ApiError;
+use crate::http::listen::{READ_BURST_BYTES, READ_BYTES_PER_S};
 use crate::http::shared::Shared;
 
 /// Who is calling: the role and account their token grants (`?token=`,
@@ -88,11 +89,12 @@ async fn parse(req: Request, s: &Shared) -> Result<Option<Value>, ApiError> {
     let bytes = match tokio::time::timeout(deadline, Bytes::from_request(req, s)).await {
         Err(_) => {
             let secs = deadline.as_secs_f32();
+            let (rate, burst) = (READ_BYTES_PER_S / 1024.0, READ_BURST_BYTES / 1024.0);
             return Err(ApiError::invalid(
                 StatusCode::REQUEST_TIMEOUT,
                 None,
                 format!(
-                    "the body did not arrive within {secs} s (allowed: the whole body within header_timeout_s, {secs} s, of the head)"
+                    "the body did not arrive within {secs} s (allowed: the whole body within header_timeout_s, {secs} s, of the head; a socket is read at most {rate} KiB a second past a {burst} KiB burst, which its keep-alive requests share)"
                 ),
             ));
         }

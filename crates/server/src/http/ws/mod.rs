@@ -37,7 +37,7 @@ use futures_util::{SinkExt, StreamExt};
 use starling_protocol::{
     BUSY_CLOSE_MINOR, ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR,
     PROTOCOL_MINOR, ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
-    limits::{MAX_MESSAGE_BYTES, MAX_STRING_BYTES},
+    limits::{MAX_CLIENT_MESSAGES_PER_S, MAX_MESSAGE_BYTES, MAX_STRING_BYTES},
 };
 use tokio::sync::mpsc;
 
@@ -306,9 +306,22 @@ async fn serve(
     // The first message must be Subscribe, with our major version (pings
     // before it are answered by the socket and skipped here).
     let deadline = tokio::time::Instant::now() + SUBSCRIBE_TIMEOUT;
+    let mut pings = 0;
     let first = loop {
         match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
+            // Each is answered: as many as a second's messages at most.
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_))))
+                if pings < MAX_CLIENT_MESSAGES_PER_S =>
+            {
+                pings += 1;
+            }
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {
+                let detail = format!(
+                    "more than {MAX_CLIENT_MESSAGES_PER_S} pings before Subscribe (allowed: {MAX_CLIENT_MESSAGES_PER_S})"
+                );
+                w.close(CloseReason::ProtocolError, &detail).await;
+                return;
+            }
             other => break other,
         }
     };
