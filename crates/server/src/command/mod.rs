@@ -21,7 +21,9 @@ pub use spec::{
     BoxSpec, DEFAULT_ARRIVE_RADIUS_M, DEFAULT_PREDATOR_MODE, DEFAULT_SPREAD_M, GoalSpec,
     ObstacleSpec, PredatorSpec, SphereSpec, exactly_one,
 };
-pub use wire::{agent_list, metrics_msg, op_from_command, param_infos, patch_from, serde_field};
+pub use wire::{
+    agent_list, beyond_f32, metrics_msg, op_from_command, param_infos, patch_from, serde_field,
+};
 
 use serde::{Deserialize, Serialize};
 use starling_protocol::CommandKind;

@@ -125,6 +125,12 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
             ParamValue::Number(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => {
                 serde_json::Value::Number(serde_json::Number::from(*x as i64))
             }
+            ParamValue::Number(x) if x.abs() > f64::from(f32::MAX) => {
+                return Err(OpError::BadInput {
+                    field: Some(name.clone()),
+                    detail: beyond_f32(name, *x),
+                });
+            }
             ParamValue::Number(x) => serde_json::Number::from_f64(*x)
                 .map(serde_json::Value::Number)
                 .ok_or_else(|| OpError::BadInput {
@@ -153,6 +159,12 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
         };
         OpError::BadInput { field, detail }
     })
+}
+
+/// The refusal of a number no f32 holds, which every number the API
+/// takes fits (read as one, it would be infinity, and named so).
+pub fn beyond_f32(field: &str, x: f64) -> String {
+    format!("{field} = {x:e}: allowed a number within ±{:e}", f32::MAX)
 }
 
 /// The field serde names in an "unknown field `x`", "missing field `x`"
@@ -318,6 +330,11 @@ mod tests {
         assert!(
             matches!(&e, OpError::BadInput { field: Some(f), .. } if f == "w_sep"),
             "{e}"
+        );
+        let e = patch_from(&[("w_sep".into(), ParamValue::Number(1e39))]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "w_sep = 1e39: allowed a number within ±3.4028235e38"
         );
         // A name given twice is refused (the last one won).
         let e = patch_from(&[

@@ -1584,6 +1584,24 @@ async fn request_bodies_are_read_whole_each_key_once_and_refusals_name_the_field
         assert_eq!(b["field"], field, "{body}: {b}");
         assert!(b["detail"].as_str().unwrap().contains(words), "{b}");
     }
+    // A number no f32 holds is named as given (it read "w_sep = inf").
+    let r = send(
+        reqwest::Method::PATCH,
+        "/api/v1/params",
+        r#"{"world_m": [100, 1e39, 50]}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 422);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["field"], "world_m[1]", "{b}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("world_m[1] = 1e39"),
+        "{b}"
+    );
     let r = send(
         reqwest::Method::PATCH,
         "/api/v1/params",

@@ -140,8 +140,41 @@ async fn parse(req: Request, s: &Shared) -> Result<Option<Value>, ApiError> {
             "the body must be a JSON object (see /api/v1/openapi.json)",
         ));
     }
+    if let Some((path, x)) = first_beyond_f32(&v, "") {
+        // Every number the API takes fits: an f32 would read it as
+        // infinity, and the error would show "inf".
+        return Err(ApiError::invalid(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(path.clone()),
+            crate::command::beyond_f32(&path, x),
+        ));
+    }
     whole_numbers(&mut v);
     Ok(Some(v))
+}
+
+/// The path and value of the first number in `v` too large for an f32,
+/// if any (`path` is where `v` is).
+fn first_beyond_f32(v: &Value, path: &str) -> Option<(String, f64)> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|x| x.abs() > f64::from(f32::MAX))
+            .map(|x| (path.to_owned(), x)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| first_beyond_f32(x, &format!("{path}[{i}]"))),
+        Value::Object(m) => m.iter().find_map(|(k, x)| {
+            let at = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            first_beyond_f32(x, &at)
+        }),
+        _ => None,
+    }
 }
 
 /// `bytes` as one JSON value in which no object gives a key twice; an
