@@ -52,10 +52,14 @@ pub const READ_BYTES_PER_S: f64 = 64.0 * 1024.0;
 /// What one socket may send at once: a request's largest head and body
 /// ([`MAX_HEAD_BYTES`], `MAX_BODY_BYTES`) with room to spare.
 pub const READ_BURST_BYTES: f64 = 128.0 * 1024.0;
-/// How long an HTTP connection must have been idle (no request being
-/// handled and no byte either way), or open without a request, before a
-/// full server closes it for a newcomer (`Conns::evict_for`).
+/// How long an HTTP connection must have been between requests (none in
+/// a handler or being answered, since its last answer or since it
+/// opened) before a full server closes it for a newcomer
+/// (`Conns::evict_for`).
 pub const EVICT_AFTER: Duration = Duration::from_secs(1);
+/// After a full server found no socket to close, how long newcomers are
+/// refused without another look.
+const NO_ROOM_RETRY: Duration = Duration::from_millis(100);
 /// How long a newcomer a full server made room for waits for the room.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(1);
 /// Newcomers waiting for room at once; more are refused.
@@ -284,11 +288,10 @@ impl AsyncWrite for Counted {
 struct Conn {
     group: IpAddr,
     opened: Instant,
-    activity: Arc<Activity>,
-    /// Requests whose handler is running.
+    /// Requests whose handler is running or whose response is being sent.
     calls: AtomicUsize,
-    /// Whether a request ever reached a handler.
-    served: AtomicBool,
+    /// When the last of them ended (ms after `opened`; 0 before any).
+    ended_ms: AtomicU64,
     /// Whether it was picked to close (a second newcomer picks another).
     picked: AtomicBool,
     /// Closes the connection.
@@ -296,15 +299,34 @@ struct Conn {
 }
 
 impl Conn {
-    /// Whether a newcomer may have its socket: not picked already, no
+    fn new(group: IpAddr) -> Self {
+        Self {
+            group,
+            opened: Instant::now(),
+            calls: AtomicUsize::new(0),
+            ended_ms: AtomicU64::new(0),
+            picked: AtomicBool::new(false),
+            evict: Notify::new(),
+        }
+    }
+
+    /// How long it has been between requests: since its last response was
+    /// sent, or since it opened. Bytes of a request head still coming do
+    /// not count: a byte every second kept a socket from ever being idle.
+    fn between_requests(&self) -> Option<Duration> {
+        if self.calls.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let ended = Duration::from_millis(self.ended_ms.load(Ordering::Relaxed));
+        Some(self.opened.elapsed().saturating_sub(ended))
+    }
+
+    /// Whether a newcomer may have its socket: not picked already, and no
     /// request in a handler or its response being sent (an export is
-    /// counted until its last byte), and idle, or open without a request,
-    /// for [`EVICT_AFTER`].
+    /// counted until its last byte) for [`EVICT_AFTER`].
     fn evictable(&self) -> bool {
-        let waiting = !self.served.load(Ordering::Relaxed) && self.opened.elapsed() >= EVICT_AFTER;
         !self.picked.load(Ordering::Relaxed)
-            && self.calls.load(Ordering::Relaxed) == 0
-            && (waiting || self.activity.idle() >= EVICT_AFTER)
+            && self.between_requests().is_some_and(|d| d >= EVICT_AFTER)
     }
 }
 
@@ -313,7 +335,6 @@ struct InCall(Arc<Conn>);
 
 impl InCall {
     fn enter(conn: &Arc<Conn>) -> Self {
-        conn.served.store(true, Ordering::Relaxed);
         conn.calls.fetch_add(1, Ordering::Relaxed);
         Self(conn.clone())
     }
@@ -321,7 +342,10 @@ impl InCall {
 
 impl Drop for InCall {
     fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::Relaxed);
+        let c = &self.0;
+        c.ended_ms
+            .store(c.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+        c.calls.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -351,23 +375,39 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Counting<B> {
 }
 
 /// The open HTTP connections, for [`Conns::evict_for`].
-#[derive(Debug, Clone, Default)]
-struct Conns(Arc<Mutex<HashMap<u64, Arc<Conn>>>>, Arc<AtomicU64>);
+#[derive(Debug, Clone)]
+struct Conns {
+    conns: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
+    next_id: Arc<AtomicU64>,
+    started: Instant,
+    /// Until when (ms after `started`) no scan is made: the last found
+    /// nothing to close.
+    no_room_until_ms: Arc<AtomicU64>,
+}
 
 /// A connection's place in [`Conns`], given up when dropped.
 struct Listed(Conns, u64);
 
 impl Drop for Listed {
     fn drop(&mut self) {
-        let mut m = (self.0).0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.0.conns.lock().unwrap_or_else(|p| p.into_inner());
         m.remove(&self.1);
     }
 }
 
 impl Conns {
+    fn new() -> Self {
+        Self {
+            conns: Arc::default(),
+            next_id: Arc::default(),
+            started: Instant::now(),
+            no_room_until_ms: Arc::default(),
+        }
+    }
+
     fn list(&self, conn: Arc<Conn>) -> Listed {
-        let id = self.1.fetch_add(1, Ordering::Relaxed);
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut m = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         m.insert(id, conn);
         Listed(self.clone(), id)
     }
@@ -380,21 +420,34 @@ impl Conns {
     /// sockets held by few addresses make way for others, and an address
     /// cannot take the room its peers hold.
     fn evict_for(&self, group: IpAddr, counts: &PerAddress) -> bool {
-        let mine = counts.count(group);
-        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // A scan found none: newcomers are refused without one for a while
+        // (each scan reads every socket: under a flood of newcomers it cost
+        // more than serving them).
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        if now_ms < self.no_room_until_ms.load(Ordering::Relaxed) {
+            return false;
+        }
+        let m = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let held = counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = |g: &IpAddr| held.get(g).copied().unwrap_or(0);
+        let mine = count(&group);
         let victim = m
             .values()
             .filter(|c| c.evictable())
-            .map(|c| (counts.count(c.group), c.activity.idle(), c))
-            .filter(|(held, _, _)| *held > mine + 1)
-            .max_by_key(|(held, idle, _)| (*held, *idle));
+            .map(|c| (count(&c.group), c.between_requests(), c))
+            .filter(|(n, _, _)| *n > mine + 1)
+            .max_by_key(|(n, waited, _)| (*n, *waited));
         match victim {
             Some((_, _, c)) => {
                 c.picked.store(true, Ordering::Relaxed);
                 c.evict.notify_one();
                 true
             }
-            None => false,
+            None => {
+                let until = now_ms + NO_ROOM_RETRY.as_millis() as u64;
+                self.no_room_until_ms.store(until, Ordering::Relaxed);
+                false
+            }
         }
     }
 }
@@ -497,7 +550,7 @@ pub async fn serve(
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     let per_ip = PerAddress::default();
     let total = Arc::new(Semaphore::new(limits.total));
-    let conns = Conns::default();
+    let conns = Conns::new();
     let waiting = Arc::new(Semaphore::new(ADMIT_WAITING));
     let lingering = Arc::new(Semaphore::new(LINGERING));
     let mut shutdown = std::pin::pin!(shutdown);
@@ -514,11 +567,11 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         // While newcomers wait for the room made for them, the room is
-        // theirs: no other takes it first.
-        let queued = waiting.available_permits() < ADMIT_WAITING;
+        // theirs: another takes only room beyond theirs.
+        let waiters = ADMIT_WAITING - waiting.available_permits();
         let admitted = if per_ip.count(address_group(peer.ip())) >= limits.per_ip {
             Err((io, Refused::PerAddress))
-        } else if queued {
+        } else if total.available_permits() <= waiters {
             Err((io, Refused::Full))
         } else {
             admit(io, peer.ip(), &per_ip, &total, limits, true).await
@@ -594,15 +647,7 @@ fn serve_one(
     open: mpsc::Sender<()>,
 ) {
     let (activity, group) = (io.activity.clone(), io.address.group());
-    let conn = Arc::new(Conn {
-        group,
-        opened: Instant::now(),
-        activity: activity.clone(),
-        calls: AtomicUsize::new(0),
-        served: AtomicBool::new(false),
-        picked: AtomicBool::new(false),
-        evict: Notify::new(),
-    });
+    let conn = Arc::new(Conn::new(group));
     let listed = conns.list(conn.clone());
     let stall = limits.header_timeout;
     let inner = TowerToHyperService::new(
@@ -683,20 +728,16 @@ mod tests {
         got
     }
 
-    /// A request counts as in its handler until its response's last byte:
-    /// a connection streaming an export is never idle for eviction.
+    /// A connection is closed for room only between requests, for
+    /// `EVICT_AFTER`: a request counts until its response's last byte (a
+    /// connection streaming an export is never taken), and bytes of a head
+    /// still coming do not make a socket busy.
     #[tokio::test]
-    async fn a_request_counts_until_its_response_body_is_sent() {
+    async fn a_connection_is_taken_for_room_only_between_requests() {
         use hyper::body::Body as _;
-        let conn = Arc::new(Conn {
-            group: IpAddr::from([127, 0, 0, 1]),
-            opened: Instant::now() - EVICT_AFTER * 2,
-            activity: Activity::new(),
-            calls: AtomicUsize::new(0),
-            served: AtomicBool::new(false),
-            picked: AtomicBool::new(false),
-            evict: Notify::new(),
-        });
+        let mut conn = Conn::new(IpAddr::from([127, 0, 0, 1]));
+        conn.opened -= EVICT_AFTER * 3;
+        let conn = Arc::new(conn);
         assert!(conn.evictable(), "open a while without a request");
         let mut body = Counting {
             body: axum::body::Body::from("a,b\n1,2\n"),
@@ -710,6 +751,13 @@ mod tests {
         }
         drop(body);
         assert_eq!(conn.calls.load(Ordering::Relaxed), 0);
+        assert!(!conn.evictable(), "answered just now");
+        // As if answered EVICT_AFTER ago.
+        conn.ended_ms.store(
+            (conn.opened.elapsed() - EVICT_AFTER).as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        assert!(conn.evictable(), "between requests for EVICT_AFTER");
         conn.picked.store(true, Ordering::Relaxed);
         assert!(!conn.evictable(), "picked once, not twice");
     }

@@ -1225,7 +1225,7 @@ async fn a_bad_checkpoint_is_refused_naming_the_file_and_field() {
 
 /// Reads from a raw socket until the server closes it (true), or gives up
 /// after `within`.
-async fn closed_by_server(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(s: &mut S, within: Duration) -> bool {
     use tokio::io::AsyncReadExt;
     let mut buf = [0u8; 4096];
     let deadline = tokio::time::Instant::now() + within;
@@ -1693,11 +1693,11 @@ async fn answer_of(s: &mut tokio::net::TcpStream, within: Duration) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// A few addresses holding every socket of a server, and never sending a
-/// request, locked everyone out (operators too), and sockets over a cap
-/// were dropped without a word. Now a full server closes an idle socket
-/// of the address holding the most for a newcomer from another, and one
-/// it cannot make room for gets a 503 naming the setting.
+/// A few addresses holding every socket of a server, and never finishing
+/// a request, locked everyone out (operators too), and sockets over a cap
+/// were dropped without a word. Now a full server closes a socket between
+/// requests of the address holding the most for a newcomer from another,
+/// and one it cannot make room for gets a 503 naming the setting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server() {
     use tokio::io::AsyncWriteExt;
@@ -1732,18 +1732,33 @@ async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("\"field\":\"max_connections\""), "{answer}");
     drop(busy);
-    // Twelve silent sockets, past the idle time a full server allows.
-    let mut silent = Vec::new();
+    // Twelve sockets that never finish a request head but send a byte of
+    // it every 300 ms (a byte a second kept a socket from being idle),
+    // past the time a full server allows between requests.
+    let mut held = Vec::new();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while silent.len() < 12 {
-        let from = ["127.0.0.2", "127.0.0.3"][silent.len() % 2];
+    while held.len() < 12 {
+        let from = ["127.0.0.2", "127.0.0.3"][held.len() % 2];
         let mut s = socket_from(&server, from).await;
         // Refused while the busy ones are still going: try again.
         if closed_by_server(&mut s, Duration::from_millis(100)).await {
             assert!(tokio::time::Instant::now() < deadline, "never admitted");
             continue;
         }
-        silent.push(s);
+        let (read, mut write) = s.into_split();
+        tokio::spawn(async move {
+            for b in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+                .iter()
+                .cycle()
+                .take(40)
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                if write.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        held.push(read);
     }
     tokio::time::sleep(starling_server::http::listen::EVICT_AFTER + Duration::from_millis(500))
         .await;
@@ -1751,15 +1766,15 @@ async fn idle_sockets_of_a_few_addresses_cannot_lock_others_out_of_a_full_server
     assert_eq!(
         r.status(),
         200,
-        "a newcomer to a full server of idle sockets"
+        "a newcomer to a full server of sockets between requests"
     );
     let mut closed = 0;
-    for s in &mut silent {
+    for s in &mut held {
         if closed_by_server(s, Duration::from_millis(200)).await {
             closed += 1;
         }
     }
-    assert_eq!(closed, 1, "idle sockets closed for one newcomer");
+    assert_eq!(closed, 1, "sockets closed for one newcomer");
     // Past an address's own cap: a 503 naming it.
     let mut extra = socket_from(&server, "127.0.0.2").await;
     let mut more = socket_from(&server, "127.0.0.2").await;
