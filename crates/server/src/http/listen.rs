@@ -52,11 +52,6 @@ pub const READ_BYTES_PER_S: f64 = 64.0 * 1024.0;
 /// What one socket may send at once: a request's largest head and body
 /// ([`MAX_HEAD_BYTES`], `MAX_BODY_BYTES`) with room to spare.
 pub const READ_BURST_BYTES: f64 = 128.0 * 1024.0;
-/// How long an HTTP connection must have been between requests (none in
-/// a handler or being answered, since its last answer or since it
-/// opened) before a full server closes it for a newcomer
-/// (`Conns::evict_for`).
-pub const EVICT_AFTER: Duration = Duration::from_secs(1);
 /// After a full server found no socket to close, how long newcomers are
 /// refused without another look.
 const NO_ROOM_RETRY: Duration = Duration::from_millis(100);
@@ -321,12 +316,13 @@ impl Conn {
         Some(self.opened.elapsed().saturating_sub(ended))
     }
 
-    /// Whether a newcomer may have its socket: not picked already, and no
-    /// request in a handler or its response being sent (an export is
-    /// counted until its last byte) for [`EVICT_AFTER`].
+    /// Whether a newcomer may have its socket: not picked already, and
+    /// between requests (none in a handler or its response being sent: an
+    /// export is counted until its last byte). No time between them is
+    /// asked: a socket sending a request every half second was never idle
+    /// for a second, and kept its room.
     fn evictable(&self) -> bool {
-        !self.picked.load(Ordering::Relaxed)
-            && self.between_requests().is_some_and(|d| d >= EVICT_AFTER)
+        !self.picked.load(Ordering::Relaxed) && self.between_requests().is_some()
     }
 }
 
@@ -728,17 +724,15 @@ mod tests {
         got
     }
 
-    /// A connection is closed for room only between requests, for
-    /// `EVICT_AFTER`: a request counts until its response's last byte (a
-    /// connection streaming an export is never taken), and bytes of a head
-    /// still coming do not make a socket busy.
+    /// A connection is closed for room only between requests: a request
+    /// counts until its response's last byte (a connection streaming an
+    /// export is never taken), and bytes of a head still coming do not
+    /// make a socket busy.
     #[tokio::test]
     async fn a_connection_is_taken_for_room_only_between_requests() {
         use hyper::body::Body as _;
-        let mut conn = Conn::new(IpAddr::from([127, 0, 0, 1]));
-        conn.opened -= EVICT_AFTER * 3;
-        let conn = Arc::new(conn);
-        assert!(conn.evictable(), "open a while without a request");
+        let conn = Arc::new(Conn::new(IpAddr::from([127, 0, 0, 1])));
+        assert!(conn.evictable(), "open, no request yet");
         let mut body = Counting {
             body: axum::body::Body::from("a,b\n1,2\n"),
             _call: InCall::enter(&conn),
@@ -751,13 +745,7 @@ mod tests {
         }
         drop(body);
         assert_eq!(conn.calls.load(Ordering::Relaxed), 0);
-        assert!(!conn.evictable(), "answered just now");
-        // As if answered EVICT_AFTER ago.
-        conn.ended_ms.store(
-            (conn.opened.elapsed() - EVICT_AFTER).as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        assert!(conn.evictable(), "between requests for EVICT_AFTER");
+        assert!(conn.evictable(), "answered: between requests");
         conn.picked.store(true, Ordering::Relaxed);
         assert!(!conn.evictable(), "picked once, not twice");
     }
