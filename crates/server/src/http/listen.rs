@@ -64,6 +64,12 @@ pub const ADMIT_WAITING: usize = 64;
 /// [`LINGER_BYTES`], so its kernel does not answer our close with a reset
 /// that loses the 503); more are closed at once.
 const LINGERING: usize = 256;
+/// Open files kept for all but client sockets (files, NATS, the runtime)
+/// and for refused sockets closing gently and newcomers waiting.
+const FD_RESERVE: usize = 128 + LINGERING + ADMIT_WAITING;
+/// Linux's and the BSDs' errno for a process, and a system, out of open files.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
 /// How long a refused socket is read before it is closed.
 const LINGER: Duration = Duration::from_secs(1);
 /// The most read from a refused socket before it is closed.
@@ -160,6 +166,10 @@ pub(crate) fn address_group(ip: IpAddr) -> IpAddr {
 struct Activity {
     start: Instant,
     last_ms: AtomicU64,
+    /// Whether bytes were written since the last flush finished: hyper
+    /// drops a response's body once it holds its last bytes, before it has
+    /// sent them.
+    unflushed: AtomicBool,
 }
 
 impl Activity {
@@ -167,6 +177,7 @@ impl Activity {
         Arc::new(Self {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            unflushed: AtomicBool::new(false),
         })
     }
     fn touch(&self) {
@@ -257,6 +268,15 @@ impl AsyncRead for Counted {
     }
 }
 
+impl Counted {
+    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
+        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
+            self.activity.touch();
+            self.activity.unflushed.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 impl AsyncWrite for Counted {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -264,13 +284,29 @@ impl AsyncWrite for Counted {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
+        self.wrote(&polled);
+        polled
+    }
+    // Forwarded: without it hyper copies every response into one buffer
+    // per connection, kept at the size of the largest.
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(&polled);
         polled
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            self.activity.unflushed.store(false, Ordering::Relaxed);
+        }
+        polled
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
@@ -283,6 +319,8 @@ impl AsyncWrite for Counted {
 struct Conn {
     group: IpAddr,
     opened: Instant,
+    /// The socket's bytes (a response's last ones may still be unsent).
+    activity: Arc<Activity>,
     /// Requests whose handler is running or whose response is being sent.
     calls: AtomicUsize,
     /// When the last of them ended (ms after `opened`; 0 before any).
@@ -294,10 +332,11 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(group: IpAddr) -> Self {
+    fn new(group: IpAddr, activity: Arc<Activity>) -> Self {
         Self {
             group,
             opened: Instant::now(),
+            activity,
             calls: AtomicUsize::new(0),
             ended_ms: AtomicU64::new(0),
             picked: AtomicBool::new(false),
@@ -309,7 +348,8 @@ impl Conn {
     /// sent, or since it opened. Bytes of a request head still coming do
     /// not count: a byte every second kept a socket from ever being idle.
     fn between_requests(&self) -> Option<Duration> {
-        if self.calls.load(Ordering::Relaxed) > 0 {
+        if self.calls.load(Ordering::Relaxed) > 0 || self.activity.unflushed.load(Ordering::Relaxed)
+        {
             return None;
         }
         let ended = Duration::from_millis(self.ended_ms.load(Ordering::Relaxed));
@@ -541,6 +581,10 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    let limits = ConnLimits {
+        total: socket_room(limits.total),
+        ..limits
+    };
     let (closing_tx, closing) = watch::channel(false);
     // Every connection task holds a sender; all gone means all finished.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
@@ -555,6 +599,11 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Out of open files (a limit below the sockets'): room
+                    // is made as for a newcomer, who waits in the backlog.
+                    if matches!(e.raw_os_error(), Some(EMFILE | ENFILE)) {
+                        conns.evict_for(IpAddr::from([0, 0, 0, 0]), &per_ip);
+                    }
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
@@ -630,6 +679,39 @@ pub async fn serve(
     Ok(())
 }
 
+/// Raises the soft limit on open files to the hard one, and gives the
+/// sockets the server may hold: `total`, or what the limit leaves room
+/// for past [`FD_RESERVE`] when that is less (logged, naming
+/// `max_connections`): out of files, `accept` fails before the server is
+/// full, and no newcomer is told or made room for.
+fn socket_room(total: usize) -> usize {
+    let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(u64::MAX);
+    let room = usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(FD_RESERVE)
+        .max(1);
+    if room < total {
+        tracing::warn!(
+            max_connections = total,
+            open_files = limit,
+            sockets = room,
+            "the open-file limit leaves room for fewer sockets than max_connections: the server holds at most `sockets` (raise the limit, e.g. ulimit -n, to hold more)"
+        );
+    }
+    room.min(total)
+}
+
+/// Resolves once `activity` has moved no byte for `stall`.
+async fn stalled(activity: &Activity, stall: Duration) {
+    loop {
+        let idle = activity.idle();
+        if idle >= stall {
+            return;
+        }
+        tokio::time::sleep(stall - idle).await;
+    }
+}
+
 /// Serves one admitted socket on its own task until it ends, is closed
 /// (stalled, or evicted for a newcomer) or upgrades; `open` is held
 /// until then, `closing` starts a graceful end.
@@ -643,7 +725,7 @@ fn serve_one(
     open: mpsc::Sender<()>,
 ) {
     let (activity, group) = (io.activity.clone(), io.address.group());
-    let conn = Arc::new(Conn::new(group));
+    let conn = Arc::new(Conn::new(group, activity.clone()));
     let listed = conns.list(conn.clone());
     let stall = limits.header_timeout;
     let inner = TowerToHyperService::new(
@@ -669,36 +751,34 @@ fn serve_one(
         let _listed = listed;
         let mut conn_fut = std::pin::pin!(http);
         // Until it upgrades (the WebSocket then has its own limits), a
-        // connection that moves no byte for `stall` is dropped.
-        let stalled = async {
-            loop {
-                let idle = activity.idle();
-                if idle >= stall {
-                    break;
+        // connection that moves no byte for `stall` is dropped, while it
+        // is finishing too.
+        macro_rules! finish {
+            () => {{
+                conn_fut.as_mut().graceful_shutdown();
+                tokio::select! {
+                    ended = conn_fut.as_mut() => Some(ended),
+                    () = stalled(&activity, stall) => None,
                 }
-                tokio::time::sleep(stall - idle).await;
-            }
-        };
+            }};
+        }
         let ended = tokio::select! {
-            ended = conn_fut.as_mut() => ended,
-            () = stalled => {
-                tracing::debug!(%peer, "connection dropped: no progress within the header timeout");
-                return;
-            }
+            ended = conn_fut.as_mut() => Some(ended),
+            () = stalled(&activity, stall) => None,
             () = conn.evict.notified() => {
-                tracing::debug!(%peer, "connection closed: idle on a full server, for a newcomer");
-                if conn.calls.load(Ordering::Relaxed) == 0 {
+                tracing::debug!(%peer, "connection closed: between requests on a full server, for a newcomer");
+                if conn.between_requests().is_some() {
                     return;
                 }
-                // A request came in as it was picked: answer it, then close.
-                conn_fut.as_mut().graceful_shutdown();
-                conn_fut.await
+                // A request came in as it was picked, or an answer is
+                // still being sent: finish it, then close.
+                finish!()
             }
-            _ = closing.changed() => {
-                // Finish the request in progress, then close.
-                conn_fut.as_mut().graceful_shutdown();
-                conn_fut.await
-            }
+            _ = closing.changed() => finish!(),
+        };
+        let Some(ended) = ended else {
+            tracing::debug!(%peer, "connection dropped: no progress within the header timeout");
+            return;
         };
         if let Err(e) = ended {
             tracing::debug!(%peer, error = %e, "connection ended");
@@ -731,7 +811,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_is_taken_for_room_only_between_requests() {
         use hyper::body::Body as _;
-        let conn = Arc::new(Conn::new(IpAddr::from([127, 0, 0, 1])));
+        let conn = Arc::new(Conn::new(IpAddr::from([127, 0, 0, 1]), Activity::new()));
         assert!(conn.evictable(), "open, no request yet");
         let mut body = Counting {
             body: axum::body::Body::from("a,b\n1,2\n"),
@@ -745,9 +825,25 @@ mod tests {
         }
         drop(body);
         assert_eq!(conn.calls.load(Ordering::Relaxed), 0);
+        // hyper drops a body once it holds its last bytes: until they are
+        // flushed the answer is still being sent.
+        conn.activity.unflushed.store(true, Ordering::Relaxed);
+        assert!(!conn.evictable(), "its last bytes are not sent yet");
+        conn.activity.unflushed.store(false, Ordering::Relaxed);
         assert!(conn.evictable(), "answered: between requests");
         conn.picked.store(true, Ordering::Relaxed);
         assert!(!conn.evictable(), "picked once, not twice");
+    }
+
+    /// The server holds no more sockets than its open-file limit leaves
+    /// room for (else `accept` fails before it is full, and no newcomer is
+    /// told or made room for).
+    #[test]
+    fn sockets_fit_the_open_file_limit() {
+        assert_eq!(socket_room(10), 10);
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+        let most = usize::try_from(soft).unwrap_or(usize::MAX);
+        assert!(socket_room(usize::MAX) <= most.saturating_sub(FD_RESERVE).max(1));
     }
 
     #[tokio::test(start_paused = true)]
