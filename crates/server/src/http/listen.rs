@@ -450,11 +450,11 @@ impl Conns {
 
     /// When every socket is taken: closes one for a newcomer from `group`,
     /// true if it did. It takes an evictable connection ([`Conn::evictable`])
-    /// from the address that holds the most sockets, the longest idle of
-    /// its own, and only from an address that would still hold more than
-    /// the newcomer's once it is admitted (at least two more now): idle
-    /// sockets held by few addresses make way for others, and an address
-    /// cannot take the room its peers hold.
+    /// from the address that holds the most sockets, the longest between
+    /// requests of its own, and only from an address that would still hold
+    /// at least as many as the newcomer's once it is admitted (two more
+    /// now): sockets held by few addresses make way for others, and an
+    /// address cannot take the room its peers hold.
     fn evict_for(&self, group: IpAddr, counts: &PerAddress) -> bool {
         // A scan found none: newcomers are refused without one for a while
         // (each scan reads every socket: under a flood of newcomers it cost
