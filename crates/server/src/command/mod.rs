@@ -22,7 +22,8 @@ pub use spec::{
     ObstacleSpec, PredatorSpec, SphereSpec, exactly_one,
 };
 pub use wire::{
-    agent_list, beyond_f32, metrics_msg, op_from_command, param_infos, patch_from, serde_field,
+    agent_list, beyond_f32, from_json, metrics_msg, op_from_command, param_infos, patch_from,
+    serde_field,
 };
 
 use serde::{Deserialize, Serialize};

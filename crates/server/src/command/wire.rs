@@ -146,7 +146,17 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
             });
         }
     }
-    serde_path_to_error::deserialize(serde_json::Value::Object(obj)).map_err(|e| {
+    from_json(serde_json::Value::Object(obj))
+        .map_err(|(field, detail)| OpError::BadInput { field, detail })
+}
+
+/// `v` as `T` (a REST body, a WebSocket patch); an error gives the field
+/// at fault (serde's name for an unknown, missing or repeated one, else
+/// the path to it) and what was wrong.
+pub fn from_json<T: serde::de::DeserializeOwned>(
+    v: serde_json::Value,
+) -> Result<T, (Option<String>, String)> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let msg = e.inner().to_string();
         let field = serde_field(&msg)
@@ -157,7 +167,7 @@ pub fn patch_from(changes: &[(String, ParamValue)]) -> Result<ParamsPatch, OpErr
         } else {
             format!("{path}: {msg}")
         };
-        OpError::BadInput { field, detail }
+        (field, detail)
     })
 }
 

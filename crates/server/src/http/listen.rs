@@ -7,7 +7,7 @@
 //! HTTP connection may make no progress either way (a request body that
 //! stops arriving, a response its client stops reading); and no socket is
 //! read faster than [`READ_BYTES_PER_S`]. A full server makes room for a
-//! newcomer by closing an idle HTTP socket of the address holding the
+//! newcomer by closing an HTTP socket between requests of the address holding the
 //! most (`Conns::evict_for`). IPv6 addresses
 //! count per /56, what a subscriber is usually given (a /64 each, a /48's
 //! holder had 65,536 addresses' worth of sockets and viewers; a /48 each,
@@ -105,12 +105,6 @@ pub struct PeerGroup(pub IpAddr);
 pub struct PerAddress(Arc<Mutex<HashMap<IpAddr, usize>>>);
 
 impl PerAddress {
-    /// How many `group` holds.
-    fn count(&self, group: IpAddr) -> usize {
-        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(&group).copied().unwrap_or(0)
-    }
-
     /// One more for `group`, counted until the returned guard is dropped,
     /// or None when `group` holds `cap` already.
     pub fn take(&self, group: IpAddr, cap: usize) -> Option<AddressCount> {
@@ -496,28 +490,38 @@ enum Refused {
     Full,
 }
 
-/// Counts a new socket from `ip`, or refuses it when a limit is reached.
-/// With `at_once`, a full server refuses it at once (the caller may make
-/// room); else it waits for a socket's room, at most [`ADMIT_WAIT`] (the
-/// tokio semaphore serves waiters in order).
+/// How [`admit`] takes a socket's room.
+#[derive(Clone, Copy)]
+enum Room {
+    /// At once, or not at all (the caller may make room): only room past
+    /// `reserved`, what newcomers waiting were made room for.
+    Now { reserved: usize },
+    /// Waiting for it, at most [`ADMIT_WAIT`] (the tokio semaphore serves
+    /// waiters in order).
+    Wait,
+}
+
+/// Counts a new socket from `ip`, or refuses it when a limit is reached
+/// (its address's first).
 async fn admit(
     io: TcpStream,
     ip: IpAddr,
     per_ip: &PerAddress,
     total: &Arc<Semaphore>,
     limits: ConnLimits,
-    at_once: bool,
+    room: Room,
 ) -> Result<Counted, (TcpStream, Refused)> {
     let Some(address) = per_ip.take(address_group(ip), limits.per_ip) else {
         return Err((io, Refused::PerAddress));
     };
-    let permit = if at_once {
-        total.clone().try_acquire_owned().ok()
-    } else {
-        tokio::time::timeout(ADMIT_WAIT, total.clone().acquire_owned())
+    let permit = match room {
+        Room::Now { reserved } => (total.available_permits() > reserved)
+            .then(|| total.clone().try_acquire_owned().ok())
+            .flatten(),
+        Room::Wait => tokio::time::timeout(ADMIT_WAIT, total.clone().acquire_owned())
             .await
             .ok()
-            .and_then(Result::ok)
+            .and_then(Result::ok),
     };
     let Some(permit) = permit else {
         return Err((io, Refused::Full));
@@ -542,7 +546,7 @@ fn refuse(io: TcpStream, why: Refused, lingering: &Arc<Semaphore>) {
         ),
         Refused::Full => (
             "max_connections",
-            "the server has as many sockets open as it may, none idle to close for this one (max_connections); retry shortly",
+            "the server has as many sockets open as it may, none between requests to close for this one (max_connections); retry shortly",
         ),
     };
     let body = serde_json::json!({ "error": "busy", "field": field, "detail": detail }).to_string();
@@ -613,17 +617,19 @@ pub async fn serve(
         };
         // While newcomers wait for the room made for them, the room is
         // theirs: another takes only room beyond theirs.
-        let waiters = ADMIT_WAITING - waiting.available_permits();
-        let admitted = if per_ip.count(address_group(peer.ip())) >= limits.per_ip {
-            Err((io, Refused::PerAddress))
-        } else if total.available_permits() <= waiters {
-            Err((io, Refused::Full))
-        } else {
-            admit(io, peer.ip(), &per_ip, &total, limits, true).await
-        };
+        let reserved = ADMIT_WAITING - waiting.available_permits();
+        let admitted = admit(
+            io,
+            peer.ip(),
+            &per_ip,
+            &total,
+            limits,
+            Room::Now { reserved },
+        )
+        .await;
         let io = match admitted {
             Ok(io) => io,
-            // Full: room is made by closing an idle socket of an address
+            // Full: room is made by closing a socket between requests of an address
             // that holds more, and the newcomer waits for it.
             Err((io, Refused::Full)) => {
                 let slot = waiting.clone().try_acquire_owned();
@@ -643,7 +649,7 @@ pub async fn serve(
                     open_tx.clone(),
                 );
                 tokio::spawn(async move {
-                    let admitted = admit(io, peer.ip(), &per_ip, &total, limits, false).await;
+                    let admitted = admit(io, peer.ip(), &per_ip, &total, limits, Room::Wait).await;
                     drop(slot);
                     match admitted {
                         Ok(io) => serve_one(io, peer, &router, limits, &conns, closing, open),

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::command::{Actor, serde_field};
+use crate::command::{Actor, from_json, serde_field};
 use crate::http::auth::TokenQuery;
 use crate::http::error::ApiError;
 use crate::http::listen::{READ_BURST_BYTES, READ_BYTES_PER_S};
@@ -258,17 +258,7 @@ fn body_required() -> ApiError {
 
 /// `v` as `T`; an error names the path to the field at fault.
 fn typed<T: DeserializeOwned>(v: Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let msg = e.inner().to_string();
-        let field = serde_field(&msg)
-            .map(str::to_owned)
-            .or((path != ".").then(|| path.clone()));
-        let detail = if path == "." {
-            msg
-        } else {
-            format!("{path}: {msg}")
-        };
+    from_json(v).map_err(|(field, detail)| {
         ApiError::invalid(StatusCode::UNPROCESSABLE_ENTITY, field, detail)
     })
 }
