@@ -294,21 +294,19 @@ impl Config {
                 &format!("a readable file ({e})"),
             )
         })?;
-        let mut config: Self = toml::from_str(&text)
-            .map_err(|e| err("config file", path.display(), &format!("valid TOML: {e}")))?;
-        config.check_params_model(&text)?;
-        if let Ok(table) = text.parse::<toml::Table>() {
-            config.file_keys = table.keys().cloned().collect();
-        }
+        let invalid =
+            |e: toml::de::Error| err("config file", path.display(), &format!("valid TOML: {e}"));
+        // (Typed from the text, not the table: its errors name the line.)
+        let mut config: Self = toml::from_str(&text).map_err(invalid)?;
+        let table: toml::Table = text.parse().map_err(invalid)?;
+        config.check_params_model(&table)?;
+        config.file_keys = table.keys().cloned().collect();
         Ok(config)
     }
 
     /// Refuses a `[params]` key the configured model does not use (as a
     /// scenario file does): it would be accepted and do nothing.
-    fn check_params_model(&self, text: &str) -> Result<(), ConfigError> {
-        let Ok(table) = text.parse::<toml::Table>() else {
-            return Ok(());
-        };
+    fn check_params_model(&self, table: &toml::Table) -> Result<(), ConfigError> {
         let Some(toml::Value::Table(given)) = table.get("params") else {
             return Ok(());
         };
