@@ -521,15 +521,9 @@ impl Scenario {
         // at tick 0, so the expiry it gives an agent counts from the event
         // that added it; parameter patches go to it too (agents are
         // checked against the parameters in force).
-        let note_expiry = |expires: &mut HashMap<u32, u64>, probe: &Flock, id: u32, from: u64| {
-            if let Some(end) = expiry_of(probe, id) {
-                expires.insert(id, from + end);
-            }
-        };
-        let mut expires = HashMap::new();
-        for id in agent_ids(&probe) {
-            note_expiry(&mut expires, &probe, id, 0);
-        }
+        let mut expires: HashMap<u32, u64> = expiries(&probe)
+            .filter_map(|(id, end)| Some((id, end?)))
+            .collect();
         for k in order {
             let e = &self.events[k];
             let at = self.event_tick(e);
@@ -552,8 +546,10 @@ impl Scenario {
                     .op(0, 0)
                     .and_then(|(op, _)| apply_op(&mut probe, op))
                     .map_err(|d| fail(d.to_string()))?;
-                if let Some(id) = added.filter(|_| agent) {
-                    note_expiry(&mut expires, &probe, id, at);
+                if let Some(id) = added.filter(|_| agent)
+                    && let Some((_, Some(end))) = expiries(&probe).find(|&(i, _)| i == id)
+                {
+                    expires.insert(id, at + end);
                 }
             }
         }
@@ -709,37 +705,13 @@ impl Event {
     }
 }
 
-/// The ids of a flock's agents.
-fn agent_ids(f: &Flock) -> Vec<u32> {
+/// Each agent's id and the tick its time to live runs out at, if it has one.
+fn expiries(f: &Flock) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
     let a = f.agents();
-    let obstacles = a.obstacles().iter().map(|o| o.id);
-    let goals = a.goals().iter().map(|g| g.id);
-    obstacles
-        .chain(goals)
-        .chain(a.predators().iter().map(|p| p.id))
-        .collect()
-}
-
-/// The tick agent `id`'s time to live runs out at, if it has one.
-fn expiry_of(f: &Flock, id: u32) -> Option<u64> {
-    let a = f.agents();
-    a.obstacles()
-        .iter()
-        .find(|o| o.id == id)
-        .map(|o| o.expires_at_tick)
-        .or_else(|| {
-            a.goals()
-                .iter()
-                .find(|g| g.id == id)
-                .map(|g| g.expires_at_tick)
-        })
-        .or_else(|| {
-            a.predators()
-                .iter()
-                .find(|p| p.id == id)
-                .map(|p| p.expires_at_tick)
-        })
-        .flatten()
+    let obstacles = a.obstacles().iter().map(|o| (o.id, o.expires_at_tick));
+    let goals = a.goals().iter().map(|g| (g.id, g.expires_at_tick));
+    let predators = a.predators().iter().map(|p| (p.id, p.expires_at_tick));
+    obstacles.chain(goals).chain(predators)
 }
 
 /// Applies an op outside the server (building a scenario, headless events).
