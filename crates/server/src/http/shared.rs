@@ -359,7 +359,7 @@ impl Shared {
     /// not applied (refused as busy, or given up on): a pilot may send it
     /// again at once.
     fn give_back_rate(&self, actor: Actor) {
-        if let (Role::Pilot, Some(account)) = (actor.role, actor.account) {
+        if let Some(account) = rated(actor) {
             self.0.commands.give_back(account);
         }
     }
@@ -367,7 +367,7 @@ impl Shared {
     /// Takes one command from a pilot token's bucket (operators are not
     /// limited; viewers send nothing that gets this far).
     fn check_rate(&self, actor: Actor) -> Result<(), ApiError> {
-        let (Role::Pilot, Some(account)) = (actor.role, actor.account) else {
+        let Some(account) = rated(actor) else {
             return Ok(());
         };
         if self.0.commands.take(account) {
@@ -377,6 +377,15 @@ impl Shared {
             "a pilot token may send {} commands per second, over REST and WebSocket together",
             self.0.commands.rate_per_s()
         )))
+    }
+}
+
+/// The account whose command rate `actor` spends: a pilot token's
+/// (operators are not limited; viewers send nothing that gets this far).
+fn rated(actor: Actor) -> Option<Account> {
+    match (actor.role, actor.account) {
+        (Role::Pilot, account) => account,
+        _ => None,
     }
 }
 
