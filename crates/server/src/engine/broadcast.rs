@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use rayon::prelude::*;
 use starling_protocol::{
     Frame, FrameBuilder, QUANT_LANES, QuantBox, encode_delta, encode_keyframe,
 };
 use starling_sim::Flock;
 
+use super::buffers::BufferPool;
 use super::interest::CellBuilder;
 use super::published::{Alive, Broadcast};
 use crate::telemetry::Telemetry;
@@ -36,8 +36,9 @@ pub struct Encoder {
     last_keyframe_seq: u64,
     /// The tick of the last broadcast, so one tick is never sent twice.
     last_tick: Option<u64>,
-    /// Encode buffers: keyframe, delta from the previous frame, linear delta.
-    scratch: [Vec<u8>; 3],
+    /// Encode buffers, shared with the viewers without a copy: keyframes,
+    /// deltas from the previous frame, linear deltas.
+    buffers: [BufferPool; 3],
     /// The interest stream's cells.
     cells: CellBuilder,
     /// Build cells for every broadcast, viewers or not (an origin
@@ -169,27 +170,34 @@ impl Encoder {
         let force_key = self.seq - self.last_keyframe_seq >= keyframe_every.max(1);
         let chain = (self.chain + 1).min(3);
         // PERF: the keyframe and the two deltas are independent: encoded
-        // side by side on the pool (each into its own buffer).
+        // side by side on the pool, each into its own buffer, which the
+        // broadcast then shares as it is (`buffers.rs`).
         let [f0, f1, f2] = &self.frames;
-        let [s_key, s_prev, s_linear] = &mut self.scratch;
+        let [mut b_key, mut b_prev, mut b_linear] = self.buffers.each_ref().map(BufferPool::take);
         let deltas = !force_key && chain >= 2;
         let linear = deltas && chain >= 3;
         let (key, (prev, lin)) = rayon::join(
-            || encode_keyframe(f2, s_key).is_ok(),
+            || encode_keyframe(f2, &mut b_key).is_ok(),
             || {
                 rayon::join(
-                    || deltas && encode_delta(None, f1, f2, s_prev).is_ok(),
-                    || linear && encode_delta(Some(f0), f1, f2, s_linear).is_ok(),
+                    || deltas && encode_delta(None, f1, f2, &mut b_prev).is_ok(),
+                    || linear && encode_delta(Some(f0), f1, f2, &mut b_linear).is_ok(),
                 )
             },
         );
-        if !key {
-            return None;
-        }
+        let [p_key, p_prev, p_linear] = &self.buffers;
+        let shared = |pool: &BufferPool, buf: Vec<u8>, ok: bool| {
+            if ok {
+                Some(pool.share(buf))
+            } else {
+                pool.give_back(buf);
+                None
+            }
+        };
+        let delta_linear = shared(p_linear, b_linear, prev && lin);
+        let delta_from_prev = shared(p_prev, b_prev, prev);
+        let keyframe = shared(p_key, b_key, key)?;
         self.chain = chain;
-        let keyframe = Bytes::copy_from_slice(s_key);
-        let delta_from_prev = prev.then(|| Bytes::copy_from_slice(s_prev));
-        let delta_linear = (prev && lin).then(|| Bytes::copy_from_slice(s_linear));
         if delta_from_prev.is_none() {
             // A keyframe-only broadcast starts a new delta chain.
             self.chain = 1;
@@ -212,5 +220,58 @@ impl Encoder {
             cells,
             alive: Alive::new(&telemetry.broadcasts_alive),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use starling_protocol::{Frame, KeyframeView};
+    use starling_sim::FlockConfig;
+
+    use super::*;
+
+    /// Broadcasts carry exactly the frames' encodings, and once a
+    /// broadcast is dropped the next one is encoded into its buffers (no
+    /// copy, no new allocation).
+    #[test]
+    fn broadcasts_share_their_encodings_and_reuse_the_buffers() {
+        let mut flock = Flock::new(FlockConfig {
+            population: 500,
+            seed: 3,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        let (mut encoder, telemetry) = (Encoder::new(false), Arc::new(Telemetry::default()));
+        let mut last_keyframe = None;
+        for round in 0..6 {
+            flock.step();
+            let b = encoder
+                .encode(&flock, 100, &telemetry)
+                .expect("a broadcast");
+            let mut want = Vec::new();
+            encode_keyframe(&encoder.frames[2], &mut want).unwrap();
+            assert_eq!(&b.keyframe[..], &want[..], "round {round}");
+            let mut delta = Vec::new();
+            if let Some(d) = &b.delta_from_prev {
+                encode_delta(None, &encoder.frames[1], &encoder.frames[2], &mut delta).unwrap();
+                assert_eq!(&d[..], &delta[..], "round {round}");
+            }
+            assert_eq!(b.delta_from_prev.is_some(), round >= 1, "round {round}");
+            assert_eq!(b.delta_linear.is_some(), round >= 2, "round {round}");
+            let at = b.keyframe.as_ptr();
+            if let Some(before) = last_keyframe {
+                assert_eq!(at, before, "round {round}: the last keyframe's buffer");
+            }
+            last_keyframe = Some(at);
+            let mut frame = Frame::default();
+            KeyframeView::parse(&b.keyframe)
+                .unwrap()
+                .to_frame(&mut frame);
+            assert_eq!(frame.ids, encoder.frames[2].ids);
+            // The buffers are the broadcast's until it drops.
+            assert_eq!(encoder.buffers[0].spares(), 0, "round {round}");
+            drop(b);
+            assert_eq!(encoder.buffers[0].spares(), 1, "round {round}");
+        }
     }
 }
