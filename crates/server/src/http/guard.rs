@@ -9,8 +9,8 @@
 //! (curl, scripts) are not browsers acting for someone else and pass.
 //!
 //! With tokens configured, requests presenting no valid token count against
-//! their address's rate (`anonymous_requests_per_s`), health checks and
-//! metrics aside.
+//! their address's rate (`anonymous_requests_per_s`); health checks and
+//! metrics against a rate of their own (`PROBE_REQUESTS_PER_S`).
 
 use std::net::IpAddr;
 
@@ -23,7 +23,7 @@ use super::auth::TokenQuery;
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::proxy::TrustedProxies;
-use super::shared::{ANONYMOUS_REQUEST_BURST, Shared};
+use super::shared::{ANONYMOUS_REQUEST_BURST, PROBE_REQUEST_BURST, PROBE_REQUESTS_PER_S, Shared};
 
 /// Which hosts and origins the server answers.
 #[derive(Debug, Clone, Default)]
@@ -93,9 +93,10 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
     }
     // Presenting no token (when tokens are configured), each request
     // counts against its address's rate: every request costs a worker's
-    // time, which the tick's threads share. Probes and scrapes are not
-    // counted (a load balancer's health checks share its address with the
-    // pages it passes on), unless a proxy passed them on for a client.
+    // time, which the tick's threads share. Probes and scrapes have a rate
+    // of their own (a load balancer's health checks share its address
+    // with the pages it passes on), unless a proxy passed them on for a
+    // client: then they count as its other requests do.
     let probe = !forwarded && matches!(req.uri().path(), "/healthz" | "/readyz" | "/metrics");
     let query = Query::<TokenQuery>::try_from_uri(req.uri())
         .unwrap_or_default()
@@ -104,18 +105,24 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
     let unknown_token = s.0.tokens.unknown(presented);
     if let Some(PeerGroup(ip)) = req.extensions().get::<PeerGroup>().copied()
         && s.0.tokens.any()
-        && !probe
         && s.0.tokens.actor(presented).account.is_none()
-        && !s.0.anonymous_requests.take(ip)
     {
-        if req.uri().path() == "/ws" {
-            s.0.telemetry.viewer_refused("anonymous_rate");
+        if probe && !s.0.probe_requests.take(ip) {
+            return ApiError::rate_limited(format!(
+                "this address made more than {PROBE_REQUESTS_PER_S} health checks or metrics scrapes a second presenting no token, in bursts of {PROBE_REQUEST_BURST} (PROBE_REQUESTS_PER_S)"
+            ))
+            .into_response();
         }
-        return ApiError::rate_limited(format!(
-            "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
-            s.0.limits.anonymous_requests_per_s
-        ))
-        .into_response();
+        if !probe && !s.0.anonymous_requests.take(ip) {
+            if req.uri().path() == "/ws" {
+                s.0.telemetry.viewer_refused("anonymous_rate");
+            }
+            return ApiError::rate_limited(format!(
+                "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
+                s.0.limits.anonymous_requests_per_s
+            ))
+            .into_response();
+        }
     }
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
     let upgrade = headers.contains_key(header::UPGRADE);

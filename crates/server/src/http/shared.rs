@@ -102,6 +102,15 @@ pub const RATE_ADDRESSES: usize = 65_536;
 /// Requests an address may make without a token at once, past its rate
 /// (`anonymous_requests_per_s`): a page's load is about ten.
 pub const ANONYMOUS_REQUEST_BURST: f32 = 100.0;
+/// Health checks and metrics scrapes (`/healthz`, `/readyz`, `/metrics`)
+/// an address may make a second without a token, when tokens are
+/// configured (IPv6: one /56). They do not count against
+/// `anonymous_requests_per_s` (a load balancer's checks share its address
+/// with the pages it passes on), but each costs a worker's time as any
+/// request does: a load balancer or Prometheus checks every few seconds.
+pub const PROBE_REQUESTS_PER_S: f32 = 10.0;
+/// Probes an address may make at once, past [`PROBE_REQUESTS_PER_S`].
+pub const PROBE_REQUEST_BURST: f32 = 50.0;
 /// Trajectory exports running at once, server-wide (each keeps a core busy
 /// while its client reads as fast as it can).
 pub const EXPORTS_AT_ONCE: usize = 1;
@@ -157,6 +166,8 @@ pub struct Inner {
     viewer_connects: RateBuckets<IpAddr>,
     /// Requests without a token, per address group (`http/guard.rs`).
     pub anonymous_requests: RateBuckets<IpAddr>,
+    /// Probes without a token, per address group (`http/guard.rs`).
+    pub probe_requests: RateBuckets<IpAddr>,
     /// Viewers on the whole-world stream, and the bytes their sockets
     /// hold (see `Limits::whole_world_bytes`).
     pub whole_world_viewers: std::sync::atomic::AtomicUsize,
@@ -210,6 +221,11 @@ impl Shared {
             anonymous_requests: RateBuckets::with_max_keys(
                 limits.anonymous_requests_per_s,
                 ANONYMOUS_REQUEST_BURST,
+                RATE_ADDRESSES,
+            ),
+            probe_requests: RateBuckets::with_max_keys(
+                PROBE_REQUESTS_PER_S,
+                PROBE_REQUEST_BURST,
                 RATE_ADDRESSES,
             ),
             history,
