@@ -22,6 +22,10 @@ pub struct ApiError {
     pub field: Option<String>,
     /// What was wrong and what is allowed.
     pub detail: String,
+    /// Certainly not applied, through no fault of the request (a full
+    /// queue, an op given up on, a loop stopped first): a pilot's rate
+    /// token was given back, and an origin tells the edge so.
+    pub not_applied: bool,
 }
 
 #[derive(Serialize)]
@@ -39,6 +43,7 @@ impl ApiError {
             error: "invalid",
             field,
             detail: detail.into(),
+            not_applied: false,
         }
     }
 
@@ -49,6 +54,7 @@ impl ApiError {
             error: "not_found",
             field: None,
             detail: detail.into(),
+            not_applied: false,
         }
     }
 
@@ -59,6 +65,15 @@ impl ApiError {
             error: "busy",
             field: None,
             detail: detail.into(),
+            not_applied: false,
+        }
+    }
+
+    /// 503 for an op certainly not applied, through no fault of the request.
+    pub fn not_applied(detail: impl Into<String>) -> Self {
+        Self {
+            not_applied: true,
+            ..Self::busy(detail)
         }
     }
 
@@ -69,6 +84,7 @@ impl ApiError {
             error: "rate_limited",
             field: None,
             detail: detail.into(),
+            not_applied: false,
         }
     }
 
@@ -79,6 +95,7 @@ impl ApiError {
             error,
             field: None,
             detail: detail.into(),
+            not_applied: false,
         }
     }
 }
@@ -148,16 +165,19 @@ impl From<OpError> for ApiError {
                 error: "forbidden",
                 field: None,
                 detail,
+                not_applied: false,
             },
             OpError::NotOwner { .. } => Self {
                 status: StatusCode::FORBIDDEN,
                 error: "forbidden",
                 field: Some("id".into()),
                 detail,
+                not_applied: false,
             },
             OpError::LimitReached(d) => Self::conflict("limit_reached", d),
             OpError::Conflict(d) => Self::conflict("conflict", d),
-            OpError::Stopped | OpError::NotApplied(_) => Self::busy(detail),
+            OpError::Stopped => Self::busy(detail),
+            OpError::NotApplied(_) => Self::not_applied(detail),
             OpError::Remote {
                 status,
                 error,
@@ -171,6 +191,7 @@ impl From<OpError> for ApiError {
                 error: Self::class(&error),
                 field,
                 detail,
+                not_applied: false,
             },
         }
     }

@@ -70,6 +70,7 @@ fn refuse(field: &str, detail: String) -> Response {
         error: "forbidden",
         field: Some(field.to_owned()),
         detail,
+        not_applied: false,
     }
     .into_response()
 }

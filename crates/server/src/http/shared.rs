@@ -314,26 +314,31 @@ impl Shared {
             claim: claim.0.clone(),
         }) {
             t.command(name, "busy");
-            self.give_back_rate(actor);
-            return Err(match e {
-                std::sync::mpsc::TrySendError::Full(_) => {
-                    ApiError::busy("the command queue is full; retry shortly")
+            return Err(self.not_applied(
+                actor,
+                match e {
+                    std::sync::mpsc::TrySendError::Full(_) => {
+                        "the command queue is full; retry shortly"
+                    }
+                    std::sync::mpsc::TrySendError::Disconnected(_) => {
+                        "the simulation is shutting down"
+                    }
                 }
-                std::sync::mpsc::TrySendError::Disconnected(_) => {
-                    ApiError::busy("the simulation is shutting down")
-                }
-            });
+                .into(),
+            ));
         }
         let answer = match (give_up, &claim.0) {
             (Some(wait), Some(claim)) => match tokio::time::timeout(wait, &mut rx).await {
                 Ok(answer) => answer,
                 Err(_) if claim.abandon() => {
                     t.command(name, "expired");
-                    self.give_back_rate(actor);
-                    return Err(ApiError::busy(format!(
-                        "not applied: the simulation did not reach it within {} s; nothing changed, so it is safe to retry",
-                        wait.as_secs_f32()
-                    )));
+                    return Err(self.not_applied(
+                        actor,
+                        format!(
+                            "not applied: the simulation did not reach it within {} s; nothing changed, so it is safe to retry",
+                            wait.as_secs_f32()
+                        ),
+                    ));
                 }
                 // Taken as the wait ran out: its answer follows the publish.
                 Err(_) => rx.await,
@@ -345,10 +350,9 @@ impl Shared {
                 t.command(name, "ok");
                 Ok(applied)
             }
-            Ok(Err(e @ crate::command::OpError::NotApplied(_))) => {
+            Ok(Err(crate::command::OpError::NotApplied(detail))) => {
                 t.command(name, "busy");
-                self.give_back_rate(actor);
-                Err(e.into())
+                Err(self.not_applied(actor, detail))
             }
             Ok(Err(e)) => {
                 t.command(name, "rejected");
@@ -358,26 +362,24 @@ impl Shared {
                 t.command(name, "busy");
                 // The loop stopped: a claimed op it never took is certainly
                 // not applied; any other may have been.
-                let certain = claim.0.as_ref().is_some_and(Claim::abandon);
-                if certain {
-                    self.give_back_rate(actor);
-                }
-                Err(ApiError::busy(if certain {
-                    "not applied: the simulation is shutting down"
+                if claim.0.as_ref().is_some_and(Claim::abandon) {
+                    Err(self
+                        .not_applied(actor, "not applied: the simulation is shutting down".into()))
                 } else {
-                    "the simulation is shutting down"
-                }))
+                    Err(ApiError::busy("the simulation is shutting down"))
+                }
             }
         }
     }
 
-    /// Returns what [`Self::check_rate`] took for an op that was certainly
-    /// not applied (refused as busy, or given up on): a pilot may send it
-    /// again at once.
-    fn give_back_rate(&self, actor: Actor) {
+    /// The refusal of an op that was certainly not applied (refused as
+    /// busy, or given up on), giving back what [`Self::check_rate`] took:
+    /// a pilot may send it again at once.
+    fn not_applied(&self, actor: Actor, detail: String) -> ApiError {
         if let Some(account) = rated(actor) {
             self.0.commands.give_back(account);
         }
+        ApiError::not_applied(detail)
     }
 
     /// Takes one command from a pilot token's bucket (operators are not

@@ -682,20 +682,7 @@ fn forward(
                     .await
                     {
                         Ok(Ok(m)) => match parse_reply(&m.payload) {
-                            Ok(CommandReply::Applied { tick, id }) => {
-                                Ok(crate::command::Applied { tick, id })
-                            }
-                            Ok(CommandReply::Refused {
-                                status,
-                                error,
-                                field,
-                                detail,
-                            }) => Err(OpError::Remote {
-                                status,
-                                error,
-                                field,
-                                detail,
-                            }),
+                            Ok(reply) => answer_of(reply),
                             Err(e) => Err(remote_busy(&format!("the origin's answer: {e}"))),
                         },
                         Ok(Err(e)) => Err(remote_busy(&format!("the origin did not answer: {e}"))),
@@ -710,6 +697,32 @@ fn forward(
             };
             let _ = reply.send(answer);
         });
+    }
+}
+
+/// What the origin's answer means here: an op it certainly did not apply
+/// is one this edge did not either (a pilot's rate token is given back
+/// here too); any other refusal is passed on as it is.
+fn answer_of(reply: CommandReply) -> Result<crate::command::Applied, OpError> {
+    match reply {
+        CommandReply::Applied { tick, id } => Ok(crate::command::Applied { tick, id }),
+        CommandReply::Refused {
+            detail,
+            not_applied: true,
+            ..
+        } => Err(OpError::NotApplied(detail)),
+        CommandReply::Refused {
+            status,
+            error,
+            field,
+            detail,
+            not_applied: false,
+        } => Err(OpError::Remote {
+            status,
+            error,
+            field,
+            detail,
+        }),
     }
 }
 
@@ -1080,6 +1093,35 @@ mod tests {
         let good = Side::new().send(&Side::new().publish(&a, WORLD), false);
         play(&mut f, &good, &tx).unwrap();
         assert_eq!(served(&rx), keyframe(&a));
+    }
+
+    #[test]
+    fn an_op_the_origin_did_not_apply_is_one_the_edge_did_not_either() {
+        let refused = |not_applied| CommandReply::Refused {
+            status: 503,
+            error: "busy".into(),
+            field: None,
+            detail: "not applied: the simulation did not reach it within 3 s".into(),
+            not_applied,
+        };
+        // Not applied: the edge's pilot token is given back (`OpError::NotApplied`).
+        match answer_of(refused(true)) {
+            Err(OpError::NotApplied(detail)) => assert!(detail.contains("within 3 s")),
+            other => panic!("{other:?}"),
+        }
+        // Any other refusal goes to the caller as the origin gave it.
+        match answer_of(refused(false)) {
+            Err(OpError::Remote { status, error, .. }) => {
+                assert_eq!((status, error.as_str()), (503, "busy"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let applied = answer_of(CommandReply::Applied {
+            tick: 7,
+            id: Some(3),
+        })
+        .unwrap();
+        assert_eq!((applied.tick, applied.id), (7, Some(3)));
     }
 
     #[test]

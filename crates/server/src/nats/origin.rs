@@ -480,6 +480,7 @@ async fn answer_command(payload: &[u8], secret: Option<&str>, shared: &Shared) -
             } else {
                 "secret: not the origin's --nats-secret".into()
             },
+            not_applied: false,
         });
     }
     let actor = shared.0.tokens.actor(msg.token.as_deref());
@@ -502,6 +503,7 @@ fn refusal(e: ApiError) -> Vec<u8> {
         error: e.error.to_owned(),
         field: e.field,
         detail: e.detail,
+        not_applied: e.not_applied,
     })
     .unwrap_or_default()
 }
@@ -545,8 +547,15 @@ mod tests {
         let payload = serde_json::to_vec(&msg).unwrap();
         let answer = answer_command(&payload, Some(secret), &held).await;
         match parse_reply(&answer).unwrap() {
-            CommandReply::Refused { status, detail, .. } => {
+            CommandReply::Refused {
+                status,
+                detail,
+                not_applied,
+                ..
+            } => {
                 assert_eq!(status, 503);
+                // The edge is told, so it gives its pilot's token back too.
+                assert!(not_applied);
                 assert!(detail.starts_with("not applied"), "{detail}");
                 assert!(detail.contains("within 3 s"), "{detail}");
             }

@@ -418,6 +418,13 @@ pub enum CommandReply {
         field: Option<String>,
         /// What was wrong and what is allowed.
         detail: String,
+        /// Certainly not applied, through no fault of the op (the origin
+        /// gave its pilot's rate token back, and the edge gives back its
+        /// own). Sent only when true: an edge older than this field reads
+        /// any other answer as before (this one it refuses to parse, and
+        /// answers 503 as it would have).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        not_applied: bool,
     },
 }
 
@@ -507,14 +514,20 @@ mod tests {
 
     #[test]
     fn a_refusal_round_trips() {
-        let r = CommandReply::Refused {
-            status: 403,
-            error: "forbidden".into(),
-            field: None,
-            detail: "no".into(),
-        };
-        let bytes = serde_json::to_vec(&r).unwrap();
-        assert_eq!(parse_reply(&bytes).unwrap(), r);
+        for not_applied in [false, true] {
+            let r = CommandReply::Refused {
+                status: 403,
+                error: "forbidden".into(),
+                field: None,
+                detail: "no".into(),
+                not_applied,
+            };
+            let bytes = serde_json::to_vec(&r).unwrap();
+            assert_eq!(parse_reply(&bytes).unwrap(), r);
+            // Said only when true, so edges older than the field read the rest.
+            let text = String::from_utf8(bytes).unwrap();
+            assert_eq!(text.contains("not_applied"), not_applied, "{text}");
+        }
     }
 
     proptest! {

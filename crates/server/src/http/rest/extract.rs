@@ -109,6 +109,7 @@ async fn parse(req: Request, s: &Shared) -> Result<Option<Value>, ApiError> {
                 },
                 field: None,
                 detail: rej.body_text(),
+                not_applied: false,
             });
         }
         Ok(Ok(b)) => b,

@@ -147,6 +147,7 @@ pub(super) async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) 
         error: "method_not_allowed",
         field: None,
         detail: format!("{uri} does not take {method}: see /api/v1/openapi.json"),
+        not_applied: false,
     }
 }
 
