@@ -110,6 +110,13 @@ pub struct Config {
     /// checks and metrics; a request presenting a valid token (a bearer
     /// header, or `?token=`) is not counted. Behind a reverse proxy, raise it.
     pub anonymous_requests_per_s: f32,
+    /// Health checks and metrics scrapes (`/healthz`, `/readyz`,
+    /// `/metrics`) one address (IPv6: one /56) may make a second presenting
+    /// no valid token, when tokens are configured, in bursts of 50 (more
+    /// get 429), apart from `anonymous_requests_per_s`. Default 10, range
+    /// 0.1 ..= 100000: a load balancer or Prometheus checks every few
+    /// seconds; raise it when many checkers share one address (a NAT).
+    pub probe_requests_per_s: f32,
     /// The bytes the whole-world stream's sockets may hold, at most: each
     /// whole-world viewer's keeps a buffer as large as the largest frame it
     /// was sent. A subscription, or a frame larger than a viewer was sent
@@ -191,6 +198,7 @@ impl Default for Config {
             max_viewers_per_ip: l.max_viewers_per_ip,
             viewer_connects_per_s: l.viewer_connects_per_s,
             anonymous_requests_per_s: l.anonymous_requests_per_s,
+            probe_requests_per_s: l.probe_requests_per_s,
             whole_world_bytes: l.whole_world_bytes,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
@@ -536,6 +544,13 @@ impl Config {
                 "0.1 ..= 100000",
             ));
         }
+        if !in_range(self.probe_requests_per_s, 0.1, 100_000.0) {
+            return Err(err(
+                "probe_requests_per_s",
+                self.probe_requests_per_s,
+                "0.1 ..= 100000",
+            ));
+        }
         if !(1 << 16..=1 << 40).contains(&self.whole_world_bytes) {
             return Err(err(
                 "whole_world_bytes",
@@ -761,6 +776,7 @@ impl Config {
             max_viewers_per_ip: self.max_viewers_per_ip,
             viewer_connects_per_s: self.viewer_connects_per_s,
             anonymous_requests_per_s: self.anonymous_requests_per_s,
+            probe_requests_per_s: self.probe_requests_per_s,
             whole_world_bytes: self.whole_world_bytes,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             export_deadline: Duration::from_secs_f32(self.export_deadline_s),

@@ -107,6 +107,11 @@ struct ServeArgs {
     /// when tokens are configured, in bursts of 100 (default 20).
     #[arg(long, env = "STARLING_ANONYMOUS_REQUESTS_PER_S")]
     anonymous_requests_per_s: Option<f32>,
+    /// Health checks and metrics scrapes one address may make a second
+    /// presenting no valid token, when tokens are configured, in bursts of
+    /// 50 (default 10).
+    #[arg(long, env = "STARLING_PROBE_REQUESTS_PER_S")]
+    probe_requests_per_s: Option<f32>,
     /// The whole-world stream's viewers times its keyframe's bytes, at most
     /// (default 1073741824).
     #[arg(long, env = "STARLING_WHOLE_WORLD_BYTES")]
@@ -404,6 +409,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.anonymous_requests_per_s = args
         .anonymous_requests_per_s
         .unwrap_or(config.anonymous_requests_per_s);
+    config.probe_requests_per_s = args
+        .probe_requests_per_s
+        .unwrap_or(config.probe_requests_per_s);
     config.whole_world_bytes = args.whole_world_bytes.unwrap_or(config.whole_world_bytes);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args

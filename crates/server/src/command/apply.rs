@@ -65,7 +65,8 @@ pub enum OpError {
     #[error("the simulation is shutting down")]
     Stopped,
     /// Certainly not applied, and safe to retry at once (an edge that
-    /// could not forward it); what happened, in words.
+    /// could not forward it, or whose origin answered so); what happened,
+    /// in words.
     #[error("{0}")]
     NotApplied(String),
     /// The origin's refusal of an op an edge forwarded (its HTTP status,

@@ -190,7 +190,7 @@ impl Encoder {
             if ok {
                 Some(pool.share(buf))
             } else {
-                pool.give_back(buf);
+                pool.recycle(buf);
                 None
             }
         };

@@ -6,7 +6,10 @@
 //! broadcast, into new pages (about 10 of a 35 ms snapshot on a 2-core
 //! EPYC). Now the encoder writes into a buffer from a [`BufferPool`], and
 //! the `Bytes` it shares own that buffer: when the last clone drops, the
-//! buffer goes back to its pool, capacity and pages kept.
+//! buffer goes back to its pool, capacity and pages kept. A buffer keeps
+//! the capacity of the largest message it held (a delta with many
+//! exceptions grows past its first reservation), live broadcasts with it:
+//! at most a few, `starling_broadcasts_alive`.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -23,6 +26,8 @@ pub const SPARE_BUFFERS: usize = 1;
 /// shared as `Bytes` that bring them back when dropped.
 #[derive(Debug, Default, Clone)]
 pub struct BufferPool {
+    /// Buffers back from their last viewer, at most [`SPARE_BUFFERS`];
+    /// shared with every `Pooled` out there, which returns its buffer here.
     spare: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
@@ -34,8 +39,8 @@ impl BufferPool {
         buf
     }
 
-    /// Gives back a buffer that was not shared (kept if there is room).
-    pub fn give_back(&self, buf: Vec<u8>) {
+    /// Takes back a buffer that was not shared (kept if there is room).
+    pub fn recycle(&self, buf: Vec<u8>) {
         let mut spare = self.lock();
         if spare.len() < SPARE_BUFFERS && buf.capacity() > 0 {
             spare.push(buf);
@@ -52,7 +57,8 @@ impl BufferPool {
     }
 
     /// Spare buffers held now.
-    pub fn spares(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn spares(&self) -> usize {
         self.lock().len()
     }
 
@@ -65,7 +71,9 @@ impl BufferPool {
 
 /// A shared buffer, on its way back to its pool when dropped.
 struct Pooled {
+    /// The encoded bytes: all of it is the message.
     buf: Vec<u8>,
+    /// Where the buffer goes when the last `Bytes` of it drops.
     home: BufferPool,
 }
 
@@ -77,7 +85,7 @@ impl AsRef<[u8]> for Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        self.home.give_back(std::mem::take(&mut self.buf));
+        self.home.recycle(std::mem::take(&mut self.buf));
     }
 }
 
@@ -120,7 +128,7 @@ mod tests {
         assert_eq!(pool.spares(), SPARE_BUFFERS);
         // A buffer that never held anything is not worth keeping.
         let pool = BufferPool::default();
-        pool.give_back(Vec::new());
+        pool.recycle(Vec::new());
         assert_eq!(pool.spares(), 0);
     }
 }

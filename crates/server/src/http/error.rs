@@ -23,8 +23,9 @@ pub struct ApiError {
     /// What was wrong and what is allowed.
     pub detail: String,
     /// Certainly not applied, through no fault of the request (a full
-    /// queue, an op given up on, a loop stopped first): a pilot's rate
-    /// token was given back, and an origin tells the edge so.
+    /// queue, an op given up on, a loop stopped first): a 503 whose op
+    /// may be sent again at once. `Shared::not_applied` gives the pilot's
+    /// rate token back with it; an origin tells the edge, which does too.
     pub not_applied: bool,
 }
 
@@ -36,37 +37,41 @@ struct Body<'a> {
 }
 
 impl ApiError {
-    /// A 400/422-style error naming a field.
-    pub fn invalid(status: StatusCode, field: Option<String>, detail: impl Into<String>) -> Self {
+    /// An error of class `error` (one of [`ApiError::CLASSES`]) with its
+    /// status, the field at fault if one is, and what was wrong.
+    pub fn new(
+        status: StatusCode,
+        error: &'static str,
+        field: Option<String>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self {
             status,
-            error: "invalid",
+            error,
             field,
             detail: detail.into(),
             not_applied: false,
         }
     }
 
+    /// A 400/422-style error naming a field.
+    pub fn invalid(status: StatusCode, field: Option<String>, detail: impl Into<String>) -> Self {
+        Self::new(status, "invalid", field, detail)
+    }
+
+    /// 403.
+    pub fn forbidden(field: Option<String>, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", field, detail)
+    }
+
     /// 404.
     pub fn not_found(detail: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            error: "not_found",
-            field: None,
-            detail: detail.into(),
-            not_applied: false,
-        }
+        Self::new(StatusCode::NOT_FOUND, "not_found", None, detail)
     }
 
     /// 503: the command queue is full or the loop is stopping.
     pub fn busy(detail: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            error: "busy",
-            field: None,
-            detail: detail.into(),
-            not_applied: false,
-        }
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", None, detail)
     }
 
     /// 503 for an op certainly not applied, through no fault of the request.
@@ -79,24 +84,12 @@ impl ApiError {
 
     /// 429.
     pub fn rate_limited(detail: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            error: "rate_limited",
-            field: None,
-            detail: detail.into(),
-            not_applied: false,
-        }
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", None, detail)
     }
 
     /// 409 for caps and state conflicts.
     pub fn conflict(error: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::CONFLICT,
-            error,
-            field: None,
-            detail: detail.into(),
-            not_applied: false,
-        }
+        Self::new(StatusCode::CONFLICT, error, None, detail)
     }
 }
 
@@ -160,20 +153,8 @@ impl From<OpError> for ApiError {
                 Self::invalid(StatusCode::UNPROCESSABLE_ENTITY, field, detail)
             }
             OpError::NotFound(d) => Self::not_found(d),
-            OpError::Forbidden { .. } => Self {
-                status: StatusCode::FORBIDDEN,
-                error: "forbidden",
-                field: None,
-                detail,
-                not_applied: false,
-            },
-            OpError::NotOwner { .. } => Self {
-                status: StatusCode::FORBIDDEN,
-                error: "forbidden",
-                field: Some("id".into()),
-                detail,
-                not_applied: false,
-            },
+            OpError::Forbidden { .. } => Self::forbidden(None, detail),
+            OpError::NotOwner { .. } => Self::forbidden(Some("id".into()), detail),
             OpError::LimitReached(d) => Self::conflict("limit_reached", d),
             OpError::Conflict(d) => Self::conflict("conflict", d),
             OpError::Stopped => Self::busy(detail),
@@ -183,16 +164,15 @@ impl From<OpError> for ApiError {
                 error,
                 field,
                 detail,
-            } => Self {
-                status: StatusCode::from_u16(status)
+            } => Self::new(
+                StatusCode::from_u16(status)
                     .ok()
                     .filter(|s| s.is_client_error() || s.is_server_error())
                     .unwrap_or(StatusCode::BAD_REQUEST),
-                error: Self::class(&error),
+                Self::class(&error),
                 field,
                 detail,
-                not_applied: false,
-            },
+            ),
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! With tokens configured, requests presenting no valid token count against
 //! their address's rate (`anonymous_requests_per_s`); health checks and
-//! metrics against a rate of their own (`PROBE_REQUESTS_PER_S`).
+//! metrics against a rate of their own (`probe_requests_per_s`).
 
 use std::net::IpAddr;
 
@@ -23,7 +23,7 @@ use super::auth::TokenQuery;
 use super::error::ApiError;
 use super::listen::PeerGroup;
 use super::proxy::TrustedProxies;
-use super::shared::{ANONYMOUS_REQUEST_BURST, PROBE_REQUEST_BURST, PROBE_REQUESTS_PER_S, Shared};
+use super::shared::{ANONYMOUS_REQUEST_BURST, PROBE_REQUEST_BURST, Shared};
 
 /// Which hosts and origins the server answers.
 #[derive(Debug, Clone, Default)]
@@ -65,14 +65,7 @@ impl Allowed {
 }
 
 fn refuse(field: &str, detail: String) -> Response {
-    ApiError {
-        status: StatusCode::FORBIDDEN,
-        error: "forbidden",
-        field: Some(field.to_owned()),
-        detail,
-        not_applied: false,
-    }
-    .into_response()
+    ApiError::forbidden(Some(field.to_owned()), detail).into_response()
 }
 
 /// The middleware: checks `Host` on every request, `Origin` on changes
@@ -110,7 +103,8 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
     {
         if probe && !s.0.probe_requests.take(ip) {
             return ApiError::rate_limited(format!(
-                "this address made more than {PROBE_REQUESTS_PER_S} health checks or metrics scrapes a second presenting no token, in bursts of {PROBE_REQUEST_BURST} (PROBE_REQUESTS_PER_S)"
+                "this address made more than {} health checks or metrics scrapes a second presenting no token, in bursts of {PROBE_REQUEST_BURST} (probe_requests_per_s)",
+                s.0.limits.probe_requests_per_s
             ))
             .into_response();
         }

@@ -39,6 +39,11 @@ pub struct Limits {
     /// tokens are configured (IPv6: one /56), in bursts of
     /// [`ANONYMOUS_REQUEST_BURST`].
     pub anonymous_requests_per_s: f32,
+    /// Health checks and metrics scrapes (`/healthz`, `/readyz`,
+    /// `/metrics`) per second one address may make without a token, when
+    /// tokens are configured (IPv6: one /56), in bursts of
+    /// [`PROBE_REQUEST_BURST`], apart from `anonymous_requests_per_s`.
+    pub probe_requests_per_s: f32,
     /// The bytes the whole-world stream's sockets may hold, at most (each
     /// viewer's keeps a buffer as large as the largest frame it was sent).
     pub whole_world_bytes: usize,
@@ -70,6 +75,7 @@ impl Default for Limits {
             max_viewers_per_ip: 64,
             viewer_connects_per_s: 2.0,
             anonymous_requests_per_s: 20.0,
+            probe_requests_per_s: 10.0,
             whole_world_bytes: 1 << 30,
             stall_timeout: Duration::from_secs(10),
             export_deadline: Duration::from_secs(600),
@@ -102,14 +108,11 @@ pub const RATE_ADDRESSES: usize = 65_536;
 /// Requests an address may make without a token at once, past its rate
 /// (`anonymous_requests_per_s`): a page's load is about ten.
 pub const ANONYMOUS_REQUEST_BURST: f32 = 100.0;
-/// Health checks and metrics scrapes (`/healthz`, `/readyz`, `/metrics`)
-/// an address may make a second without a token, when tokens are
-/// configured (IPv6: one /56). They do not count against
-/// `anonymous_requests_per_s` (a load balancer's checks share its address
-/// with the pages it passes on), but each costs a worker's time as any
-/// request does: a load balancer or Prometheus checks every few seconds.
-pub const PROBE_REQUESTS_PER_S: f32 = 10.0;
-/// Probes an address may make at once, past [`PROBE_REQUESTS_PER_S`].
+/// Health checks and metrics scrapes an address may make at once without
+/// a token, past its rate (`probe_requests_per_s`). They do not count
+/// against `anonymous_requests_per_s` (a load balancer's checks share its
+/// address with the pages it passes on), but each costs a worker's time
+/// as any request does.
 pub const PROBE_REQUEST_BURST: f32 = 50.0;
 /// Trajectory exports running at once, server-wide (each keeps a core busy
 /// while its client reads as fast as it can).
@@ -224,7 +227,7 @@ impl Shared {
                 RATE_ADDRESSES,
             ),
             probe_requests: RateBuckets::with_max_keys(
-                PROBE_REQUESTS_PER_S,
+                limits.probe_requests_per_s,
                 PROBE_REQUEST_BURST,
                 RATE_ADDRESSES,
             ),
@@ -631,6 +634,8 @@ mod tests {
                 .await
                 .unwrap_err();
             assert!(e.detail.starts_with("not applied"), "{}", e.detail);
+            // An origin would tell its edge so.
+            assert!(e.not_applied);
             drop(queue.try_recv().unwrap());
         }
         // The held queue full (eight waiting): busy, not rate limited.
@@ -645,6 +650,7 @@ mod tests {
         for _ in 0..3 {
             let e = held.submit(pilot, predator()).await.unwrap_err();
             assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+            assert!(e.not_applied);
         }
         // Refused by the loop as certainly not applied (an edge that could
         // not forward it).
@@ -662,11 +668,14 @@ mod tests {
                 .unwrap();
             let e = waiter.await.unwrap().unwrap_err();
             assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+            assert!(e.not_applied);
         }
         // The burst (one at this rate) is still there, and then spent.
         live.submit(pilot, predator()).await.unwrap();
         let e = live.submit(pilot, predator()).await.unwrap_err();
         assert_eq!(e.status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        // Refused for the pilot's own rate: an edge keeps its token spent.
+        assert!(!e.not_applied);
         sim.stop();
     }
 

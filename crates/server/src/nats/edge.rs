@@ -18,6 +18,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync
 use std::time::{Duration, Instant};
 
 use async_nats::Client;
+use async_nats::client::RequestErrorKind;
 use axum::body::Bytes;
 use futures_util::StreamExt;
 use starling_protocol::interest::{CellGrid, CellMirror};
@@ -685,6 +686,19 @@ fn forward(
                             Ok(reply) => answer_of(reply),
                             Err(e) => Err(remote_busy(&format!("the origin's answer: {e}"))),
                         },
+                        // Nobody took it: certainly not applied.
+                        Ok(Err(e))
+                            if matches!(
+                                e.kind(),
+                                RequestErrorKind::NoResponders
+                                    | RequestErrorKind::InvalidSubject
+                                    | RequestErrorKind::MaxPayloadExceeded
+                            ) =>
+                        {
+                            Err(not_forwarded(&format!(
+                                "not applied: the origin did not take it: {e}"
+                            )))
+                        }
                         Ok(Err(e)) => Err(remote_busy(&format!("the origin did not answer: {e}"))),
                         Err(_) => Err(remote_busy(&format!(
                             "the origin did not answer within {} s (COMMAND_TIMEOUT). It drops a forwarded command it has not applied within {} s of its arrival (FORWARDED_OP_WAIT), so this one applied only if NATS lost the answer or delivered the command late: look before retrying",

@@ -433,8 +433,9 @@ async fn answer_commands(
             continue;
         }
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            let busy = refusal(ApiError::busy(format!(
-                "the origin has {COMMANDS_IN_FLIGHT} forwarded commands in flight, the most it takes at once (COMMANDS_IN_FLIGHT); retry shortly"
+            // Not taken: the edge gives its pilot's rate token back.
+            let busy = refusal(ApiError::not_applied(format!(
+                "not applied: the origin has {COMMANDS_IN_FLIGHT} forwarded commands in flight, the most it takes at once (COMMANDS_IN_FLIGHT); retry shortly"
             )));
             let _ = client.publish(reply_to, busy.into()).await;
             continue;
@@ -471,17 +472,14 @@ async fn answer_command(payload: &[u8], secret: Option<&str>, shared: &Shared) -
     });
     if !allowed {
         t.nats_drop("unauthorised");
-        return refusal(ApiError {
-            status: axum::http::StatusCode::FORBIDDEN,
-            error: "forbidden",
-            field: Some("secret".into()),
-            detail: if secret.is_none() {
-                "this origin takes no commands from edges (start it with --nats-secret)".into()
+        return refusal(ApiError::forbidden(
+            Some("secret".into()),
+            if secret.is_none() {
+                "this origin takes no commands from edges (start it with --nats-secret)"
             } else {
-                "secret: not the origin's --nats-secret".into()
+                "secret: not the origin's --nats-secret"
             },
-            not_applied: false,
-        });
+        ));
     }
     let actor = shared.0.tokens.actor(msg.token.as_deref());
     let reply = match shared

@@ -517,12 +517,19 @@ pub(crate) fn rss_bytes(pid: u32) -> u64 {
 /// labels, say `starling_nats_dropped_total{reason="malformed"}`), if the
 /// server exports it.
 pub(crate) async fn metric(addr: SocketAddr, name: &str) -> Option<u64> {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    metric_as(addr, name, None).await
+}
+
+/// [`metric`], presenting `token` (a poll of a server with tokens, which
+/// anonymous would meet the address's probe rate).
+pub(crate) async fn metric_as(addr: SocketAddr, name: &str, token: Option<&str>) -> Option<u64> {
+    let mut req = reqwest::Client::new().get(format!("http://{addr}/metrics"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200, "/metrics at {addr}");
+    let text = r.text().await.unwrap();
     let key = format!("{name} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&key))

@@ -11,7 +11,7 @@ use starling_protocol::{
 };
 use starling_server::config::Config;
 use starling_server::http::listen::MAX_HEAD_BYTES;
-use starling_server::http::shared::{PROBE_REQUEST_BURST, PROBE_REQUESTS_PER_S};
+use starling_server::http::shared::PROBE_REQUEST_BURST;
 use tokio_tungstenite::MaybeTlsStream;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -617,31 +617,19 @@ async fn a_request_head_over_its_limit_is_refused_and_one_within_is_served() {
 
 /// Sends `request` until it is refused: the refusal is a 429 after the
 /// anonymous burst of 100 (one more may pass as the bucket refills).
-async fn served_until_429<F: std::future::Future<Output = u16>>(request: impl FnMut() -> F) {
-    served_until_429_at(100, 0.5, request).await;
-}
-
-/// Sends `request` until it is refused: the refusal is a 429 after a
-/// burst of `burst`, plus what the bucket refilled at `rate_per_s` while
-/// they were served.
-async fn served_until_429_at<F: std::future::Future<Output = u16>>(
-    burst: u32,
-    rate_per_s: f64,
-    mut request: impl FnMut() -> F,
-) {
-    let (mut served, started) = (0, Instant::now());
+async fn served_until_429<F: std::future::Future<Output = u16>>(mut request: impl FnMut() -> F) {
+    let mut served = 0;
     let refused = loop {
         match request().await {
             200 => served += 1,
             other => break other,
         }
-        assert!(served <= 2 * burst + 100, "never refused");
+        assert!(served <= 200, "never refused");
     };
     assert_eq!(refused, 429);
-    let refilled = (started.elapsed().as_secs_f64() * rate_per_s).ceil() as u32;
     assert!(
-        (burst..=burst + refilled + 1).contains(&served),
-        "the burst is {burst}, {refilled} refilled: {served} served"
+        (100..=101).contains(&served),
+        "the burst is 100: {served} served"
     );
 }
 
@@ -695,13 +683,14 @@ async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_
 }
 
 /// Health checks and scrapes without a token have a rate of their own:
-/// one address looping `/metrics` is held to it, while its API calls, its
+/// one address looping them is held to it, while its API calls, its
 /// probes with a token, and another address's probes are served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_without_a_token_are_held_to_their_own_address_rate() {
     let token = "operator-token-0123";
     let server = TestServer::start(Config {
         operator_token: vec![token.into()],
+        probe_requests_per_s: 0.5,
         ..test_config()
     })
     .await;
@@ -714,26 +703,21 @@ async fn probes_without_a_token_are_held_to_their_own_address_rate() {
     let status =
         |r: reqwest::RequestBuilder| async move { r.send().await.unwrap().status().as_u16() };
     let prober = from("127.0.0.1");
-    let probes = ["/healthz", "/readyz", "/metrics"];
-    let mut n = 0;
-    served_until_429_at(
-        PROBE_REQUEST_BURST as u32,
-        f64::from(PROBE_REQUESTS_PER_S),
-        || {
-            n += 1;
-            status(prober.get(server.url(probes[n % 3])))
-        },
-    )
-    .await;
-    let body = prober
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(body.contains("PROBE_REQUESTS_PER_S"), "{body}");
+    let mut served = 0;
+    let refusal = loop {
+        let probe = ["/healthz", "/readyz", "/metrics"][served % 3];
+        let r = prober.get(server.url(probe)).send().await.unwrap();
+        if r.status() != 200 {
+            assert_eq!(r.status(), 429, "{probe}");
+            break r.text().await.unwrap();
+        }
+        served += 1;
+        assert!(served <= 200, "never refused");
+    };
+    // One more may pass as the bucket refills.
+    let burst = PROBE_REQUEST_BURST as usize;
+    assert!((burst..=burst + 1).contains(&served), "{served} served");
+    assert!(refusal.contains("probe_requests_per_s"), "{refusal}");
     // Probes spent none of the address's anonymous rate, and a token or
     // another address is served.
     assert_eq!(status(prober.get(server.url("/api/v1/state"))).await, 200);

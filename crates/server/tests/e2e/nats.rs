@@ -12,7 +12,7 @@ use starling_protocol::{Command, ErrorCode, Frame, PredatorMode};
 use starling_server::config::Config;
 use starling_server::lab::edges::Nats;
 
-use crate::common::{Reply, TestServer, Viewer, WAIT, get, metric, rest, test_config};
+use crate::common::{Reply, TestServer, Viewer, WAIT, get, metric_as, rest, test_config};
 
 const SECRET: &str = "edge-secret-0123456789";
 const OPERATOR: &str = "operator-token";
@@ -35,11 +35,13 @@ fn edge_config(nats: &Nats, secret: &str) -> Config {
     }
 }
 
-/// Waits until `GET /readyz` answers `want`.
+/// Waits until `GET /readyz` answers `want` (asking as the operator: the
+/// polls would pass an anonymous address's probe rate).
 async fn ready(addr: SocketAddr, want: u16) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let (status, body) = rest(Method::GET, &format!("http://{addr}/readyz"), None, None).await;
+        let url = format!("http://{addr}/readyz");
+        let (status, body) = rest(Method::GET, &url, Some(OPERATOR), None).await;
         if status == want {
             return;
         }
@@ -63,7 +65,7 @@ async fn frames(v: &mut Viewer, n: usize) -> Vec<Frame> {
 /// A NATS message counter of `/metrics`.
 async fn dropped(addr: SocketAddr, reason: &str) -> u64 {
     let name = format!("starling_nats_dropped_total{{reason=\"{reason}\"}}");
-    metric(addr, &name).await.unwrap_or(0)
+    metric_as(addr, &name, Some(OPERATOR)).await.unwrap_or(0)
 }
 
 /// Waits until `addr` has dropped at least `least` messages for `reason`

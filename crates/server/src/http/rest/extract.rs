@@ -100,17 +100,12 @@ async fn parse(req: Request, s: &Shared) -> Result<Option<Value>, ApiError> {
         }
         Ok(Err(rej)) => {
             let status = rej.status();
-            return Err(ApiError {
-                status,
-                error: if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "too_large"
-                } else {
-                    "invalid"
-                },
-                field: None,
-                detail: rej.body_text(),
-                not_applied: false,
-            });
+            let error = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "too_large"
+            } else {
+                "invalid"
+            };
+            return Err(ApiError::new(status, error, None, rej.body_text()));
         }
         Ok(Ok(b)) => b,
     };

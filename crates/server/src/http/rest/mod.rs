@@ -142,13 +142,12 @@ async fn no_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
 
 /// A resource asked with a method it does not take.
 pub(super) async fn wrong_method(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
-    ApiError {
-        status: StatusCode::METHOD_NOT_ALLOWED,
-        error: "method_not_allowed",
-        field: None,
-        detail: format!("{uri} does not take {method}: see /api/v1/openapi.json"),
-        not_applied: false,
-    }
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        None,
+        format!("{uri} does not take {method}: see /api/v1/openapi.json"),
+    )
 }
 
 #[derive(OpenApi)]
