@@ -133,6 +133,20 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
             })
         })?;
         tracing::info!(path = %path.display(), tick = flock.tick(), boids = flock.len(), "resumed from checkpoint");
+        // The checkpoint is the flock: what the config file says of a new
+        // one does not apply (a restart with the same file is the usual
+        // case, so this is said, not refused).
+        let unused: Vec<&str> = ["population", "seed", "params"]
+            .into_iter()
+            .filter(|k| config.file_keys.iter().any(|f| f == k))
+            .collect();
+        if !unused.is_empty() {
+            tracing::warn!(
+                path = %path.display(),
+                keys = unused.join(", "),
+                "the config file's population, seed and [params] make a new flock only: resuming the checkpoint, they are not used (patch parameters over REST, or remove the state file to start anew)"
+            );
+        }
         return Ok(flock);
     }
     Flock::new(FlockConfig {

@@ -12,6 +12,7 @@ use starling_sim::params::used_only_by;
 use starling_sim::{Params, SwarmConfig};
 
 use crate::command::AgentCaps;
+use crate::engine::checkpoint;
 use crate::http::auth::Tokens;
 use crate::http::guard::Allowed;
 use crate::http::listen::ConnLimits;
@@ -355,6 +356,24 @@ impl Config {
             ));
         }
         self.check_nats_tls_files()?;
+        // A recording where checkpoints land was replaced by the first one
+        // (renamed over it) while the recorder wrote on into the old file.
+        if let (Some(record), Some(state)) = (&self.record, &self.state_file) {
+            let same = |a: &Path, b: &Path| {
+                a.file_name() == b.file_name()
+                    && dir_of(a).canonicalize().ok() == dir_of(b).canonicalize().ok()
+            };
+            if same(record, state) || same(record, &checkpoint::temp_path(state)) {
+                return Err(err(
+                    "record",
+                    record.display(),
+                    &format!(
+                        "a file other than state_file {} and the checkpoint written next to it",
+                        state.display()
+                    ),
+                ));
+            }
+        }
         if let Some(p) = &self.state_file {
             let dir = dir_of(p);
             if p.is_dir() || !dir.is_dir() {
@@ -948,6 +967,32 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert!(e.to_string().contains(words), "{e}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A recording at the state file's path was replaced by the first
+    /// checkpoint (renamed over it) while the recorder wrote on into the
+    /// old file: the session was lost without a word.
+    #[test]
+    fn a_recording_where_checkpoints_land_is_refused() {
+        let dir = std::env::temp_dir().join(format!("starling-rec-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state = dir.join("state.json");
+        let at = |record: PathBuf| Config {
+            state_file: Some(state.clone()),
+            record: Some(record),
+            ..Config::default()
+        };
+        for clash in [
+            state.clone(),
+            dir.join(".").join("state.json"),
+            dir.join("state.tmp"),
+        ] {
+            let e = at(clash.clone()).check_paths().unwrap_err();
+            assert_eq!(e.field, "record", "{clash:?}: {e}");
+            assert!(e.to_string().contains("state_file"), "{e}");
+        }
+        at(dir.join("session.jsonl")).check_paths().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -97,15 +97,18 @@ impl Flock {
             )
             .into());
         }
+        // Positions as far out as a point may be placed: a boid at 1e30 m
+        // never came back, and every metric and checkpoint carried it.
+        let far = crate::agents::ranges::COORD_M.max;
         if let Some(b) = cp
             .boids
             .iter()
-            .find(|b| !(b.p.is_finite() && b.v.is_finite()))
+            .find(|b| !(b.p.is_finite() && b.v.is_finite() && b.p.abs().max_element() <= far))
         {
             return Err(ParamError::new(
                 "boids",
                 format!("{b:?}"),
-                "finite positions and velocities",
+                format!("finite positions (|x| <= {far}) and velocities"),
             )
             .into());
         }
@@ -235,6 +238,11 @@ mod tests {
                 .to_string()
                 .contains("w_sep")
         );
+        // A boid as far out as no flock goes (1e30 m never came back).
+        let mut cp = good.clone();
+        cp.boids[3].p = Vec3::new(1e30, -1e30, 1e30);
+        let err = Flock::restore(cp).unwrap_err().to_string();
+        assert!(err.contains("`boids`") && err.contains("200000"), "{err}");
         // Agents are checked as the commands that add them check them.
         let mut cp = good.clone();
         cp.agents.obstacles[0].shape = Shape::Sphere {

@@ -14,7 +14,7 @@ use starling_sim::{Checkpoint, Flock};
 
 /// Writes `cp` to `path` atomically and durably.
 pub fn write_atomically(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = temp_path(path);
     {
         // Streamed: a large flock is never held as one JSON string.
         let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
@@ -28,6 +28,11 @@ pub fn write_atomically(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
         _ => Path::new("."),
     };
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Where a checkpoint of `path` is written before it is renamed over it.
+pub fn temp_path(path: &Path) -> PathBuf {
+    path.with_extension("tmp")
 }
 
 /// The tick loop's end of the periodic checkpoint writer. Dropping it
