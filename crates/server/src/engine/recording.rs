@@ -568,6 +568,9 @@ pub struct Player {
     point_every: u64,
     /// Digests that did not match (reported once each).
     pub diverged: u64,
+    /// Most boids a recorded op may bring the flock to (a served replay:
+    /// the most one snapshot carries); an op past it is refused.
+    max_population: usize,
 }
 
 impl Player {
@@ -582,8 +585,17 @@ impl Player {
             recorded_paused: false,
             point_every: SEEK_POINT_EVERY,
             diverged: 0,
+            max_population: starling_sim::MAX_POPULATION,
         };
         (p, flock)
+    }
+
+    /// Refuses, as it plays, a recorded op that would bring the flock past
+    /// `max` boids: a served replay's snapshots carry at most
+    /// `MAX_SERVED_POPULATION`, and spawns are not counted at load (only
+    /// the populations a recording states: [`Script::stated_population`]).
+    pub fn cap_population(&mut self, max: usize) {
+        self.max_population = max;
     }
 
     /// The recording's first and last tick.
@@ -634,7 +646,19 @@ impl Player {
         while let Some((tick, op)) = self.script.ops.get(self.next_op)
             && *tick <= f.tick()
         {
-            if let Err(e) = apply(f, &mut self.recorded_paused, op.clone(), &mut *step) {
+            let grows_to = match op {
+                Op::SpawnBoids { count, .. } => Some(f.len().saturating_add(*count)),
+                Op::SetPopulation { population } => Some(*population),
+                _ => None,
+            };
+            if let Some(n) = grows_to.filter(|&n| n > self.max_population) {
+                tracing::warn!(
+                    tick,
+                    boids = n,
+                    max = self.max_population,
+                    "a recorded op was refused on replay: it would bring the flock past the most a served replay carries"
+                );
+            } else if let Err(e) = apply(f, &mut self.recorded_paused, op.clone(), &mut *step) {
                 tracing::warn!(tick, error = %e, "a recorded op was refused on replay");
             }
             self.next_op += 1;
@@ -769,6 +793,50 @@ mod tests {
         player.seek(&mut g, 5, |f| f.step()).unwrap();
         player.seek(&mut g, end, |f| f.step()).unwrap();
         assert_eq!((g.tick(), g.digest()), (end, f.digest()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A served replay refuses a recorded spawn that would bring the flock
+    /// past what a snapshot carries (an edited recording's spawns were
+    /// not counted at load, and every broadcast after it failed), and
+    /// plays on; a headless replay applies it.
+    #[test]
+    fn a_served_replay_refuses_a_spawn_past_its_population_cap() {
+        let dir = crate::scratch_dir("spawn-cap");
+        let path = dir.join("rec.jsonl");
+        let mut f = Flock::new(FlockConfig {
+            population: 200,
+            ..FlockConfig::default()
+        })
+        .unwrap();
+        let mut rec = Recorder::create(&path, &f).unwrap();
+        let mut paused = false;
+        for t in 0..10 {
+            if t == 3 {
+                let op = Op::SpawnBoids {
+                    center: Vec3::splat(50.0),
+                    count: 100,
+                    spread_m: 5.0,
+                };
+                let tick = f.tick();
+                apply(&mut f, &mut paused, op.clone(), |f| f.step()).unwrap();
+                rec.op(tick, &op);
+            }
+            f.step();
+            rec.after_tick(&f);
+        }
+        rec.finish(&f);
+        drop(rec);
+        let script = Script::load(&path).unwrap();
+        assert_eq!(script.stated_population(), 200, "spawns are not stated");
+        let (mut player, mut g) = Player::new(script.clone());
+        player.cap_population(250);
+        play_all(&mut player, &mut g);
+        assert_eq!((g.len(), g.tick()), (200, 10), "refused, played on");
+        assert!(player.diverged > 0, "the replay differs from the recording");
+        let (mut player, mut g) = Player::new(script);
+        play_all(&mut player, &mut g);
+        assert_eq!((g.len(), g.digest()), (300, f.digest()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -125,7 +125,8 @@ impl SimLoop {
         let mut cfg = cfg;
         let (player, flock) = match cfg.replay.take() {
             Some(script) => {
-                let (p, f) = Player::new(script);
+                let (mut p, f) = Player::new(script);
+                p.cap_population(crate::http::shared::MAX_SERVED_POPULATION);
                 (Some(p), f)
             }
             None => (None, flock),
