@@ -92,10 +92,14 @@ pub struct Scenario {
     /// Predators at start.
     #[serde(default)]
     pub predators: Vec<PredatorSpec>,
-    /// Timed events.
+    /// Timed events, at most [`MAX_EVENTS`].
     #[serde(default)]
     pub events: Vec<Event>,
 }
+
+/// Events a scenario may have: each is checked at load, and applied
+/// events are listed in the report (about 7 KB each).
+pub const MAX_EVENTS: usize = 1000;
 
 fn one() -> u64 {
     1
@@ -263,12 +267,17 @@ fn key_at(text: &str, line: usize) -> String {
 
 /// The line of the `n`-th (0-based) `[[table]]` header.
 fn line_of_table(text: &str, table: &str, n: usize) -> usize {
+    table_lines(text, table).get(n).copied().unwrap_or(0)
+}
+
+/// The 1-based lines of every `[[table]]` header, in order.
+fn table_lines(text: &str, table: &str) -> Vec<usize> {
     let header = format!("[[{table}]]");
     text.lines()
         .enumerate()
         .filter(|(_, l)| l.trim() == header)
-        .nth(n)
-        .map_or(0, |(i, _)| i + 1)
+        .map(|(i, _)| i + 1)
+        .collect()
 }
 
 impl Scenario {
@@ -386,8 +395,22 @@ impl Scenario {
                 format!("{}: allowed 0 ..= 100000", self.output.trajectories_every),
             ));
         }
+        // Each event's header line, found once (a search per event made a
+        // file of 20,000 events take 10 s to load).
+        let event_lines = table_lines(text, "events");
+        let event_line = |k: usize| event_lines.get(k).copied().unwrap_or(0);
+        if self.events.len() > MAX_EVENTS {
+            return Err(err(
+                "events",
+                event_line(MAX_EVENTS),
+                format!(
+                    "{} events: allowed at most {MAX_EVENTS} (MAX_EVENTS)",
+                    self.events.len()
+                ),
+            ));
+        }
         for (k, e) in self.events.iter().enumerate() {
-            let at = line_of_table(text, "events", k);
+            let at = event_line(k);
             let actions = [
                 e.patch_params.is_some(),
                 e.kill_count.is_some(),
@@ -469,7 +492,7 @@ impl Scenario {
             let Some(p) = &self.events[k].patch_params else {
                 continue;
             };
-            let at = line_of_table(text, "events", k);
+            let at = event_line(k);
             if p.tick_hz.is_some() {
                 // The run's clock (`at_s`, `time_s`, `--until-seconds`,
                 // `simulated_s`) counts in one rate.
@@ -527,8 +550,7 @@ impl Scenario {
         for k in order {
             let e = &self.events[k];
             let at = self.event_tick(e);
-            let fail =
-                |d: String| err(&format!("events[{k}]"), line_of_table(text, "events", k), d);
+            let fail = |d: String| err(&format!("events[{k}]"), event_line(k), d);
             if let Some(id) = e.remove_agent
                 && let Some(&end) = expires.get(&id)
                 && end < at
@@ -943,6 +965,19 @@ mod tests {
             &format!("{add}[[events]]\nat_tick = 30\nremove_agent = 0\n"),
         )
         .unwrap();
+    }
+
+    /// At most `MAX_EVENTS` events, the first one over named by its line;
+    /// that many load (each header is found once, not searched for per
+    /// event: 20,000 took 10 s).
+    #[test]
+    fn events_are_capped_and_named_by_line() {
+        let events = |n: usize| "[[events]]\nat_tick = 5\nthaw = true\n".repeat(n);
+        let s = Scenario::parse("s.toml", &events(MAX_EVENTS)).unwrap();
+        assert_eq!(s.events.len(), MAX_EVENTS);
+        check(&events(MAX_EVENTS + 1), 3 * MAX_EVENTS + 1, "events");
+        let e = Scenario::parse("s.toml", &events(MAX_EVENTS + 1)).unwrap_err();
+        assert!(e.detail.contains("MAX_EVENTS"), "{e}");
     }
 
     #[test]
