@@ -98,6 +98,10 @@ fn fresh_recording(path: &Path) -> Result<PathBuf, RunError> {
     }))
 }
 
+/// The most a state file may hold: a checkpoint of the most boids a
+/// server serves (1,048,576) is about 100 MB of JSON.
+pub const MAX_CHECKPOINT_BYTES: u64 = 512 << 20;
+
 /// Loads the checkpoint when the state file exists, else makes a new flock.
 fn initial_flock(config: &Config) -> Result<Flock, RunError> {
     if let Some(path) = &config.state_file
@@ -107,7 +111,8 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
             path: path.clone(),
             detail,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let text = crate::files::read_text(path, MAX_CHECKPOINT_BYTES, "MAX_CHECKPOINT_BYTES")
+            .map_err(|e| fail(e.to_string()))?;
         let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         let flock = Flock::restore(cp).map_err(|e| fail(e.to_string()))?;
         if flock.len() > config.max_population {

@@ -293,16 +293,20 @@ fn err(field: &str, value: impl ToString, allowed: &str) -> ConfigError {
     }
 }
 
+/// The most a config file may hold (a full one is a few kilobytes).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 impl Config {
     /// Reads a TOML file (unknown keys are errors naming the line).
     pub fn from_toml_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            err(
-                "config file",
-                path.display(),
-                &format!("a readable file ({e})"),
-            )
-        })?;
+        let text =
+            crate::files::read_text(path, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES").map_err(|e| {
+                err(
+                    "config file",
+                    path.display(),
+                    &format!("a readable regular file of at most {MAX_CONFIG_BYTES} bytes ({e})"),
+                )
+            })?;
         let invalid =
             |e: toml::de::Error| err("config file", path.display(), &format!("valid TOML: {e}"));
         // (Typed from the text, not the table: its errors name the line.)
@@ -994,6 +998,14 @@ mod tests {
         }
         at(dir.join("session.jsonl")).check_paths().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A device is refused unread (`/dev/zero` was read until memory ran out).
+    #[test]
+    fn a_config_file_that_is_no_regular_file_is_refused() {
+        let e = Config::from_toml_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.field, "config file");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

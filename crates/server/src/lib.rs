@@ -17,7 +17,8 @@
 //! - `lab/`: scenario files, headless runs (`starling run`) and every
 //!   benchmark (`starling bench`).
 //! - `app.rs` (start, serve, stop, checkpoint), `config.rs` (the validated
-//!   configuration), `telemetry.rs` (Prometheus), `probe.rs`
+//!   configuration), `files.rs` (the files a user names: regular files
+//!   only, each within a limit), `telemetry.rs` (Prometheus), `probe.rs`
 //!   (`starling healthcheck`).
 //!
 //! # Example
@@ -34,6 +35,7 @@ pub mod app;
 pub mod command;
 pub mod config;
 pub mod engine;
+pub mod files;
 pub mod http;
 pub mod lab;
 pub mod nats;

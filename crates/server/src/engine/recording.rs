@@ -245,14 +245,19 @@ impl Lines<std::io::BufReader<std::io::Take<std::fs::File>>> {
             path: name.clone(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        if !file.metadata().map_err(io)?.is_file() {
-            return Err(ReplayError::Malformed {
-                path: name,
-                line: 0,
-                detail: "not a regular file: a recording is a file".into(),
-            });
+        // Checked before it is opened: opening a FIFO waits for a writer.
+        match crate::files::check_regular(path) {
+            Ok(_) => {}
+            Err(crate::files::FileError::Io(e)) => return Err(io(e)),
+            Err(_) => {
+                return Err(ReplayError::Malformed {
+                    path: name,
+                    line: 0,
+                    detail: "not a regular file: a recording is a file".into(),
+                });
+            }
         }
+        let file = std::fs::File::open(path).map_err(io)?;
         Ok(Self {
             reader: std::io::BufReader::new(std::io::Read::take(file, limit)),
             path: name,

@@ -97,6 +97,10 @@ pub struct Scenario {
     pub events: Vec<Event>,
 }
 
+/// The most a scenario file may hold ([`MAX_EVENTS`] events of a few
+/// lines each are about 50 KB).
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
 /// Events a scenario may have: each is checked at load, and applied
 /// events are listed in the report (about 7 KB each).
 pub const MAX_EVENTS: usize = 1000;
@@ -284,12 +288,13 @@ impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: file.clone(),
-            line: 0,
-            field: "file".into(),
-            detail: format!("cannot read it: {e}"),
-        })?;
+        let text = crate::files::read_text(path, MAX_SCENARIO_BYTES, "MAX_SCENARIO_BYTES")
+            .map_err(|e| ScenarioError {
+                file: file.clone(),
+                line: 0,
+                field: "file".into(),
+                detail: format!("cannot read it: {e}"),
+            })?;
         Self::parse(&file, &text)
     }
 
