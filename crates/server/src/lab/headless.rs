@@ -351,14 +351,17 @@ pub fn run_batch(
         )
     };
     let marks = event_marks(s, ticks);
-    if let (Some(r), Some(m)) = (exports.record, exports.mcap)
-        && r == m
-    {
-        bail!(
-            "--record and --mcap {}: the same file for both",
-            r.display()
-        );
-    }
+    // Before the run: two outputs at one path (or one at the other's
+    // partial twin) failed only at the end, losing the finished run.
+    let outputs: Vec<(&str, &Path)> = [
+        ("--out", Some(out)),
+        ("--record", exports.record),
+        ("--mcap", exports.mcap),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| Some((flag, p?)))
+    .collect();
+    output::refuse_shared_paths(&outputs)?;
     if let [seed] = seeds {
         // The files first: a path refused costs no run. They are put in
         // place with the folder, after the report, or not at all.

@@ -30,6 +30,41 @@ fn partial_of(path: &Path) -> Result<PathBuf> {
     named(path, "path").map(|(_, twin)| twin)
 }
 
+/// Refuses outputs (`(flag, path)`) that share a path, or where one's
+/// path is another's partial twin: each would fail, or take the other's
+/// place, only once the run is done.
+pub fn refuse_shared_paths(outputs: &[(&str, &Path)]) -> Result<()> {
+    // The same place: one file name in one folder (the folder resolved,
+    // when it exists, so `./x` and `x` are one).
+    let place = |p: &Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        (
+            dir.canonicalize().unwrap_or(dir),
+            p.file_name().map(ToOwned::to_owned),
+        )
+    };
+    for (k, &(flag_a, a)) in outputs.iter().enumerate() {
+        for &(flag_b, b) in &outputs[k + 1..] {
+            let (pa, ta) = named(a, flag_a)?;
+            let (pb, tb) = named(b, flag_b)?;
+            let clash = [&pa, &ta]
+                .iter()
+                .any(|x| [&pb, &tb].iter().any(|y| place(x) == place(y)));
+            if clash {
+                bail!(
+                    "{flag_a} {} and {flag_b} {}: one file (or one's partial twin, written while the run goes): give each output its own path",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses `path` (given by `flag`) when it, or its partial twin, exists;
 /// else both, cleaned.
 fn check_new(path: &Path, flag: &str) -> Result<(PathBuf, PathBuf)> {
@@ -192,6 +227,28 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// Outputs at one path, or one at another's partial twin, are refused
+    /// before the run (they failed at its end, and the run was lost).
+    #[test]
+    fn outputs_sharing_a_path_are_refused_before_the_run() {
+        let p = Path::new;
+        for (a, b) in [
+            (("--out", p("o2")), ("--record", p("o2"))),
+            (("--record", p("r7")), ("--mcap", p("r7.partial"))),
+            (("--out", p("o5")), ("--record", p("o5.partial"))),
+            (("--out", p("./x")), ("--mcap", p("x"))),
+        ] {
+            let e = refuse_shared_paths(&[a, b]).unwrap_err().to_string();
+            assert!(e.contains(a.0) && e.contains(b.0), "{e}");
+        }
+        refuse_shared_paths(&[
+            ("--out", p("out")),
+            ("--record", p("out.jsonl")),
+            ("--mcap", p("out.mcap")),
+        ])
+        .unwrap();
     }
 
     #[test]
