@@ -19,6 +19,7 @@ use crate::perception::Perception;
 /// One boid's kinematic state.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 #[repr(C)]
 pub struct Boid {
     /// Position, metres.

@@ -238,6 +238,11 @@ mod tests {
                 .to_string()
                 .contains("w_sep")
         );
+        // A key in a boid that no boid has, as anywhere else in the file.
+        let mut json = serde_json::to_value(good.clone()).unwrap();
+        json["boids"][0]["q"] = 1.into();
+        let err = serde_json::from_value::<Checkpoint>(json).unwrap_err();
+        assert!(err.to_string().contains("unknown field `q`"), "{err}");
         // A boid as far out as no flock goes (1e30 m never came back).
         let mut cp = good.clone();
         cp.boids[3].p = Vec3::new(1e30, -1e30, 1e30);

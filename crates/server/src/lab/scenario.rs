@@ -220,14 +220,24 @@ fn line_of(text: &str, key: &str, from: usize) -> usize {
 }
 
 /// The 1-based line assigning `key` within the table whose header is on
-/// 1-based line `header` (up to the next header), else the header's own
-/// (a rule between two parameters may name one the file did not set).
+/// 1-based line `header` (up to the next header but its own sub-tables',
+/// such as `[events.patch_params]`), else the header's own (a rule
+/// between two parameters may name one the file did not set).
 fn line_in_table(text: &str, key: &str, header: usize) -> usize {
+    let name = text
+        .lines()
+        .nth(header.saturating_sub(1))
+        .map(|l| l.trim().trim_matches(|c| c == '[' || c == ']').trim())
+        .unwrap_or_default();
+    let sub = format!("[{name}.");
     let end = text
         .lines()
         .enumerate()
         .skip(header)
-        .find(|(_, l)| l.trim_start().starts_with('['))
+        .find(|(_, l)| {
+            let l = l.trim_start();
+            l.starts_with('[') && !(header > 0 && l.starts_with(&sub))
+        })
         .map_or(usize::MAX, |(i, _)| i + 1);
     match line_of(text, key, header) {
         n if n != 0 && n < end => n,
@@ -503,21 +513,21 @@ impl Scenario {
                 // `simulated_s`) counts in one rate.
                 return Err(err(
                     &format!("events[{k}].patch_params.tick_hz"),
-                    line_of(text, "tick_hz", at),
+                    line_in_table(text, "tick_hz", at),
                     "allowed only in [params]: a run keeps one tick rate, which its times (at_s, time_s, --until-seconds) count in".into(),
                 ));
             }
             let patched = live.patched(p).map_err(|pe| {
                 err(
                     &format!("events[{k}].patch_params.{}", pe.field),
-                    line_of(text, pe.field, at),
+                    line_in_table(text, pe.field, at),
                     format!("{}: allowed {}", pe.value, pe.allowed),
                 )
             })?;
             if let Some(field) = unused_under(patched.model, p) {
                 return Err(err(
                     &format!("events[{k}].patch_params.{field}"),
-                    line_of(text, field, at),
+                    line_in_table(text, field, at),
                     model_detail(field, patched.model),
                 ));
             }
@@ -953,6 +963,13 @@ mod tests {
             &format!("{brief}[[events]]\nat_tick = 35\nremove_agent = 0\n"),
         )
         .unwrap();
+        // A rule between two parameters, broken by a patch that names only
+        // one of them: the event's line (it was 0).
+        check(
+            "seed = 1\n[[events]]\nat_tick = 5\npatch_params = { world_m = [1, 1, 1] }\n",
+            2,
+            "events[0].patch_params.edge_margin_m",
+        );
         // A run keeps one tick rate: its times count in it.
         check(
             "[[events]]\nat_tick = 5\npatch_params = { tick_hz = 30 }\n",
