@@ -288,6 +288,14 @@ impl<R: BufRead> Iterator for Lines<R> {
             match self.reader.read_line(&mut self.text) {
                 Ok(0) => return None,
                 Ok(bytes) => (self.n, self.read) = (self.n + 1, self.read + bytes as u64),
+                // A line that is not text (an MCAP file, bit flips): named.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Some(Err(ReplayError::Malformed {
+                        path: self.path.clone(),
+                        line: self.n + 1,
+                        detail: "not UTF-8 text: a recording is JSON lines".into(),
+                    }));
+                }
                 Err(source) => {
                     return Some(Err(ReplayError::Io {
                         path: self.path.clone(),
@@ -894,6 +902,11 @@ mod tests {
         path
     }
 
+    fn path_with_bytes<'p>(path: &'p Path, bytes: &[u8]) -> &'p Path {
+        std::fs::write(path, bytes).unwrap();
+        path
+    }
+
     /// `err` is a malformed line `line` whose message says `says`.
     fn assert_malformed(err: ReplayError, line: usize, says: &str) {
         assert!(err.to_string().contains(says), "{err}");
@@ -950,6 +963,12 @@ mod tests {
         let wrong = format!("{body}\n{{\"kind\":\"nonsense\"}}");
         let err = replay(path_with(&path, &wrong), |_| {}).unwrap_err();
         assert_malformed(err, lines.len() + 1, "");
+        // Not text on its second line (a binary file, bit flips): named.
+        let mut binary = whole.as_bytes().to_vec();
+        let second = whole.find('\n').unwrap() + 3;
+        binary[second] = 0xff;
+        let e = replay(path_with_bytes(&path, &binary), |_| {}).unwrap_err();
+        assert_malformed(e, 2, "not UTF-8");
         // Not a file at all.
         let err = Script::load(Path::new("/dev/null"))
             .unwrap_err()
