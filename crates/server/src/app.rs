@@ -98,10 +98,6 @@ fn fresh_recording(path: &Path) -> Result<PathBuf, RunError> {
     }))
 }
 
-/// The most a state file may hold: a checkpoint of the most boids a
-/// server serves (1,048,576) is about 100 MB of JSON.
-pub const MAX_CHECKPOINT_BYTES: u64 = 512 << 20;
-
 /// Loads the checkpoint when the state file exists, else makes a new flock.
 fn initial_flock(config: &Config) -> Result<Flock, RunError> {
     if let Some(path) = &config.state_file
@@ -111,8 +107,12 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
             path: path.clone(),
             detail,
         };
-        let text = crate::files::read_text(path, MAX_CHECKPOINT_BYTES, "MAX_CHECKPOINT_BYTES")
-            .map_err(|e| fail(e.to_string()))?;
+        let text = crate::files::read_text(
+            path,
+            crate::engine::checkpoint::MAX_CHECKPOINT_BYTES,
+            "MAX_CHECKPOINT_BYTES",
+        )
+        .map_err(|e| fail(e.to_string()))?;
         let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
         let flock = Flock::restore(cp).map_err(|e| fail(e.to_string()))?;
         if flock.len() > config.max_population {
@@ -141,7 +141,7 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
         // The checkpoint is the flock: what the config file says of a new
         // one does not apply (a restart with the same file is the usual
         // case, so this is said, not refused).
-        let unused: Vec<&str> = ["population", "seed", "params"]
+        let unused: Vec<&str> = crate::config::FLOCK_KEYS
             .into_iter()
             .filter(|k| config.file_keys.iter().any(|f| f == k))
             .collect();

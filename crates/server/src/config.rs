@@ -13,6 +13,7 @@ use starling_sim::{Params, SwarmConfig};
 
 use crate::command::AgentCaps;
 use crate::engine::checkpoint;
+use crate::files::same_place;
 use crate::http::auth::Tokens;
 use crate::http::guard::Allowed;
 use crate::http::listen::ConnLimits;
@@ -293,6 +294,10 @@ fn err(field: &str, value: impl ToString, allowed: &str) -> ConfigError {
     }
 }
 
+/// The config file's keys that make a new flock: resuming a checkpoint,
+/// a replay or an edge does not use them.
+pub const FLOCK_KEYS: [&str; 3] = ["population", "seed", "params"];
+
 /// The most a config file may hold (a full one is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
@@ -307,8 +312,18 @@ impl Config {
                     &format!("a readable regular file of at most {MAX_CONFIG_BYTES} bytes ({e})"),
                 )
             })?;
-        let invalid =
-            |e: toml::de::Error| err("config file", path.display(), &format!("valid TOML: {e}"));
+        // The line and the message, not the toml crate's echo of the line
+        // (a 200 KB line of `[` came back whole, twice).
+        let invalid = |e: toml::de::Error| {
+            let line = e.span().map_or(0, |sp| {
+                text[..sp.start.min(text.len())].matches('\n').count() + 1
+            });
+            err(
+                "config file",
+                path.display(),
+                &format!("valid TOML (line {line}: {})", e.message().trim_end()),
+            )
+        };
         // (Typed from the text, not the table: its errors name the line.)
         let mut config: Self = toml::from_str(&text).map_err(invalid)?;
         let table: toml::Table = text.parse().map_err(invalid)?;
@@ -363,17 +378,15 @@ impl Config {
         // A recording where checkpoints land was replaced by the first one
         // (renamed over it) while the recorder wrote on into the old file.
         if let (Some(record), Some(state)) = (&self.record, &self.state_file) {
-            let same = |a: &Path, b: &Path| {
-                a.file_name() == b.file_name()
-                    && dir_of(a).canonicalize().ok() == dir_of(b).canonicalize().ok()
-            };
-            if same(record, state) || same(record, &checkpoint::temp_path(state)) {
+            let temp = checkpoint::temp_path(state);
+            if same_place(record, state) || same_place(record, &temp) {
                 return Err(err(
                     "record",
                     record.display(),
                     &format!(
-                        "a file other than state_file {} and the checkpoint written next to it",
-                        state.display()
+                        "a file other than state_file {} and the checkpoint written next to it ({})",
+                        state.display(),
+                        temp.display()
                     ),
                 ));
             }
@@ -979,8 +992,7 @@ mod tests {
     /// old file: the session was lost without a word.
     #[test]
     fn a_recording_where_checkpoints_land_is_refused() {
-        let dir = std::env::temp_dir().join(format!("starling-rec-state-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch_dir("rec-state");
         let state = dir.join("state.json");
         let at = |record: PathBuf| Config {
             state_file: Some(state.clone()),

@@ -1,8 +1,12 @@
-//! Reading the files a user names (a config, a scenario, a checkpoint, a
-//! recording): only regular files, and no more of them than a named
-//! limit. `/dev/zero` given as a config was read until memory ran out,
-//! and a FIFO blocked the server's start for ever (opening one waits for
-//! a writer), so the kind is checked before the file is opened.
+//! The files a user names. A config, a scenario and a checkpoint are
+//! read only as regular files and no more of them than a named limit
+//! ([`read_text`]); a recording is checked the same way ([`check_regular`])
+//! and read line by line within its own limit. `/dev/zero` given as a
+//! config was read until memory ran out, and a FIFO blocked the server's
+//! start for ever (opening one waits for a writer), so the kind is checked
+//! before the file is opened. (The NATS TLS files are read by rustls'
+//! PEM reader, not here.) And [`same_place`]: whether two paths name one
+//! file, for outputs that must not share one.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -11,7 +15,9 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// Not a regular file (a directory, a FIFO, a device).
-    #[error("not a regular file")]
+    #[error(
+        "not a regular file (a folder, a pipe such as `<(...)`, or a device): write it to a file"
+    )]
     NotAFile,
     /// Larger than its limit.
     #[error("{size} bytes, more than the {max} allowed ({what})")]
@@ -37,6 +43,23 @@ pub fn check_regular(path: &Path) -> Result<std::fs::Metadata, FileError> {
     } else {
         Err(FileError::NotAFile)
     }
+}
+
+/// Whether `a` and `b` name one file: one name in one folder, the folder
+/// resolved when it exists (so `./x` and `x`, or a link to the folder,
+/// are one), else as written.
+pub fn same_place(a: &Path, b: &Path) -> bool {
+    let place = |p: &Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        (
+            dir.canonicalize().unwrap_or(dir),
+            p.file_name().map(ToOwned::to_owned),
+        )
+    };
+    place(a) == place(b)
 }
 
 /// The text of the regular file at `path`, at most `max` bytes (`what`
@@ -84,15 +107,11 @@ mod tests {
         // A directory, a device and a FIFO are refused unopened (a FIFO
         // opened would wait here for a writer).
         let fifo = dir.join("fifo");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .is_ok_and(|s| s.success());
-        let mut others = vec![dir.clone(), "/dev/zero".into()];
-        if made {
-            others.push(fifo);
-        }
-        for other in others {
+        // (coreutils' `mkfifo`: std makes no FIFOs, and this crate has no
+        // unsafe code for libc's.)
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {fifo:?}");
+        for other in [dir.clone(), "/dev/zero".into(), fifo] {
             let e = read_text(&other, 1 << 20, "MAX").unwrap_err();
             assert!(matches!(e, FileError::NotAFile), "{other:?}: {e}");
         }
@@ -100,6 +119,17 @@ mod tests {
             read_text(&dir.join("missing"), 10, "MAX"),
             Err(FileError::Io(_))
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_name_in_one_folder_is_one_place() {
+        let dir = crate::scratch_dir("places");
+        let p = |s: &str| dir.join(s);
+        assert!(same_place(&p("x"), &p("./x")));
+        assert!(same_place(&p("x"), &dir.join("sub/../x")) == dir.join("sub").exists());
+        assert!(!same_place(&p("x"), &p("x.partial")));
+        assert!(same_place(Path::new("x"), Path::new("./x")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -326,7 +326,7 @@ fn serve_replay(file: PathBuf, args: &ServeArgs) -> Result<()> {
         anyhow::ensure!(!given, "{flag} (or {}) {why}", env_of(flag));
     }
     let mut config = config_from(args)?;
-    refuse_file_keys(&config, args, &["population", "seed", "params"], why)?;
+    refuse_file_keys(&config, args, &starling_server::config::FLOCK_KEYS, why)?;
     config.replay = Some(file);
     serve_until_signal(config, Mode::Replay)
 }

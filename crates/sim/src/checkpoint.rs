@@ -45,6 +45,11 @@ pub struct Checkpoint {
 /// at 240 ticks a second, far from where a tick count would wrap.
 pub const MAX_TICK: u64 = 1 << 48;
 
+/// Farthest a checkpoint's boid may be from the origin along any axis.
+pub const MAX_CHECKPOINT_COORD_M: f32 = 1e12;
+/// Fastest a checkpoint's boid may move along any axis.
+pub const MAX_CHECKPOINT_SPEED_MPS: f32 = 1e6;
+
 impl Flock {
     /// The whole simulation as plain data.
     pub fn checkpoint(&self) -> Checkpoint {
@@ -97,18 +102,23 @@ impl Flock {
             )
             .into());
         }
-        // Positions as far out as a point may be placed: a boid at 1e30 m
-        // never came back, and every metric and checkpoint carried it.
-        let far = crate::agents::ranges::COORD_M.max;
-        if let Some(b) = cp
-            .boids
-            .iter()
-            .find(|b| !(b.p.is_finite() && b.v.is_finite() && b.p.abs().max_element() <= far))
-        {
+        // Absurd states, refused: a boid at 1e30 m never came back, and
+        // every metric and checkpoint carried it. The bounds are far past
+        // what a run reaches (a frozen boid in a soft world drifts on for
+        // ever, at most 5 km/s: 1e12 m is six years of it), so a
+        // checkpoint the server wrote is never refused.
+        if let Some((i, b)) = cp.boids.iter().enumerate().find(|(_, b)| {
+            !(b.p.is_finite()
+                && b.v.is_finite()
+                && b.p.abs().max_element() <= MAX_CHECKPOINT_COORD_M
+                && b.v.abs().max_element() <= MAX_CHECKPOINT_SPEED_MPS)
+        }) {
             return Err(ParamError::new(
                 "boids",
-                format!("{b:?}"),
-                format!("finite positions (|x| <= {far}) and velocities"),
+                format!("[{i}] {b:?}"),
+                format!(
+                    "finite, |p| <= {MAX_CHECKPOINT_COORD_M:e} m and |v| <= {MAX_CHECKPOINT_SPEED_MPS:e} m/s per axis"
+                ),
             )
             .into());
         }
@@ -247,7 +257,15 @@ mod tests {
         let mut cp = good.clone();
         cp.boids[3].p = Vec3::new(1e30, -1e30, 1e30);
         let err = Flock::restore(cp).unwrap_err().to_string();
-        assert!(err.contains("`boids`") && err.contains("200000"), "{err}");
+        assert!(err.contains("`boids`") && err.contains("[3]"), "{err}");
+        let mut cp = good.clone();
+        cp.boids[2].v = Vec3::new(0.0, 3e38, 0.0);
+        let err = Flock::restore(cp).unwrap_err().to_string();
+        assert!(err.contains("`boids`") && err.contains("[2]"), "{err}");
+        // Far, but no farther than a frozen boid drifts: kept.
+        let mut cp = good.clone();
+        cp.boids[3].p = Vec3::new(3e5, 0.0, 0.0);
+        Flock::restore(cp).unwrap();
         // Agents are checked as the commands that add them check them.
         let mut cp = good.clone();
         cp.agents.obstacles[0].shape = Shape::Sphere {

@@ -30,6 +30,10 @@ pub fn write_atomically(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The most a state file may hold: a checkpoint of the most boids a
+/// server serves (1,048,576) is about 100 MB of JSON.
+pub const MAX_CHECKPOINT_BYTES: u64 = 512 << 20;
+
 /// Where a checkpoint of `path` is written before it is renamed over it.
 pub fn temp_path(path: &Path) -> PathBuf {
     path.with_extension("tmp")

@@ -34,25 +34,13 @@ fn partial_of(path: &Path) -> Result<PathBuf> {
 /// path is another's partial twin: each would fail, or take the other's
 /// place, only once the run is done.
 pub fn refuse_shared_paths(outputs: &[(&str, &Path)]) -> Result<()> {
-    // The same place: one file name in one folder (the folder resolved,
-    // when it exists, so `./x` and `x` are one).
-    let place = |p: &Path| {
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        (
-            dir.canonicalize().unwrap_or(dir),
-            p.file_name().map(ToOwned::to_owned),
-        )
-    };
     for (k, &(flag_a, a)) in outputs.iter().enumerate() {
         for &(flag_b, b) in &outputs[k + 1..] {
             let (pa, ta) = named(a, flag_a)?;
             let (pb, tb) = named(b, flag_b)?;
             let clash = [&pa, &ta]
                 .iter()
-                .any(|x| [&pb, &tb].iter().any(|y| place(x) == place(y)));
+                .any(|x| [&pb, &tb].iter().any(|y| crate::files::same_place(x, y)));
             if clash {
                 bail!(
                     "{flag_a} {} and {flag_b} {}: one file (or one's partial twin, written while the run goes): give each output its own path",

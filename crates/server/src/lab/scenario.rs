@@ -227,7 +227,11 @@ fn line_in_table(text: &str, key: &str, header: usize) -> usize {
     let name = text
         .lines()
         .nth(header.saturating_sub(1))
-        .map(|l| l.trim().trim_matches(|c| c == '[' || c == ']').trim())
+        .map(|l| {
+            header_of(l)
+                .trim_matches(|c| c == '[' || c == ']')
+                .to_owned()
+        })
         .unwrap_or_default();
     let sub = format!("[{name}.");
     let end = text
@@ -284,14 +288,21 @@ fn line_of_table(text: &str, table: &str, n: usize) -> usize {
     table_lines(text, table).get(n).copied().unwrap_or(0)
 }
 
-/// The 1-based lines of every `[[table]]` header, in order.
+/// The 1-based lines of every `[[table]]` header, in order (TOML allows
+/// `[[ table ]]` and a comment after it).
 fn table_lines(text: &str, table: &str) -> Vec<usize> {
     let header = format!("[[{table}]]");
     text.lines()
         .enumerate()
-        .filter(|(_, l)| l.trim() == header)
+        .filter(|(_, l)| header_of(l) == header)
         .map(|(i, _)| i + 1)
         .collect()
+}
+
+/// A line as a table header would read without its comment and spaces.
+fn header_of(line: &str) -> String {
+    let code = line.split('#').next().unwrap_or_default();
+    code.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 impl Scenario {
@@ -994,7 +1005,7 @@ mod tests {
     /// event: 20,000 took 10 s).
     #[test]
     fn events_are_capped_and_named_by_line() {
-        let events = |n: usize| "[[events]]\nat_tick = 5\nthaw = true\n".repeat(n);
+        let events = |n: usize| "[[ events ]] # a drill\nat_tick = 5\nthaw = true\n".repeat(n);
         let s = Scenario::parse("s.toml", &events(MAX_EVENTS)).unwrap();
         assert_eq!(s.events.len(), MAX_EVENTS);
         check(&events(MAX_EVENTS + 1), 3 * MAX_EVENTS + 1, "events");
