@@ -65,14 +65,25 @@ impl From<crate::nats::NatsError> for RunError {
     }
 }
 
+/// The files checkpoints are written to (the state file and its
+/// temporary), which a recording must not take.
+fn checkpoint_paths(config: &Config) -> Vec<PathBuf> {
+    config
+        .state_file
+        .iter()
+        .flat_map(|s| [s.clone(), crate::engine::checkpoint::temp_path(s)])
+        .collect()
+}
+
 /// Most numbered names [`fresh_recording`] tries.
 const RECORDING_NAMES: u32 = 10_000;
 
 /// The file a served session records to: `path`, or, when a recording is
 /// there already (the last session's, before a restart), the first free
-/// `stem.N.ext`: a recording is never overwritten, and a server restarted
-/// with the same flags still starts.
-fn fresh_recording(path: &Path) -> Result<PathBuf, RunError> {
+/// `stem.N.ext` that is not in `avoid` either (the state file and its
+/// temporary, which checkpoints are renamed over): a recording is never
+/// overwritten, and a server restarted with the same flags still starts.
+fn fresh_recording(path: &Path, avoid: &[PathBuf]) -> Result<PathBuf, RunError> {
     if !path.exists() {
         return Ok(path.to_owned());
     }
@@ -82,7 +93,7 @@ fn fresh_recording(path: &Path) -> Result<PathBuf, RunError> {
         .map(|e| format!(".{}", e.to_string_lossy()));
     for n in 1..=RECORDING_NAMES {
         let next = path.with_file_name(format!("{stem}.{n}{}", ext.as_deref().unwrap_or("")));
-        if !next.exists() {
+        if !next.exists() && !avoid.iter().any(|a| crate::files::same_place(a, &next)) {
             tracing::warn!(
                 given = %path.display(),
                 recording = %next.display(),
@@ -228,7 +239,11 @@ pub async fn run_announced(
                 .state_file
                 .clone()
                 .map(|p| (p, Duration::from_secs_f32(config.checkpoint_every_s))),
-            record: config.record.as_deref().map(fresh_recording).transpose()?,
+            record: config
+                .record
+                .as_deref()
+                .map(|p| fresh_recording(p, &checkpoint_paths(&config)))
+                .transpose()?,
             replay,
             cells_always: config.nats.is_some(),
         },
@@ -459,6 +474,28 @@ mod tests {
             e.contains("swarm.connectivity") && e.contains("20001 boids"),
             "{e}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A recording that exists makes a session record to the next free
+    /// name, past the state file and its temporary (a checkpoint renamed
+    /// over the recording lost it).
+    #[test]
+    fn the_next_free_recording_name_is_never_the_state_file() {
+        let dir = crate::scratch_dir("fresh-recording");
+        let given = dir.join("s.json");
+        std::fs::write(&given, "last session").unwrap();
+        let config = Config {
+            state_file: Some(dir.join("s.1.json")),
+            ..Config::default()
+        };
+        let avoid = checkpoint_paths(&config);
+        assert_eq!(avoid[1], dir.join("s.1.tmp"));
+        assert_eq!(
+            fresh_recording(&given, &avoid).unwrap(),
+            dir.join("s.2.json")
+        );
+        assert_eq!(fresh_recording(&given, &[]).unwrap(), dir.join("s.1.json"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
