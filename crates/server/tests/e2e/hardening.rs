@@ -633,6 +633,20 @@ async fn served_until_429<F: std::future::Future<Output = u16>>(mut request: imp
     );
 }
 
+/// A client whose connections come from `ip` (a loopback address: each
+/// is an address of its own to the server's per-address limits).
+fn from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// The status `r` is answered with.
+async fn status(r: reqwest::RequestBuilder) -> u16 {
+    r.send().await.unwrap().status().as_u16()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_not() {
     // Every request costs a worker's time, which the tick's threads share:
@@ -645,15 +659,7 @@ async fn requests_without_a_token_are_held_to_their_address_rate_and_tokens_are_
         ..test_config()
     })
     .await;
-    let from = |ip: &str| {
-        reqwest::Client::builder()
-            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
     let url = server.url("/api/v1/state");
-    let status =
-        |r: reqwest::RequestBuilder| async move { r.send().await.unwrap().status().as_u16() };
     let anonymous = from("127.0.0.1");
     served_until_429(|| status(anonymous.get(&url))).await;
     let body = anonymous
@@ -694,14 +700,6 @@ async fn probes_without_a_token_are_held_to_their_own_address_rate() {
         ..test_config()
     })
     .await;
-    let from = |ip: &str| {
-        reqwest::Client::builder()
-            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-            .build()
-            .unwrap()
-    };
-    let status =
-        |r: reqwest::RequestBuilder| async move { r.send().await.unwrap().status().as_u16() };
     let prober = from("127.0.0.1");
     let mut served = 0;
     let refusal = loop {
