@@ -732,6 +732,14 @@ mod tests {
     use super::*;
     use starling_sim::{FlockConfig, PredatorMode, Vec3};
 
+    /// Applies `op` to `f` as a served session does, and records it at
+    /// the tick it applied at.
+    fn apply_recorded(f: &mut Flock, rec: &mut Recorder, paused: &mut bool, op: Op) {
+        let tick = f.tick();
+        apply(f, paused, op.clone(), |f| f.step()).unwrap();
+        rec.op(tick, &op);
+    }
+
     fn record(path: &Path) -> String {
         let mut f = Flock::new(FlockConfig {
             population: 300,
@@ -755,9 +763,7 @@ mod tests {
                 _ => None,
             };
             if let Some(op) = op {
-                let tick = f.tick();
-                apply(&mut f, &mut paused, op.clone(), |f| f.step()).unwrap();
-                rec.op(tick, &op);
+                apply_recorded(&mut f, &mut rec, &mut paused, op);
             }
             if !paused {
                 f.step();
@@ -787,9 +793,7 @@ mod tests {
             rec.after_tick(&f);
         }
         for op in [Op::Pause, Op::Step { n: 10 }] {
-            let tick = f.tick();
-            apply(&mut f, &mut paused, op.clone(), |f| f.step()).unwrap();
-            rec.op(tick, &op);
+            apply_recorded(&mut f, &mut rec, &mut paused, op);
             rec.after_tick(&f);
         }
         rec.finish(&f);
@@ -831,9 +835,7 @@ mod tests {
                     count: 100,
                     spread_m: 5.0,
                 };
-                let tick = f.tick();
-                apply(&mut f, &mut paused, op.clone(), |f| f.step()).unwrap();
-                rec.op(tick, &op);
+                apply_recorded(&mut f, &mut rec, &mut paused, op);
             }
             f.step();
             rec.after_tick(&f);
