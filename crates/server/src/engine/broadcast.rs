@@ -186,17 +186,9 @@ impl Encoder {
             },
         );
         let [p_key, p_prev, p_linear] = &self.buffers;
-        let shared = |pool: &BufferPool, buf: Vec<u8>, ok: bool| {
-            if ok {
-                Some(pool.share(buf))
-            } else {
-                pool.recycle(buf);
-                None
-            }
-        };
-        let delta_linear = shared(p_linear, b_linear, prev && lin);
-        let delta_from_prev = shared(p_prev, b_prev, prev);
-        let keyframe = shared(p_key, b_key, key)?;
+        let delta_linear = p_linear.share_if(b_linear, prev && lin);
+        let delta_from_prev = p_prev.share_if(b_prev, prev);
+        let keyframe = p_key.share_if(b_key, key)?;
         self.chain = chain;
         if delta_from_prev.is_none() {
             // A keyframe-only broadcast starts a new delta chain.

@@ -56,6 +56,17 @@ impl BufferPool {
         })
     }
 
+    /// [`Self::share`] when `encoded` (the buffer holds a message), else
+    /// the buffer back to the pool.
+    pub fn share_if(&self, buf: Vec<u8>, encoded: bool) -> Option<Bytes> {
+        if encoded {
+            Some(self.share(buf))
+        } else {
+            self.recycle(buf);
+            None
+        }
+    }
+
     /// Spare buffers held now.
     #[cfg(test)]
     pub(crate) fn spares(&self) -> usize {
