@@ -101,20 +101,31 @@ pub async fn check(State(s): State<Shared>, mut req: Request, next: Next) -> Res
         && s.0.tokens.any()
         && s.0.tokens.actor(presented).account.is_none()
     {
-        if probe && !s.0.probe_requests.take(ip) {
-            return ApiError::rate_limited(format!(
-                "this address made more than {} health checks or metrics scrapes a second presenting no token, in bursts of {PROBE_REQUEST_BURST} (probe_requests_per_s)",
-                s.0.limits.probe_requests_per_s
-            ))
-            .into_response();
-        }
-        if !probe && !s.0.anonymous_requests.take(ip) {
+        // Probes have a rate of their own; each refusal names its setting.
+        let limits = &s.0.limits;
+        let (bucket, rate, burst, what, setting) = if probe {
+            (
+                &s.0.probe_requests,
+                limits.probe_requests_per_s,
+                PROBE_REQUEST_BURST,
+                "health checks or metrics scrapes",
+                "probe_requests_per_s",
+            )
+        } else {
+            (
+                &s.0.anonymous_requests,
+                limits.anonymous_requests_per_s,
+                ANONYMOUS_REQUEST_BURST,
+                "requests",
+                "anonymous_requests_per_s",
+            )
+        };
+        if !bucket.take(ip) {
             if req.uri().path() == "/ws" {
                 s.0.telemetry.viewer_refused("anonymous_rate");
             }
             return ApiError::rate_limited(format!(
-                "this address made more than {} requests a second presenting no token, in bursts of {ANONYMOUS_REQUEST_BURST} (anonymous_requests_per_s)",
-                s.0.limits.anonymous_requests_per_s
+                "this address made more than {rate} {what} a second presenting no token, in bursts of {burst} ({setting})"
             ))
             .into_response();
         }
