@@ -349,7 +349,7 @@ impl Scenario {
     fn resolve_params(&mut self, file: &str, text: &str) -> Result<(), ScenarioError> {
         let params_at = text
             .lines()
-            .position(|l| l.trim() == "[params]")
+            .position(|l| header_of(l) == "[params]")
             .map_or(0, |i| i + 1);
         let err = |field: &str, detail: String| ScenarioError {
             file: file.to_owned(),
@@ -557,7 +557,7 @@ impl Scenario {
             let line = match line_of_table(text, table, idx) {
                 0 => text
                     .lines()
-                    .position(|l| l.trim() == header)
+                    .position(|l| header_of(l) == header)
                     .map_or_else(|| line_of(text, table, 0), |i| i + 1),
                 n => n,
             };
