@@ -2,7 +2,8 @@
 //! test` installs it): viewers on two edges see the origin's ticks bit for
 //! bit, commands through an edge apply with the origin's checks, and the
 //! edges come back by themselves after a NATS restart and an origin
-//! restart; malformed NATS messages are counted and dropped.
+//! restart; malformed NATS messages are counted and dropped; a command
+//! the origin never took gives a pilot's rate token back at the edge.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -518,4 +519,59 @@ async fn origin_and_edges_reach_a_tls_nats_server_with_a_private_ca_and_client_c
     edge.stop().await.unwrap();
     origin.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_edge_gives_a_pilot_its_rate_back_for_a_command_the_origin_never_took() {
+    const PILOT: &str = "pilot-token-0123";
+    let nats = Nats::start().await.unwrap();
+    // 0.1 commands a second, burst 1: one command, then nothing for 10 s,
+    // unless a refusal gives the token back.
+    let with_pilot = |c: Config| Config {
+        pilot_token: vec![PILOT.into()],
+        pilot_rate_per_s: 0.1,
+        ..c
+    };
+    let origin = TestServer::start(with_pilot(origin_config(&nats))).await;
+    let edge = TestServer::start_edge(with_pilot(edge_config(&nats, SECRET))).await;
+    ready(edge.addr, 200).await;
+    let goal = |x: f64| Some(serde_json::json!({ "position": [x, 20, 30] }));
+    let url = edge.url("/api/v1/goals");
+
+    // No origin listens: NATS answers "no responders", so the commands
+    // were certainly not applied, and each gives its token back.
+    origin.stop().await.unwrap();
+    for x in [10.0, 11.0, 12.0] {
+        let (status, body) = rest(Method::POST, &url, Some(PILOT), goal(x)).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"], "busy", "{body}");
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.contains("not applied"), "{detail}");
+    }
+
+    // The origin is back: the pilot's one token is still there, and the
+    // next command after it is refused by the edge's own rate.
+    let origin = TestServer::start(with_pilot(origin_config(&nats))).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let applied = loop {
+        let (status, body) = rest(Method::POST, &url, Some(PILOT), goal(13.0)).await;
+        if status != 503 {
+            break (status, body);
+        }
+        // Not yet subscribed: still not applied, and given back.
+        assert!(
+            body["detail"].as_str().unwrap().contains("not applied"),
+            "{body}"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the origin never took it: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(applied.0, 201, "{}", applied.1);
+    let (status, body) = rest(Method::POST, &url, Some(PILOT), goal(14.0)).await;
+    assert_eq!(status, 429, "{body}");
+    edge.stop().await.unwrap();
+    origin.stop().await.unwrap();
 }
