@@ -152,15 +152,17 @@ fn initial_flock(config: &Config) -> Result<Flock, RunError> {
         // The checkpoint is the flock: what the config file says of a new
         // one does not apply (a restart with the same file is the usual
         // case, so this is said, not refused).
-        let unused: Vec<&str> = crate::config::FLOCK_KEYS
+        let unused: Vec<String> = crate::config::FLOCK_KEYS
             .into_iter()
             .filter(|k| config.file_keys.iter().any(|f| f == k))
+            .map(|k| format!("{k} (config file)"))
+            .chain(config.flock_flags.iter().cloned())
             .collect();
         if !unused.is_empty() {
             tracing::warn!(
                 path = %path.display(),
-                keys = unused.join(", "),
-                "the config file's population, seed and [params] make a new flock only: resuming the checkpoint, they are not used (patch parameters over REST, or remove the state file to start anew)"
+                settings = unused.join(", "),
+                "population, seed and parameters, from the config file or flags, make a new flock only: resuming the checkpoint, they are not used (patch parameters over REST, or remove the state file to start anew)"
             );
         }
         return Ok(flock);

@@ -169,6 +169,11 @@ pub struct Config {
     /// so a mode that takes the flock from elsewhere can refuse them.
     #[serde(skip)]
     pub file_keys: Vec<String>,
+    /// The flags (or their `STARLING_*` variables) given that make a new
+    /// flock (`--population`, `--seed`, `--tick-hz`, `--dims`), so a
+    /// resumed checkpoint can say they are not used.
+    #[serde(skip)]
+    pub flock_flags: Vec<String>,
 }
 
 impl Default for Config {
@@ -217,6 +222,7 @@ impl Default for Config {
             nats_cert: None,
             nats_key: None,
             file_keys: Vec::new(),
+            flock_flags: Vec::new(),
         }
     }
 }

@@ -427,6 +427,16 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     if let Some(v) = args.dims {
         config.params.dims = v;
     }
+    config.flock_flags = [
+        ("--population", args.population.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--tick-hz", args.tick_hz.is_some()),
+        ("--dims", args.dims.is_some()),
+    ]
+    .into_iter()
+    .filter(|&(_, given)| given)
+    .map(|(flag, _)| format!("{flag} (or {})", env_of(flag)))
+    .collect();
     config.state_file = args.state_file.clone().or(config.state_file);
     config.record = args.record.clone().or(config.record);
     for (given, from_file) in [

@@ -473,6 +473,13 @@ pub(crate) async fn get(url: &str) -> serde_json::Value {
 
 /// Starts the real binary with these flags (and a loopback bind).
 pub(crate) async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String) {
+    let (child, url, _) = spawn_logging(args).await;
+    (child, url)
+}
+
+/// [`spawn_with`], and the lines it printed before its URL (what it
+/// logged while starting).
+pub(crate) async fn spawn_logging(args: &[&str]) -> (tokio::process::Child, String, Vec<String>) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_starling"))
         .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
         .args(args)
@@ -484,6 +491,7 @@ pub(crate) async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String)
     // The banner names the URL once the server has started; log lines
     // (a checkpoint resumed) may come first.
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut before = Vec::new();
     let url = tokio::time::timeout(WAIT, async {
         loop {
             let line = lines
@@ -494,11 +502,12 @@ pub(crate) async fn spawn_with(args: &[&str]) -> (tokio::process::Child, String)
             if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
                 return url.trim_end_matches('/').to_owned();
             }
+            before.push(line);
         }
     })
     .await
     .unwrap();
-    (child, url)
+    (child, url, before)
 }
 
 /// Resident memory of a process, bytes.

@@ -118,7 +118,19 @@ async fn sigterm_writes_a_checkpoint_and_the_next_start_resumes_it() {
     assert!(status.success(), "graceful exit, got {status}");
     assert!(file.exists(), "checkpoint written");
 
-    let (_child, url) = spawn_binary(&file).await;
+    // The same command again: its `--population` is said to be unused.
+    let (_child, url, logged) = spawn_logging(&[
+        "--population",
+        "500",
+        "--state-file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    let warning = logged.iter().find(|l| l.contains("not used"));
+    assert!(
+        warning.is_some_and(|l| l.contains("--population (or STARLING_POPULATION)")),
+        "{logged:?}"
+    );
     let st = get(&format!("{url}/api/v1/state")).await;
     assert!(
         st["tick"].as_u64().unwrap() >= tick,
