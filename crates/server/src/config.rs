@@ -307,6 +307,10 @@ pub const FLOCK_KEYS: [&str; 3] = ["population", "seed", "params"];
 /// The most a config file may hold (a full one is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// Most bytes of each NATS TLS file (`nats_ca`, `nats_cert`, `nats_key`):
+/// a CA bundle of a few hundred certificates is about 200 KB.
+pub const MAX_TLS_FILE_BYTES: u64 = 1 << 20;
+
 impl Config {
     /// Reads a TOML file (unknown keys are errors naming the line).
     pub fn from_toml_file(path: &Path) -> Result<Self, ConfigError> {
@@ -448,9 +452,21 @@ impl Config {
     fn check_nats_tls_files(&self) -> Result<(), ConfigError> {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let read = |field: &str, path: &Path| {
+            crate::files::read_text(path, MAX_TLS_FILE_BYTES, "MAX_TLS_FILE_BYTES").map_err(|e| {
+                err(
+                    field,
+                    path.display(),
+                    &format!(
+                        "a readable regular PEM file of at most {MAX_TLS_FILE_BYTES} bytes ({e})"
+                    ),
+                )
+            })
+        };
         let certificates = |field: &str, path: &Path| {
+            let text = read(field, path)?;
             let found: Result<Vec<_>, _> =
-                CertificateDer::pem_file_iter(path).and_then(|certs| certs.collect());
+                CertificateDer::pem_slice_iter(text.as_bytes()).collect();
             match found {
                 Ok(certs) if !certs.is_empty() => Ok(()),
                 Ok(_) => Err(err(
@@ -472,7 +488,7 @@ impl Config {
             certificates("nats_cert", cert)?;
         }
         if let Some(key) = &self.nats_key {
-            PrivateKeyDer::from_pem_file(key).map_err(|e| {
+            PrivateKeyDer::from_pem_slice(read("nats_key", key)?.as_bytes()).map_err(|e| {
                 err(
                     "nats_key",
                     key.display(),
@@ -971,9 +987,24 @@ mod tests {
             assert_eq!(config.validate().unwrap_err().field, field);
         }
         let missing = dir.join("missing.pem");
+        let huge = write("huge.pem", &cert.pem().repeat(4000));
+        let zero = PathBuf::from("/dev/zero");
         for (config, field, words) in [
             (tls(Some(&not_pem), None, None), "nats_ca", "none found"),
             (tls(Some(&missing), None, None), "nats_ca", "readable"),
+            // Read as regular files within a limit: a device was read
+            // until memory ran out, a folder or FIFO is no PEM file.
+            (tls(Some(&dir), None, None), "nats_ca", "not a regular file"),
+            (
+                tls(Some(&huge), None, None),
+                "nats_ca",
+                "MAX_TLS_FILE_BYTES",
+            ),
+            (
+                tls(None, Some(&pem), Some(&zero)),
+                "nats_key",
+                "not a regular file",
+            ),
             (
                 tls(None, Some(&key_pem), Some(&key_pem)),
                 "nats_cert",

@@ -4,8 +4,8 @@
 //! and read line by line within its own limit. `/dev/zero` given as a
 //! config was read until memory ran out, and a FIFO blocked the server's
 //! start for ever (opening one waits for a writer), so the kind is checked
-//! before the file is opened. (The NATS TLS files are read by rustls'
-//! PEM reader, not here.) And [`same_place`]: whether two paths name one
+//! before the file is opened; the NATS TLS files are read the same way
+//! before the server starts. And [`same_place`]: whether two paths name one
 //! file, for outputs that must not share one.
 
 use std::io::Read as _;
