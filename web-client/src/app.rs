@@ -527,7 +527,8 @@ impl App {
                     self.give_up = true;
                 }
                 // The whole-world stream is full: the page reopens itself
-                // on the interest stream, which is not.
+                // on the interest stream, whose sockets are counted apart
+                // (when that one is full too, it retries as after any close).
                 if c.reason == CloseReason::Busy && self.interest.is_none() && reopen_on_interest()
                 {
                     self.give_up = true;

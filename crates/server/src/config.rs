@@ -124,10 +124,20 @@ pub struct Config {
     /// was sent. A subscription, or a frame larger than a viewer was sent
     /// before (the flock grew), that would pass it gets `Close(Busy)`
     /// naming this setting; a viewer alone on the stream never does, and
-    /// the interest stream is not counted. Default 1073741824 (1 GiB: the
-    /// keyframes of 127 viewers at 1,048,576 boids, 134 at a million, every
-    /// allowed viewer at 100,000), range 65536 ..= 1099511627776.
+    /// the interest stream is counted apart (`interest_socket_bytes`).
+    /// Default 1073741824 (1 GiB: the keyframes of 127 viewers at
+    /// 1,048,576 boids, 134 at a million, every allowed viewer at
+    /// 100,000), range 65536 ..= 1099511627776.
     pub whole_world_bytes: usize,
+    /// The bytes the interest stream's sockets may hold, at most: each
+    /// interest viewer's keeps a buffer as large as the largest batch it
+    /// was sent (about 1 MiB at most), and reserves 65536 as it joins.
+    /// Batches are cut to what is left; a subscription that would pass it
+    /// gets `Close(Busy)` naming this setting (a viewer alone on the stream
+    /// never does). Default 536870912 (512 MiB: 1000 viewers' 512 KiB
+    /// batches, or every allowed viewer at 30 batches a second within a
+    /// budget of 15 MB/s), range 65536 ..= 1099511627776.
+    pub interest_socket_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
     /// Seconds a trajectory export may take in all, however steadily its
@@ -207,6 +217,7 @@ impl Default for Config {
             anonymous_requests_per_s: l.anonymous_requests_per_s,
             probe_requests_per_s: l.probe_requests_per_s,
             whole_world_bytes: l.whole_world_bytes,
+            interest_socket_bytes: l.interest_socket_bytes,
             max_population: l.max_population,
             stall_timeout_s: l.stall_timeout.as_secs_f32(),
             export_deadline_s: l.export_deadline.as_secs_f32(),
@@ -609,12 +620,13 @@ impl Config {
                 "0.1 ..= 100000",
             ));
         }
-        if !(1 << 16..=1 << 40).contains(&self.whole_world_bytes) {
-            return Err(err(
-                "whole_world_bytes",
-                self.whole_world_bytes,
-                "65536 ..= 1099511627776",
-            ));
+        for (field, bytes) in [
+            ("whole_world_bytes", self.whole_world_bytes),
+            ("interest_socket_bytes", self.interest_socket_bytes),
+        ] {
+            if !(1 << 16..=1 << 40).contains(&bytes) {
+                return Err(err(field, bytes, "65536 ..= 1099511627776"));
+            }
         }
         if !in_range(self.header_timeout_s, 1.0, 300.0) {
             return Err(err("header_timeout_s", self.header_timeout_s, "1 ..= 300"));
@@ -836,6 +848,7 @@ impl Config {
             anonymous_requests_per_s: self.anonymous_requests_per_s,
             probe_requests_per_s: self.probe_requests_per_s,
             whole_world_bytes: self.whole_world_bytes,
+            interest_socket_bytes: self.interest_socket_bytes,
             stall_timeout: Duration::from_secs_f32(self.stall_timeout_s),
             export_deadline: Duration::from_secs_f32(self.export_deadline_s),
             body_deadline: Duration::from_secs_f32(self.header_timeout_s),

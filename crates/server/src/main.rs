@@ -116,6 +116,10 @@ struct ServeArgs {
     /// (default 1073741824).
     #[arg(long, env = "STARLING_WHOLE_WORLD_BYTES")]
     whole_world_bytes: Option<usize>,
+    /// The bytes the interest stream's sockets may hold, at most; batches
+    /// are cut to what is left (default 536870912).
+    #[arg(long, env = "STARLING_INTEREST_SOCKET_BYTES")]
+    interest_socket_bytes: Option<usize>,
     /// Most boids the flock may have (default 1048576, the most one
     /// snapshot carries; the engine's own limit is 2000000).
     #[arg(long, env = "STARLING_MAX_POPULATION")]
@@ -413,6 +417,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
         .probe_requests_per_s
         .unwrap_or(config.probe_requests_per_s);
     config.whole_world_bytes = args.whole_world_bytes.unwrap_or(config.whole_world_bytes);
+    config.interest_socket_bytes = args
+        .interest_socket_bytes
+        .unwrap_or(config.interest_socket_bytes);
     config.max_population = args.max_population.unwrap_or(config.max_population);
     config.max_connections_per_ip = args
         .max_connections_per_ip

@@ -151,7 +151,7 @@ impl Default for Telemetry {
         );
         registry.register(
             "viewers_refused",
-            "Viewer connections refused (before the upgrade, or the whole-world stream full), by reason",
+            "Viewer connections refused (before the upgrade, or a stream's socket bytes full), by reason",
             t.viewers_refused.clone(),
         );
         registry.register(

@@ -17,6 +17,7 @@ use super::error::ApiError;
 use super::guard::Allowed;
 use super::listen::{AddressCount, PerAddress};
 use super::rate::RateBuckets;
+use super::ws::sockets::{SocketPool, Stream};
 use crate::command::{Account, Actor, AgentCaps, Applied, Op, check_role};
 use crate::engine::history::History;
 use crate::engine::published::Published;
@@ -47,6 +48,10 @@ pub struct Limits {
     /// The bytes the whole-world stream's sockets may hold, at most (each
     /// viewer's keeps a buffer as large as the largest frame it was sent).
     pub whole_world_bytes: usize,
+    /// The bytes the interest stream's sockets may hold, at most (each
+    /// viewer's keeps a buffer as large as the largest batch it was sent;
+    /// batches are cut to what is left).
+    pub interest_socket_bytes: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,
     /// A trajectory export still running after this long is cut.
@@ -77,6 +82,7 @@ impl Default for Limits {
             anonymous_requests_per_s: 20.0,
             probe_requests_per_s: 10.0,
             whole_world_bytes: 1 << 30,
+            interest_socket_bytes: 1 << 29,
             stall_timeout: Duration::from_secs(10),
             export_deadline: Duration::from_secs(600),
             body_deadline: Duration::from_secs(10),
@@ -171,11 +177,10 @@ pub struct Inner {
     pub anonymous_requests: RateBuckets<IpAddr>,
     /// Probes without a token, per address group (`http/guard.rs`).
     pub probe_requests: RateBuckets<IpAddr>,
-    /// Viewers on the whole-world stream, and the bytes their sockets
-    /// hold (see `Limits::whole_world_bytes`).
-    pub whole_world_viewers: std::sync::atomic::AtomicUsize,
-    /// See `whole_world_viewers`.
-    pub whole_world_held: std::sync::atomic::AtomicUsize,
+    /// What the whole-world stream's sockets hold (`Limits::whole_world_bytes`).
+    pub whole_world_sockets: Arc<SocketPool>,
+    /// What the interest stream's sockets hold (`Limits::interest_socket_bytes`).
+    pub interest_sockets: Arc<SocketPool>,
     /// The interest viewers whose cells are cropped to their view
     /// (`engine/crop.rs`).
     pub crop_slots: Arc<crate::engine::crop::CropSlots>,
@@ -218,8 +223,14 @@ impl Shared {
                 limits.max_viewers_per_ip as f32,
                 RATE_ADDRESSES,
             ),
-            whole_world_viewers: std::sync::atomic::AtomicUsize::new(0),
-            whole_world_held: std::sync::atomic::AtomicUsize::new(0),
+            whole_world_sockets: Arc::new(SocketPool::new(
+                Stream::WholeWorld,
+                limits.whole_world_bytes,
+            )),
+            interest_sockets: Arc::new(SocketPool::new(
+                Stream::Interest,
+                limits.interest_socket_bytes,
+            )),
             crop_slots: Arc::default(),
             anonymous_requests: RateBuckets::with_max_keys(
                 limits.anonymous_requests_per_s,

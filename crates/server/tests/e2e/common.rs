@@ -350,10 +350,12 @@ impl Viewer {
     }
 
     /// Reads until the first snapshot (true) or the close (false).
+    /// Whether the stream it subscribed to starts (a frame, or a batch of
+    /// cells) rather than closing.
     pub(crate) async fn admitted(&mut self) -> bool {
         loop {
             match self.read_one().await {
-                Event::Frame(_) => return true,
+                Event::Frame(_) | Event::Cells(_) => return true,
                 Event::Closed => return false,
                 _ => {}
             }

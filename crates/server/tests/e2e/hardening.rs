@@ -12,6 +12,7 @@ use starling_protocol::{
 use starling_server::config::Config;
 use starling_server::http::listen::MAX_HEAD_BYTES;
 use starling_server::http::shared::PROBE_REQUEST_BURST;
+use starling_server::http::ws::sockets::INTEREST_FLOOR;
 use tokio_tungstenite::MaybeTlsStream;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -761,7 +762,7 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_anonymous_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_whole_world_stream_holds_at_most_its_bytes_of_viewers_and_views_are_not_counted() {
+async fn the_whole_world_stream_holds_at_most_its_bytes_of_viewers_and_views_are_counted_apart() {
     // Each whole-world viewer's socket keeps a buffer as large as the
     // largest frame it was sent (8.4 MB at 1,048,576 boids): a thousand of
     // them held 8 GB.
@@ -827,6 +828,75 @@ async fn the_whole_world_stream_holds_at_most_its_bytes_of_viewers_and_views_are
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_interest_stream_holds_at_most_its_bytes_of_viewers_apart_from_the_whole_world() {
+    // Each interest viewer's socket keeps a buffer as large as the largest
+    // batch it was sent (about 1 MiB): a thousand of them held a gigabyte
+    // or two, counted nowhere. Here the pool holds three viewers' floors.
+    let server = TestServer::start(Config {
+        population: 2_000,
+        interest_socket_bytes: 3 * INTEREST_FLOOR,
+        ..test_config()
+    })
+    .await;
+    let view = View {
+        min: [0.0; 3],
+        max: [50.0; 3],
+        eye: None,
+        budget_bytes_per_s: None,
+    };
+    let join = |minor: u16| Viewer::connect_minor(server.addr, None, 30, Some(view), minor);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut v = join(PROTOCOL_MINOR).await;
+        assert!(v.admitted().await, "a floor of the pool is left");
+        held.push(v);
+    }
+    let mut refused = join(PROTOCOL_MINOR).await;
+    assert!(!refused.admitted().await, "a fourth past the pool");
+    let close = refused.seen.close.clone().unwrap();
+    assert_eq!(close.reason, CloseReason::Busy);
+    assert!(
+        close.detail.contains("interest_socket_bytes"),
+        "{}",
+        close.detail
+    );
+    let e = &refused.seen.errors[0];
+    assert_eq!(
+        (e.code, e.field.as_deref()),
+        (ErrorCode::Busy, Some("view"))
+    );
+    // The held viewers are still served, within their floors, and the
+    // whole-world stream is counted apart.
+    for v in &mut held {
+        let mut updated = 0;
+        for _ in 0..60 {
+            updated += v.next_cells().await.updates;
+            if updated > 0 {
+                break;
+            }
+        }
+        assert!(updated > 0, "a held viewer's cells are updated");
+    }
+    assert!(join_whole(&server).await, "a whole-world viewer joins");
+    // Once one goes, another joins.
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !join(PROTOCOL_MINOR).await.admitted().await {
+        assert!(tokio::time::Instant::now() < deadline, "no room came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.stop().await.unwrap();
+}
+
+/// Whether a whole-world viewer of `server` is admitted.
+async fn join_whole(server: &TestServer) -> bool {
+    Viewer::connect(server.addr, None, 30)
+        .await
+        .admitted()
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -310,6 +310,9 @@ pub struct ViewerInterest {
     reset_next: bool,
     /// The viewer's byte budget.
     pub budget: Budget,
+    /// Most bytes the next batch may hold before its last update: what its
+    /// socket may hold (`sockets.rs`; unbounded until set).
+    batch_room: usize,
     /// The last `Interest` announced (None: the grid is new, announce it).
     announced: Option<(InterestInfo, Duration)>,
     /// This send's full-set cells with their priority (reused): whether
@@ -407,6 +410,7 @@ impl ViewerInterest {
             summary_hz: SUMMARY_HZ,
             reset_next: true,
             budget: Budget::new(view.budget_bytes_per_s, now),
+            batch_room: usize::MAX,
             announced: None,
             order: Vec::new(),
             dropped: Vec::new(),
@@ -734,6 +738,12 @@ impl ViewerInterest {
         }
     }
 
+    /// Caps the next batches at `room` bytes (the updates stop once it
+    /// is reached: the update that crosses it is the last).
+    pub fn set_batch_room(&mut self, room: usize) {
+        self.batch_room = room;
+    }
+
     /// This send's batch for broadcast `set` at connection time `now`;
     /// `paused`: the server is paused (its broadcasts are steps and edits,
     /// not its rate).
@@ -883,7 +893,7 @@ impl ViewerInterest {
         self.budget.spend(self.buf.len());
         let mut measured = Cost::default();
         for &(_, _, c) in &self.order {
-            if !self.budget.can_send() {
+            if !self.budget.can_send() || self.buf.len() >= self.batch_room {
                 break;
             }
             let cell = &self.cells[c as usize];
@@ -1146,8 +1156,28 @@ mod tests {
         for seq in 15..=16 {
             let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
             let batch = vi.send(&set, Duration::from_secs(seq), false).batch;
-            let len = batch.map_or(0, |b| b.len());
+            let len = batch.as_ref().map_or(0, |b| b.len());
             assert!(len < RETAINED_BATCH_BYTES, "{len}");
+            if let Some(batch) = batch {
+                m.as_mut().unwrap().apply(&batch).unwrap();
+            }
+        }
+        // Its socket's pool has little room left (`sockets.rs`): the
+        // batches stop at it, past it by the one update that crossed it.
+        vi.set_view(view);
+        let room = 100_000;
+        vi.set_batch_room(room);
+        for seq in 17..=20 {
+            let now = Duration::from_secs(seq);
+            let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
+            let batch = vi.send(&set, now, false).batch.expect("a batch");
+            vi.budget.sent(batch.len(), Duration::ZERO, now);
+            m.as_mut().unwrap().apply(&batch).unwrap();
+            assert!(
+                (room / 2..=room + slack).contains(&batch.len()),
+                "a batch of {} bytes in a room of {room}",
+                batch.len()
+            );
         }
     }
 

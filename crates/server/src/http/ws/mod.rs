@@ -17,6 +17,7 @@ pub mod budget;
 pub mod interest;
 mod outbox;
 mod reader;
+pub mod sockets;
 
 pub use outbox::{CONTROL_QUEUE, CONTROL_QUEUE_BYTES};
 pub use reader::MAX_COMMANDS_IN_FLIGHT;
@@ -35,8 +36,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use starling_protocol::{
-    BUSY_CLOSE_MINOR, ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR,
-    PROTOCOL_MINOR, ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
+    ClientMsg, Close, CloseReason, ErrorCode, ErrorMsg, Hello, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+    ServerMsg, WorldInfo, declared_major, decode_client, encode_server,
     limits::{MAX_CLIENT_MESSAGES_PER_S, MAX_MESSAGE_BYTES, MAX_STRING_BYTES},
 };
 use tokio::sync::mpsc;
@@ -49,6 +50,12 @@ use crate::command::{Actor, allowed, metrics_msg, param_infos};
 use crate::engine::published::{Broadcast, Published};
 use interest::ViewerInterest;
 use outbox::Ending;
+use sockets::{INTEREST_FLOOR, SocketShare};
+
+/// What an interest viewer's batch may claim of its socket pool: room
+/// enough for the budget's largest batch and its summaries, so the budget,
+/// not the pool, cuts it while the pool has room.
+const MAX_BATCH_ROOM: usize = 2 * budget::MAX_BURST_BYTES as usize;
 
 /// Time a new connection has to send `Subscribe` (it holds a viewer slot
 /// meanwhile).
@@ -143,75 +150,6 @@ pub async fn upgrade(
             s.0.telemetry.viewers.dec();
             drop((slot, address));
         })
-}
-
-/// A viewer on the whole-world stream, counted until dropped, with the
-/// bytes its socket holds: tungstenite copies each message whole into a
-/// per-socket buffer that never shrinks, so as much as the largest frame it
-/// was sent (a keyframe: 8.4 MB at 1,048,576 boids).
-struct WholeWorld {
-    s: Shared,
-    /// The largest frame reserved for, bytes.
-    reserved: usize,
-}
-
-impl WholeWorld {
-    /// Counts one more whole-world viewer, reserving the keyframe's bytes,
-    /// or refuses it (see [`Self::reserve`]).
-    fn join(s: &Shared, minor: u16) -> Result<Self, (CloseReason, String)> {
-        use std::sync::atomic::Ordering;
-        let keyframe = s.state().broadcast.as_ref().map_or(0, |b| b.keyframe.len());
-        s.0.whole_world_viewers.fetch_add(1, Ordering::SeqCst);
-        let mut joined = Self {
-            s: s.clone(),
-            reserved: 0,
-        };
-        joined.reserve(keyframe, minor)?;
-        Ok(joined)
-    }
-
-    /// Reserves room for a frame of `bytes` (nothing when no larger than
-    /// one before), or says why not, with the close reason for a client
-    /// that subscribed with `minor`: the whole-world stream's sockets would
-    /// hold more than `whole_world_bytes`. A viewer alone on the stream is
-    /// never refused.
-    fn reserve(&mut self, bytes: usize, minor: u16) -> Result<(), (CloseReason, String)> {
-        use std::sync::atomic::Ordering;
-        if bytes <= self.reserved {
-            return Ok(());
-        }
-        let inner = &self.s.0;
-        let extra = bytes - self.reserved;
-        let total = inner.whole_world_held.fetch_add(extra, Ordering::SeqCst) + extra;
-        let most = inner.limits.whole_world_bytes;
-        if total <= most || inner.whole_world_viewers.load(Ordering::SeqCst) <= 1 {
-            self.reserved = bytes;
-            return Ok(());
-        }
-        inner.whole_world_held.fetch_sub(extra, Ordering::SeqCst);
-        let reason = if minor >= BUSY_CLOSE_MINOR {
-            CloseReason::Busy
-        } else {
-            CloseReason::Shutdown
-        };
-        Err((
-            reason,
-            format!(
-                "the whole-world stream's sockets would hold {total} bytes of frames, past its most (whole_world_bytes = {most}: each keeps a buffer as large as the largest frame it was sent); subscribe with a view (the interest stream; on the page, ?budget=auto)"
-            ),
-        ))
-    }
-}
-
-impl Drop for WholeWorld {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering;
-        let inner = &self.s.0;
-        inner.whole_world_viewers.fetch_sub(1, Ordering::SeqCst);
-        inner
-            .whole_world_held
-            .fetch_sub(self.reserved, Ordering::SeqCst);
-    }
 }
 
 /// The viewer dropped what it held (`Resync`): its next frame is a
@@ -391,20 +329,35 @@ async fn serve(
         }
     };
 
-    // A whole-world viewer counts against the stream's bytes until it goes.
-    let mut whole_world = match view {
-        Some(_) => None,
-        None => match WholeWorld::join(&s, minor) {
-            Ok(w) => Some(w),
-            Err((reason, detail)) => {
-                s.0.telemetry.viewer_refused("whole_world_full");
-                let _ = w
-                    .send(error_msg(None, ErrorCode::Busy, Some("region"), &detail))
-                    .await;
-                w.close(reason, &detail).await;
-                return;
-            }
-        },
+    // A viewer counts against its stream's socket bytes until it goes:
+    // a whole-world one from the keyframe, an interest one from the floor.
+    let (pool, first, field, full) = match view {
+        Some(_) => (
+            &s.0.interest_sockets,
+            INTEREST_FLOOR,
+            "view",
+            "interest_full",
+        ),
+        None => {
+            let keyframe = s.state().broadcast.as_ref().map_or(0, |b| b.keyframe.len());
+            (
+                &s.0.whole_world_sockets,
+                keyframe,
+                "region",
+                "whole_world_full",
+            )
+        }
+    };
+    let mut socket_share = match SocketShare::join(pool, first, minor) {
+        Ok(share) => share,
+        Err((reason, detail)) => {
+            s.0.telemetry.viewer_refused(full);
+            let _ = w
+                .send(error_msg(None, ErrorCode::Busy, Some(field), &detail))
+                .await;
+            w.close(reason, &detail).await;
+            return;
+        }
     };
     let (outbox, mut inbox, mut ended) = outbox::outbox();
     let (rate_tx, mut rate_rx) = mpsc::channel::<u16>(4);
@@ -489,7 +442,10 @@ async fn serve(
                     if let Some(set) = b.cells.as_ref()
                         && held[0] != Some(b.seq)
                     {
+                        // Cut to what its socket may hold; then it holds that.
+                        vi.set_batch_room(socket_share.claim(MAX_BATCH_ROOM));
                         let batch = vi.send(set, now, st.paused).batch;
+                        socket_share.settle(batch.as_ref().map_or(0, Bytes::len));
                         // The stream's grid and budget first, when new or moved.
                         if let Some(info) = vi.announcement(now) {
                             control.push(encode(&ServerMsg::Interest(info)));
@@ -505,9 +461,7 @@ async fn serve(
                     let bytes = pick(b, held);
                     // A larger frame than any before (the flock grew) grows
                     // what its socket holds.
-                    if let Some(ww) = whole_world.as_mut()
-                        && let Err((reason, detail)) = ww.reserve(bytes.len(), minor)
-                    {
+                    if let Err((reason, detail)) = socket_share.reserve(bytes.len(), minor) {
                         s.0.telemetry.viewer_refused("whole_world_full");
                         break refused(reason, &detail);
                     }
