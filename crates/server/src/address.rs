@@ -1,8 +1,15 @@
 //! Address blocks: how clients are grouped by the network they come from,
 //! for the limits that count per client (`http/listen.rs`'s address groups)
-//! and per network (`engine/interest.rs`'s linear slots).
+//! and per network ([`network`]: the viewer connections a network holds,
+//! `engine/interest.rs`'s linear slots).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The network `ip` comes from: its IPv4 /24 or its IPv6 /48 (a site's
+/// allocation, which gives it 256 of the /56 blocks a client counts as).
+pub fn network(ip: IpAddr) -> IpAddr {
+    block(ip, 24, 48)
+}
 
 /// The block of `ip` with an IPv4 prefix of `v4_bits` and an IPv6 prefix of
 /// `v6_bits` (IPv4-mapped IPv6 counts as its IPv4 address).

@@ -99,6 +99,11 @@ pub struct Config {
     /// 100000 (above `max_viewers` it changes nothing): a few addresses
     /// cannot take every viewer slot.
     pub max_viewers_per_ip: usize,
+    /// Most open viewer connections from one network, an IPv4 /24 or an
+    /// IPv6 /48 (a site's allocation holds 256 /56 blocks, each its own
+    /// address to `max_viewers_per_ip`). Default 256, range 1 ..= 100000:
+    /// one site's addresses cannot take every viewer slot.
+    pub max_viewers_per_network: usize,
     /// New viewer connections one address (IPv6: one /56) may open a
     /// second, in bursts of `max_viewers_per_ip` (more get 429). Default
     /// 2, range 0.01 ..= 100000: each new viewer costs its first send
@@ -213,6 +218,7 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             max_viewers: l.max_viewers,
             max_viewers_per_ip: l.max_viewers_per_ip,
+            max_viewers_per_network: l.max_viewers_per_network,
             viewer_connects_per_s: l.viewer_connects_per_s,
             anonymous_requests_per_s: l.anonymous_requests_per_s,
             probe_requests_per_s: l.probe_requests_per_s,
@@ -592,12 +598,13 @@ impl Config {
         if !(1..=100_000).contains(&self.max_viewers) {
             return Err(err("max_viewers", self.max_viewers, "1 ..= 100000"));
         }
-        if !(1..=100_000).contains(&self.max_viewers_per_ip) {
-            return Err(err(
-                "max_viewers_per_ip",
-                self.max_viewers_per_ip,
-                "1 ..= 100000",
-            ));
+        for (field, cap) in [
+            ("max_viewers_per_ip", self.max_viewers_per_ip),
+            ("max_viewers_per_network", self.max_viewers_per_network),
+        ] {
+            if !(1..=100_000).contains(&cap) {
+                return Err(err(field, cap, "1 ..= 100000"));
+            }
         }
         if !in_range(self.viewer_connects_per_s, 0.01, 100_000.0) {
             return Err(err(
@@ -844,6 +851,7 @@ impl Config {
             snapshot_hz: self.snapshot_hz,
             max_viewers: self.max_viewers,
             max_viewers_per_ip: self.max_viewers_per_ip,
+            max_viewers_per_network: self.max_viewers_per_network,
             viewer_connects_per_s: self.viewer_connects_per_s,
             anonymous_requests_per_s: self.anonymous_requests_per_s,
             probe_requests_per_s: self.probe_requests_per_s,

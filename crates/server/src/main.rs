@@ -99,6 +99,10 @@ struct ServeArgs {
     /// Most open viewer connections from one address, an IPv6 /56 (default 64).
     #[arg(long, env = "STARLING_MAX_VIEWERS_PER_IP")]
     max_viewers_per_ip: Option<usize>,
+    /// Most open viewer connections from one network, an IPv4 /24 or an
+    /// IPv6 /48 (default 256).
+    #[arg(long, env = "STARLING_MAX_VIEWERS_PER_NETWORK")]
+    max_viewers_per_network: Option<usize>,
     /// New viewer connections one address may open a second, in bursts of
     /// `--max-viewers-per-ip` (default 2).
     #[arg(long, env = "STARLING_VIEWER_CONNECTS_PER_S")]
@@ -407,6 +411,9 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     config.web_dir = args.web_dir.clone().unwrap_or(config.web_dir);
     config.max_viewers = args.max_viewers.unwrap_or(config.max_viewers);
     config.max_viewers_per_ip = args.max_viewers_per_ip.unwrap_or(config.max_viewers_per_ip);
+    config.max_viewers_per_network = args
+        .max_viewers_per_network
+        .unwrap_or(config.max_viewers_per_network);
     config.viewer_connects_per_s = args
         .viewer_connects_per_s
         .unwrap_or(config.viewer_connects_per_s);

@@ -108,7 +108,7 @@ impl Asker {
     /// count by: an IPv4 /24, an IPv6 /48. Three addresses (then /64s)
     /// filled the seven slots viewers may take.
     pub fn viewer(address: std::net::IpAddr) -> Self {
-        Self::Viewer(Some(crate::address::block(address, 24, 48)))
+        Self::Viewer(Some(crate::address::network(address)))
     }
 }
 

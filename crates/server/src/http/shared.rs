@@ -33,6 +33,9 @@ pub struct Limits {
     pub max_viewers: usize,
     /// Most open WebSocket connections from one address (IPv6: one /56).
     pub max_viewers_per_ip: usize,
+    /// Most open WebSocket connections from one network (an IPv4 /24, an
+    /// IPv6 /48: `address::network`).
+    pub max_viewers_per_network: usize,
     /// New viewer connections per second one address may open (IPv6: one
     /// /56), in bursts of `max_viewers_per_ip`.
     pub viewer_connects_per_s: f32,
@@ -78,6 +81,7 @@ impl Default for Limits {
             snapshot_hz: 30,
             max_viewers: 1_000,
             max_viewers_per_ip: 64,
+            max_viewers_per_network: 256,
             viewer_connects_per_s: 2.0,
             anonymous_requests_per_s: 20.0,
             probe_requests_per_s: 10.0,
@@ -171,6 +175,8 @@ pub struct Inner {
     pub viewer_slots: Arc<tokio::sync::Semaphore>,
     /// Viewer connections per address group.
     viewers_per_ip: PerAddress,
+    /// Viewer connections per network (`address::network`).
+    viewers_per_network: PerAddress,
     /// New viewer connections' rate per address group.
     viewer_connects: RateBuckets<IpAddr>,
     /// Requests without a token, per address group (`http/guard.rs`).
@@ -218,6 +224,7 @@ impl Shared {
             export_slots: Arc::new(tokio::sync::Semaphore::new(EXPORTS_AT_ONCE)),
             viewer_slots: Arc::new(tokio::sync::Semaphore::new(limits.max_viewers)),
             viewers_per_ip: PerAddress::default(),
+            viewers_per_network: PerAddress::default(),
             viewer_connects: RateBuckets::with_max_keys(
                 limits.viewer_connects_per_s,
                 limits.max_viewers_per_ip as f32,
@@ -246,21 +253,36 @@ impl Shared {
         }))
     }
 
-    /// Counts one more viewer from `peer` (an address group) until the
-    /// slot is dropped, or refuses it (503 naming the setting) when it
-    /// holds `max_viewers_per_ip` already: a few addresses cannot take
-    /// every viewer slot.
-    pub fn viewer_of(&self, peer: IpAddr) -> Result<AddressCount, ApiError> {
+    /// Counts one more viewer from `peer` (an address group) and its
+    /// network until the counts are dropped, or refuses it (503 naming the
+    /// setting) when either holds its most already (`max_viewers_per_ip`,
+    /// `max_viewers_per_network`): a few addresses, or one site's many,
+    /// cannot take every viewer slot.
+    pub fn viewer_of(&self, peer: IpAddr) -> Result<[AddressCount; 2], ApiError> {
         let limits = &self.0.limits;
-        self.0
+        let refusal = |whose: &str, most: usize, setting: &str| {
+            ApiError::busy(format!(
+                "this {whose} holds its maximum of {most} viewers ({setting})"
+            ))
+        };
+        let address = self
+            .0
             .viewers_per_ip
             .take(peer, limits.max_viewers_per_ip)
+            .ok_or_else(|| refusal("address", limits.max_viewers_per_ip, "max_viewers_per_ip"))?;
+        let network = crate::address::network(peer);
+        let network = self
+            .0
+            .viewers_per_network
+            .take(network, limits.max_viewers_per_network)
             .ok_or_else(|| {
-                ApiError::busy(format!(
-                    "this address holds its maximum of {} viewers (max_viewers_per_ip)",
-                    limits.max_viewers_per_ip
-                ))
-            })
+                refusal(
+                    &format!("address's network ({network}, a /24 or /48)"),
+                    limits.max_viewers_per_network,
+                    "max_viewers_per_network",
+                )
+            })?;
+        Ok([address, network])
     }
 
     /// Takes one of `peer`'s new viewer connections: each costs its first

@@ -83,8 +83,13 @@ pub(crate) async fn spawn_starling(
         .args(["--bind", "127.0.0.1:0", "--web-dir", "/nonexistent-web"])
         .env("STARLING_MAX_VIEWERS", viewers.max(1).to_string())
         .env("STARLING_MAX_VIEWERS_PER_IP", viewers.max(1).to_string())
+        .env(
+            "STARLING_MAX_VIEWERS_PER_NETWORK",
+            viewers.max(1).to_string(),
+        )
         // Every viewer is served: the bench measures them all.
         .env("STARLING_WHOLE_WORLD_BYTES", (1u64 << 40).to_string())
+        .env("STARLING_INTEREST_SOCKET_BYTES", (1u64 << 40).to_string())
         // Every viewer comes from this one address.
         .env(
             "STARLING_MAX_CONNECTIONS_PER_IP",

@@ -388,6 +388,52 @@ async fn behind_a_trusted_proxy_each_client_it_names_has_its_own_share() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_network_holds_at_most_its_share_of_the_viewer_slots() {
+    // An IPv6 /48 is 256 of the /56 blocks each counted as one address:
+    // one site filled every viewer slot. Here 127.0.0.0/24 is the network
+    // and its addresses hold two viewers each, three in all.
+    let server = TestServer::start(Config {
+        max_viewers: 10,
+        max_viewers_per_ip: 2,
+        max_viewers_per_network: 3,
+        ..test_config()
+    })
+    .await;
+    let mut held = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.2", "127.0.0.3"] {
+        held.push(connect_from(&server, from).await.unwrap());
+    }
+    match connect_from(&server, "127.0.0.4").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert_eq!(r.status(), 503, "{body}");
+            assert!(body.contains("max_viewers_per_network"), "{body}");
+            assert!(body.contains("127.0.0.0"), "{body}");
+        }
+        other => panic!("a fourth viewer from one network: {:?}", other.map(|_| ())),
+    }
+    // One goes: its network may have another (503 until its count is back).
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match connect_from(&server, "127.0.0.4").await {
+            Ok(ws) => {
+                held.push(ws);
+                break;
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) if r.status() == 503 => {
+                assert!(tokio::time::Instant::now() < deadline, "no room came back");
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(held);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_holds_at_most_its_share_of_the_viewer_slots() {
     // Four addresses of 256 sockets each took all 1000 viewer slots, and
     // everyone else was turned away.
