@@ -391,6 +391,9 @@ pub fn serve_until_signal(config: Config, mode: Mode) -> anyhow::Result<()> {
     use anyhow::Context as _;
     config.validate()?;
     init_logging(config.log_json);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let listener = TcpListener::bind(config.bind)

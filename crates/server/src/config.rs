@@ -136,12 +136,13 @@ pub struct Config {
     pub whole_world_bytes: usize,
     /// The bytes the interest stream's sockets may hold, at most: each
     /// interest viewer's keeps a buffer as large as the largest batch it
-    /// was sent (about 1 MiB at most), and reserves 65536 as it joins.
-    /// Batches are cut to what is left; a subscription that would pass it
-    /// gets `Close(Busy)` naming this setting (a viewer alone on the stream
-    /// never does). Default 536870912 (512 MiB: 1000 viewers' 512 KiB
-    /// batches, or every allowed viewer at 30 batches a second within a
-    /// budget of 15 MB/s), range 65536 ..= 1099511627776.
+    /// was sent (about 1.1 MiB at most), and reserves 131072 as it joins.
+    /// Batches, and the budgets they are sized by, are held to what is
+    /// left; a subscription that would pass it gets `Close(Busy)` naming
+    /// this setting (a viewer alone on the stream never does). Default
+    /// 1073741824 (1 GiB: about 930 viewers' largest batches, so hostile
+    /// viewers fill it no sooner than they fill the viewer slots, which
+    /// takes 4 networks), range 65536 ..= 1099511627776.
     pub interest_socket_bytes: usize,
     /// Seconds a viewer may accept nothing before it is dropped. Default 10, range 1 ..= 600.
     pub stall_timeout_s: f32,
@@ -470,7 +471,7 @@ impl Config {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         let read = |field: &str, path: &Path| {
-            crate::files::read_text(path, MAX_TLS_FILE_BYTES, "MAX_TLS_FILE_BYTES").map_err(|e| {
+            crate::files::read_bytes(path, MAX_TLS_FILE_BYTES, "MAX_TLS_FILE_BYTES").map_err(|e| {
                 err(
                     field,
                     path.display(),
@@ -482,8 +483,7 @@ impl Config {
         };
         let certificates = |field: &str, path: &Path| {
             let text = read(field, path)?;
-            let found: Result<Vec<_>, _> =
-                CertificateDer::pem_slice_iter(text.as_bytes()).collect();
+            let found: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&text).collect();
             match found {
                 Ok(certs) if !certs.is_empty() => Ok(()),
                 Ok(_) => Err(err(
@@ -505,7 +505,7 @@ impl Config {
             certificates("nats_cert", cert)?;
         }
         if let Some(key) = &self.nats_key {
-            PrivateKeyDer::from_pem_slice(read("nats_key", key)?.as_bytes()).map_err(|e| {
+            PrivateKeyDer::from_pem_slice(&read("nats_key", key)?).map_err(|e| {
                 err(
                     "nats_key",
                     key.display(),
@@ -514,6 +514,20 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+
+    /// What is allowed but probably not meant, said at start: a per-address
+    /// viewer cap above the per-network one (raised for one address behind
+    /// a NAT, say, before `max_viewers_per_network` existed) is held to it.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.max_viewers_per_ip > self.max_viewers_per_network {
+            out.push(format!(
+                "max_viewers_per_ip ({}) is above max_viewers_per_network ({}): one address holds at most its network's viewers; raise max_viewers_per_network too",
+                self.max_viewers_per_ip, self.max_viewers_per_network
+            ));
+        }
+        out
     }
 
     /// Checks every value and the rule that a public bind needs an operator token.
@@ -1092,6 +1106,25 @@ mod tests {
             assert_eq!(e.field, "export_deadline_s");
             assert!(e.to_string().contains("1 ..= 86400"), "{e}");
         }
+    }
+
+    /// A per-address viewer cap above the per-network one is allowed, and
+    /// said at start (both settings named).
+    #[test]
+    fn a_per_address_cap_above_the_networks_is_warned_of() {
+        let c = Config::default();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let nat = Config {
+            max_viewers_per_ip: 1000,
+            ..Config::default()
+        };
+        nat.validate().unwrap();
+        let w = nat.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("max_viewers_per_ip (1000)")
+                && w[0].contains("max_viewers_per_network (256)")
+        );
     }
 
     #[test]

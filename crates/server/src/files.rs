@@ -65,20 +65,28 @@ pub fn same_place(a: &Path, b: &Path) -> bool {
 /// The text of the regular file at `path`, at most `max` bytes (`what`
 /// names the limit in the error).
 pub fn read_text(path: &Path, max: u64, what: &'static str) -> Result<String, FileError> {
+    let bytes = read_bytes(path, max, what)?;
+    String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e).into())
+}
+
+/// The bytes of the regular file at `path`, at most `max` (`what` names
+/// the limit in the error).
+pub fn read_bytes(path: &Path, max: u64, what: &'static str) -> Result<Vec<u8>, FileError> {
     let size = check_regular(path)?.len();
     let too_large = |size| FileError::TooLarge { size, max, what };
     if size > max {
         return Err(too_large(size));
     }
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)?
         .take(max + 1)
-        .read_to_string(&mut text)?;
+        .read_to_end(&mut bytes)?;
     // It grew since its size was read.
-    if text.len() as u64 > max {
-        return Err(too_large(text.len() as u64));
+    if bytes.len() as u64 > max {
+        return Err(too_large(bytes.len() as u64));
     }
-    Ok(text)
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -121,7 +121,7 @@ struct ServeArgs {
     #[arg(long, env = "STARLING_WHOLE_WORLD_BYTES")]
     whole_world_bytes: Option<usize>,
     /// The bytes the interest stream's sockets may hold, at most; batches
-    /// are cut to what is left (default 536870912).
+    /// are held to what is left (default 1073741824).
     #[arg(long, env = "STARLING_INTEREST_SOCKET_BYTES")]
     interest_socket_bytes: Option<usize>,
     /// Most boids the flock may have (default 1048576, the most one

@@ -47,8 +47,8 @@ pub struct Telemetry {
     /// Viewers dropped for not keeping up.
     pub viewers_dropped: Counter,
     /// Viewer connections refused, by reason
-    /// (`server_full`, `address_full`, `connect_rate`, `no_snapshot`,
-    /// `anonymous_rate`).
+    /// (`server_full`, `address_full`, `network_full`, `connect_rate`,
+    /// `no_snapshot`, `anonymous_rate`, `whole_world_full`, `interest_full`).
     pub viewers_refused: Family<ReasonLabels, Counter>,
     /// Open viewer connections on the interest stream (the tick loop
     /// builds cell frames only while there is one).

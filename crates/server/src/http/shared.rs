@@ -86,7 +86,7 @@ impl Default for Limits {
             anonymous_requests_per_s: 20.0,
             probe_requests_per_s: 10.0,
             whole_world_bytes: 1 << 30,
-            interest_socket_bytes: 1 << 29,
+            interest_socket_bytes: 1 << 30,
             stall_timeout: Duration::from_secs(10),
             export_deadline: Duration::from_secs(600),
             body_deadline: Duration::from_secs(10),
@@ -255,10 +255,11 @@ impl Shared {
 
     /// Counts one more viewer from `peer` (an address group) and its
     /// network until the counts are dropped, or refuses it (503 naming the
-    /// setting) when either holds its most already (`max_viewers_per_ip`,
-    /// `max_viewers_per_network`): a few addresses, or one site's many,
-    /// cannot take every viewer slot.
-    pub fn viewer_of(&self, peer: IpAddr) -> Result<[AddressCount; 2], ApiError> {
+    /// setting, with the refusal's metric label, `address_full` or
+    /// `network_full`) when either holds its most already
+    /// (`max_viewers_per_ip`, `max_viewers_per_network`): a few addresses,
+    /// or one site's many, cannot take every viewer slot.
+    pub fn viewer_of(&self, peer: IpAddr) -> Result<[AddressCount; 2], (&'static str, ApiError)> {
         let limits = &self.0.limits;
         let refusal = |whose: &str, most: usize, setting: &str| {
             ApiError::busy(format!(
@@ -269,18 +270,22 @@ impl Shared {
             .0
             .viewers_per_ip
             .take(peer, limits.max_viewers_per_ip)
-            .ok_or_else(|| refusal("address", limits.max_viewers_per_ip, "max_viewers_per_ip"))?;
+            .ok_or_else(|| {
+                let e = refusal("address", limits.max_viewers_per_ip, "max_viewers_per_ip");
+                ("address_full", e)
+            })?;
         let network = crate::address::network(peer);
         let network = self
             .0
             .viewers_per_network
             .take(network, limits.max_viewers_per_network)
             .ok_or_else(|| {
-                refusal(
+                let e = refusal(
                     &format!("address's network ({network}, a /24 or /48)"),
                     limits.max_viewers_per_network,
                     "max_viewers_per_network",
-                )
+                );
+                ("network_full", e)
             })?;
         Ok([address, network])
     }

@@ -413,6 +413,12 @@ async fn one_network_holds_at_most_its_share_of_the_viewer_slots() {
         }
         other => panic!("a fourth viewer from one network: {:?}", other.map(|_| ())),
     }
+    let counted = metric(
+        server.addr,
+        "starling_viewers_refused_total{reason=\"network_full\"}",
+    )
+    .await;
+    assert_eq!(counted, Some(1), "counted apart from address_full");
     // One goes: its network may have another (503 until its count is back).
     drop(held.pop());
     let deadline = tokio::time::Instant::now() + WAIT;

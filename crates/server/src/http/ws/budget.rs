@@ -8,9 +8,11 @@
 //! used most of the budget without waiting, the estimate doubles, so a
 //! link that got faster is found again. A slow link adapts on its own.
 //!
-//! One send carries at most [`MAX_BURST_BYTES`], so the rate is also held
-//! to that over the time between sends (measured): what the viewer is
-//! told and what its full set is sized for is what can go out.
+//! One send carries at most [`MAX_BURST_BYTES`], or less when its
+//! socket's share of the pool is smaller ([`Budget::cap_burst`],
+//! `sockets.rs`), so the rate is also held to that over the time between
+//! sends (measured): what the viewer is told and what its full set is
+//! sized for is what can go out.
 
 use std::time::Duration;
 
@@ -48,6 +50,9 @@ pub struct Budget {
     window_blocked: Duration,
     /// Seconds between refills (sends), a moving average.
     interval: f64,
+    /// Tokens the bucket holds at most, bytes: [`MAX_BURST_BYTES`], or
+    /// the room its socket has ([`Self::cap_burst`]).
+    burst: f64,
 }
 
 /// The time between sends assumed until measured (the default snapshot
@@ -69,7 +74,15 @@ impl Budget {
             window_bytes: 0,
             window_blocked: Duration::ZERO,
             interval: START_INTERVAL_S,
+            burst: MAX_BURST_BYTES,
         }
+    }
+
+    /// Holds a send to `room` bytes (what its socket may hold), or to
+    /// [`MAX_BURST_BYTES`] when that is less: the rate, and so the cells a
+    /// viewer is kept up with, shrink with it.
+    pub fn cap_burst(&mut self, room: usize) {
+        self.burst = (room as f64).min(MAX_BURST_BYTES);
     }
 
     /// A new declared rate (from a view update).
@@ -84,7 +97,7 @@ impl Budget {
         let wanted = f64::from(self.declared.unwrap_or(MAX_VIEW_BUDGET));
         wanted
             .min(self.drain)
-            .min(MAX_BURST_BYTES / self.interval)
+            .min(self.burst / self.interval)
             .clamp(f64::from(MIN_VIEW_BUDGET), f64::from(MAX_VIEW_BUDGET)) as u32
     }
 
@@ -96,7 +109,7 @@ impl Budget {
         if dt > 0.0 {
             self.interval = (0.75 * self.interval + 0.25 * dt).clamp(1e-3, MAX_INTERVAL_S);
         }
-        self.tokens = (self.tokens + rate * dt).min((rate * BURST_S.max(dt)).min(MAX_BURST_BYTES));
+        self.tokens = (self.tokens + rate * dt).min((rate * BURST_S.max(dt)).min(self.burst));
     }
 
     /// Whether the bucket allows another send (it may go into debt by one

@@ -311,7 +311,8 @@ pub struct ViewerInterest {
     /// The viewer's byte budget.
     pub budget: Budget,
     /// Most bytes the next batch may hold before its last update: what its
-    /// socket may hold (`sockets.rs`; unbounded until set).
+    /// socket may hold (`sockets.rs`; unbounded until set). The budget is
+    /// held to it too, so the full set is sized for what goes out.
     batch_room: usize,
     /// The last `Interest` announced (None: the grid is new, announce it).
     announced: Option<(InterestInfo, Duration)>,
@@ -739,9 +740,13 @@ impl ViewerInterest {
     }
 
     /// Caps the next batches at `room` bytes (the updates stop once it
-    /// is reached: the update that crosses it is the last).
+    /// is reached: the update that crosses it is the last), and the
+    /// budget's sends with them: a room cutting batches the full set was
+    /// not sized for left most of a view's cells stale for good (the held
+    /// ones' linear updates went first and filled it every time).
     pub fn set_batch_room(&mut self, room: usize) {
         self.batch_room = room;
+        self.budget.cap_burst(room);
     }
 
     /// This send's batch for broadcast `set` at connection time `now`;
@@ -1162,22 +1167,43 @@ mod tests {
                 m.as_mut().unwrap().apply(&batch).unwrap();
             }
         }
-        // Its socket's pool has little room left (`sockets.rs`): the
-        // batches stop at it, past it by the one update that crossed it.
+        // Back to the whole view, held cells filled again; then its
+        // socket's pool has little room left (`sockets.rs`): the batches
+        // stop at it, past it by the one update that crossed it, and the
+        // viewer is kept up with the cells that fit: none it holds goes
+        // stale (cut without the set shrinking, most of them did).
         vi.set_view(view);
-        let room = 100_000;
-        vi.set_batch_room(room);
-        for seq in 17..=20 {
+        let room = 65_536;
+        for seq in 17..=32 {
             let now = Duration::from_secs(seq);
+            vi.set_batch_room(if seq <= 20 { usize::MAX } else { room });
             let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
             let batch = vi.send(&set, now, false).batch.expect("a batch");
             vi.budget.sent(batch.len(), Duration::ZERO, now);
-            m.as_mut().unwrap().apply(&batch).unwrap();
-            assert!(
-                (room / 2..=room + slack).contains(&batch.len()),
-                "a batch of {} bytes in a room of {room}",
-                batch.len()
-            );
+            let m = m.as_mut().unwrap();
+            m.apply(&batch).unwrap();
+            if seq == 20 {
+                assert!(
+                    m.held_cells().count() > 200,
+                    "{} cells held",
+                    m.held_cells().count()
+                );
+            }
+            if seq > 20 {
+                assert!(
+                    (room / 2..=room + slack).contains(&batch.len()),
+                    "a batch of {} bytes in a room of {room}",
+                    batch.len()
+                );
+            }
+            if seq >= 26 {
+                let stale = m
+                    .held_cells()
+                    .filter(|&c| m.cell(c).is_some_and(|f| f.tick != set.now.tick))
+                    .count();
+                assert!(stale <= 1, "{stale} held cells not updated at send {seq}");
+                assert!(held_boids(m) > 0);
+            }
         }
     }
 

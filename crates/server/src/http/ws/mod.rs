@@ -52,10 +52,11 @@ use interest::ViewerInterest;
 use outbox::Ending;
 use sockets::{INTEREST_FLOOR, SocketShare};
 
-/// What an interest viewer's batch may claim of its socket pool: room
-/// enough for the budget's largest batch and its summaries, so the budget,
-/// not the pool, cuts it while the pool has room.
-const MAX_BATCH_ROOM: usize = 2 * budget::MAX_BURST_BYTES as usize;
+/// What an interest viewer's batch may claim of its socket pool (held
+/// only while the batch is built): room for the budget's largest send and
+/// the rest of the batch (summaries, at most 4096 × 20 bytes, and dropped
+/// cells), so the budget, not the pool, cuts it while the pool has room.
+const MAX_BATCH_ROOM: usize = budget::MAX_BURST_BYTES as usize + (128 << 10);
 
 /// Time a new connection has to send `Subscribe` (it holds a viewer slot
 /// meanwhile).
@@ -126,7 +127,7 @@ pub async fn upgrade(
     let address = match peer {
         Some(Extension(PeerGroup(ip))) => match s.viewer_of(ip) {
             Ok(a) => Some(a),
-            Err(e) => return refuse("address_full", e),
+            Err((reason, e)) => return refuse(reason, e),
         },
         None => None,
     };

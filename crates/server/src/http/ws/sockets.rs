@@ -6,10 +6,11 @@
 //! - the whole-world stream's frames (a keyframe: 8.4 MB at 1,048,576
 //!   boids), against `whole_world_bytes`: a viewer whose frames would pass
 //!   it is refused ([`SocketShare::reserve`]);
-//! - the interest stream's batches (at most about 1 MiB each), against
+//! - the interest stream's batches (at most about 1.1 MiB each), against
 //!   `interest_socket_bytes`: a viewer joins with [`INTEREST_FLOOR`]
-//!   reserved, and each batch is cut to what its share and the pool
-//!   still hold ([`SocketShare::claim`], [`SocketShare::settle`]).
+//!   reserved, and each batch, and the budget it is sized by, is held to
+//!   what its share and the pool still hold ([`SocketShare::claim`],
+//!   [`SocketShare::settle`]; `ws/budget.rs`).
 //!
 //! A viewer alone on its stream is never refused.
 
@@ -19,9 +20,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use starling_protocol::{BUSY_CLOSE_MINOR, CloseReason};
 
 /// What an interest viewer reserves as it joins, and the least batch it
-/// may always be sent: most batches are far smaller (250 kB/s at 30 a
-/// second is 8 kB).
-pub const INTEREST_FLOOR: usize = 64 << 10;
+/// may always be sent: room for the largest summaries (4096 cells × 20
+/// bytes before protocol 1.7) and updates besides; most batches are far
+/// smaller (250 kB/s at 30 a second is 8 kB).
+pub const INTEREST_FLOOR: usize = 128 << 10;
 
 /// Which stream a pool counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
