@@ -96,8 +96,9 @@ pub struct Config {
     pub max_viewers: usize,
     /// Most open viewer connections from one remote address (IPv6: one
     /// /56; a reverse proxy counts as one). Default 64, range 1 ..=
-    /// 100000 (above `max_viewers` it changes nothing): a few addresses
-    /// cannot take every viewer slot.
+    /// 100000 (above `max_viewers` it changes nothing, and above
+    /// `max_viewers_per_network` it is held to that: the start warns): a
+    /// few addresses cannot take every viewer slot.
     pub max_viewers_per_ip: usize,
     /// Most open viewer connections from one network, an IPv4 /24 or an
     /// IPv6 /48 (a site's allocation holds 256 /56 blocks, each its own
@@ -136,9 +137,10 @@ pub struct Config {
     pub whole_world_bytes: usize,
     /// The bytes the interest stream's sockets may hold, at most: each
     /// interest viewer's keeps a buffer as large as the largest batch it
-    /// was sent (about 1.1 MiB at most), and reserves 131072 as it joins.
-    /// Batches, and the budgets they are sized by, are held to what is
-    /// left; a subscription that would pass it gets `Close(Busy)` naming
+    /// was sent (about 1.1 MiB at most), and reserves 131072 as it joins,
+    /// so the pool admits at most this / 131072 viewers. Batches, and the
+    /// budgets they are sized by, are held to what is left (never past
+    /// it); a subscription that would pass it gets `Close(Busy)` naming
     /// this setting (a viewer alone on the stream never does). Default
     /// 1073741824 (1 GiB: about 930 viewers' largest batches, so hostile
     /// viewers fill it no sooner than they fill the viewer slots, which

@@ -135,6 +135,9 @@ fn start_bytes_per_boid(minor: u16) -> f32 {
 /// Bytes of a cell update besides its boids (the batch's entry and the
 /// update's header) until measured, and for a full update.
 const UPDATE_OVERHEAD: f32 = (UPDATE_HEADER_BYTES + CELL_UPDATE_HEADER_BYTES) as f32;
+/// Most bytes a compact batch's record adds around an update's header and
+/// fields: its cell and its length, two varints of at most 10 bytes.
+const MAX_RECORD_FRAMING: usize = 20;
 /// The same in a compact batch (1.7): a cell and a length of two bytes
 /// each, and a header of about eight (a full update's, four).
 const COMPACT_UPDATE_OVERHEAD: f32 = 12.0;
@@ -739,11 +742,11 @@ impl ViewerInterest {
         }
     }
 
-    /// Caps the next batches at `room` bytes (the updates stop once it
-    /// is reached: the update that crosses it is the last), and the
-    /// budget's sends with them: a room cutting batches the full set was
-    /// not sized for left most of a view's cells stale for good (the held
-    /// ones' linear updates went first and filled it every time).
+    /// Caps the next batches at `room` bytes (an update that would pass
+    /// it waits), and the budget's sends with them: a room cutting batches
+    /// the full set was not sized for left most of a view's cells stale
+    /// for good (the held ones' linear updates went first and filled it
+    /// every time).
     pub fn set_batch_room(&mut self, room: usize) {
         self.batch_room = room;
         self.budget.cap_burst(room);
@@ -898,7 +901,7 @@ impl ViewerInterest {
         self.budget.spend(self.buf.len());
         let mut measured = Cost::default();
         for &(_, _, c) in &self.order {
-            if !self.budget.can_send() || self.buf.len() >= self.batch_room {
+            if !self.budget.can_send() {
                 break;
             }
             let cell = &self.cells[c as usize];
@@ -913,6 +916,17 @@ impl ViewerInterest {
                 continue;
             };
             let Shared { bytes, batched } = &update.shared;
+            // An update that would take the batch past its socket's room
+            // waits (a smaller one may fit): a batch never passes it, so
+            // neither does what the pool counts.
+            let most = if self.compact {
+                MAX_RECORD_FRAMING + batched.bytes().len() + batched.rest(bytes).len()
+            } else {
+                UPDATE_HEADER_BYTES + bytes.len()
+            };
+            if most > self.batch_room.saturating_sub(self.buf.len()) {
+                continue;
+            }
             // The bytes the batch gains besides the update's fields, and in all.
             let (overhead, added) = if self.compact {
                 match push_compact_update(c, batched, bytes, frames.tick, &mut self.buf) {
@@ -1168,35 +1182,37 @@ mod tests {
             }
         }
         // Back to the whole view, held cells filled again; then its
-        // socket's pool has little room left (`sockets.rs`): the batches
-        // stop at it, past it by the one update that crossed it, and the
-        // viewer is kept up with the cells that fit: none it holds goes
-        // stale (cut without the set shrinking, most of them did).
+        // socket's pool has no room beyond its floor (`sockets.rs`): the
+        // batches never pass it, and the viewer is kept up with the cells
+        // that fit: none it holds goes stale (cut without the set
+        // shrinking, most of them did). Then the pool has room again, and
+        // the view fills again.
         vi.set_view(view);
-        let room = 65_536;
-        for seq in 17..=32 {
+        let room = crate::http::ws::sockets::INTEREST_FLOOR;
+        for seq in 17..=36 {
             let now = Duration::from_secs(seq);
-            vi.set_batch_room(if seq <= 20 { usize::MAX } else { room });
+            let tight = (21..=32).contains(&seq);
+            vi.set_batch_room(if tight { room } else { usize::MAX });
             let set = b.build(seq, &flock(2 * seq), world, 3, &tel).unwrap();
             let batch = vi.send(&set, now, false).batch.expect("a batch");
             vi.budget.sent(batch.len(), Duration::ZERO, now);
             let m = m.as_mut().unwrap();
             m.apply(&batch).unwrap();
-            if seq == 20 {
+            if seq == 20 || seq == 36 {
                 assert!(
                     m.held_cells().count() > 200,
-                    "{} cells held",
+                    "{} cells held at send {seq}",
                     m.held_cells().count()
                 );
             }
-            if seq > 20 {
+            if tight {
                 assert!(
-                    (room / 2..=room + slack).contains(&batch.len()),
+                    (room / 2..=room).contains(&batch.len()),
                     "a batch of {} bytes in a room of {room}",
                     batch.len()
                 );
             }
-            if seq >= 26 {
+            if (26..=32).contains(&seq) {
                 let stale = m
                     .held_cells()
                     .filter(|&c| m.cell(c).is_some_and(|f| f.tick != set.now.tick))
@@ -1205,6 +1221,17 @@ mod tests {
                 assert!(held_boids(m) > 0);
             }
         }
+        // The room holds on its own, whatever the budget allows (a set
+        // kept within its hysteresis may outrun the budget by an update).
+        vi.set_batch_room(room);
+        vi.budget.cap_burst(usize::MAX);
+        let set = b.build(37, &flock(74), world, 3, &tel).unwrap();
+        let batch = vi.send(&set, Duration::from_secs(37), false).batch.unwrap();
+        assert!(
+            (room / 2..=room).contains(&batch.len()),
+            "a batch of {} bytes in a room of {room}",
+            batch.len()
+        );
     }
 
     #[test]

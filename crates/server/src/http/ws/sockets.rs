@@ -149,8 +149,8 @@ impl SocketShare {
 
     /// The message built on a [`Self::claim`] was `used` bytes: the share
     /// keeps what the socket now holds and gives back the rest of the
-    /// claim. (A message may pass its room by the one update that crossed
-    /// it; that is counted too.)
+    /// claim. (A batch never passes its room; a message that did would be
+    /// counted whole.)
     pub fn settle(&mut self, used: usize) {
         let pool = &self.pool;
         let had = self.reserved + self.claimed;
@@ -203,7 +203,7 @@ mod tests {
         a.settle(2 * INTEREST_FLOOR);
         assert_eq!(pool.held(), 3 * INTEREST_FLOOR);
         assert_eq!(b.claim(1 << 20), 2 * INTEREST_FLOOR);
-        // An update that crossed the room is counted as sent.
+        // A message past its room would be counted whole.
         b.settle(2 * INTEREST_FLOOR + 100);
         assert_eq!(pool.held(), 4 * INTEREST_FLOOR + 100);
         // The pool is spent: the next viewer is refused, naming the setting.
