@@ -484,8 +484,8 @@ impl Config {
             })
         };
         let certificates = |field: &str, path: &Path| {
-            let text = read(field, path)?;
-            let found: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&text).collect();
+            let pem = read(field, path)?;
+            let found: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
             match found {
                 Ok(certs) if !certs.is_empty() => Ok(()),
                 Ok(_) => Err(err(

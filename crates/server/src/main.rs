@@ -325,18 +325,24 @@ fn main() -> Result<()> {
 
 fn serve_replay(file: PathBuf, args: &ServeArgs) -> Result<()> {
     let why = "does not apply to a replay: the recording sets the flock";
-    for (flag, given) in [
-        ("--population", args.population.is_some()),
-        ("--seed", args.seed.is_some()),
-        ("--tick-hz", args.tick_hz.is_some()),
-        ("--dims", args.dims.is_some()),
-    ] {
+    for (flag, given) in flock_flags(args) {
         anyhow::ensure!(!given, "{flag} (or {}) {why}", env_of(flag));
     }
     let mut config = config_from(args)?;
     refuse_file_keys(&config, args, &starling_server::config::FLOCK_KEYS, why)?;
     config.replay = Some(file);
     serve_until_signal(config, Mode::Replay)
+}
+
+/// The flags that make a new flock (as the config file's `FLOCK_KEYS`
+/// do), and whether each was given (or its variable).
+fn flock_flags(args: &ServeArgs) -> [(&'static str, bool); 4] {
+    [
+        ("--population", args.population.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--tick-hz", args.tick_hz.is_some()),
+        ("--dims", args.dims.is_some()),
+    ]
 }
 
 /// Refuses a key of the config file that the mode would ignore (its flag
@@ -365,15 +371,11 @@ fn env_of(flag: &str) -> String {
 
 fn serve_edge(args: &ServeArgs) -> Result<()> {
     let why = "does not apply to an edge: the origin runs the flock";
-    for (flag, given) in [
-        ("--population", args.population.is_some()),
-        ("--seed", args.seed.is_some()),
-        ("--tick-hz", args.tick_hz.is_some()),
-        ("--dims", args.dims.is_some()),
+    for (flag, given) in flock_flags(args).into_iter().chain([
         ("--state-file", args.state_file.is_some()),
         ("--checkpoint-every", args.checkpoint_every.is_some()),
         ("--record", args.record.is_some()),
-    ] {
+    ]) {
         anyhow::ensure!(!given, "{flag} (or {}) {why}", env_of(flag));
     }
     let config = config_from(args)?;
@@ -441,16 +443,11 @@ fn config_from(args: &ServeArgs) -> Result<Config> {
     if let Some(v) = args.dims {
         config.params.dims = v;
     }
-    config.flock_flags = [
-        ("--population", args.population.is_some()),
-        ("--seed", args.seed.is_some()),
-        ("--tick-hz", args.tick_hz.is_some()),
-        ("--dims", args.dims.is_some()),
-    ]
-    .into_iter()
-    .filter(|&(_, given)| given)
-    .map(|(flag, _)| format!("{flag} (or {})", env_of(flag)))
-    .collect();
+    config.flock_flags = flock_flags(args)
+        .into_iter()
+        .filter(|&(_, given)| given)
+        .map(|(flag, _)| format!("{flag} (or {})", env_of(flag)))
+        .collect();
     config.state_file = args.state_file.clone().or(config.state_file);
     config.record = args.record.clone().or(config.record);
     for (given, from_file) in [

@@ -53,7 +53,7 @@ pub struct Limits {
     pub whole_world_bytes: usize,
     /// The bytes the interest stream's sockets may hold, at most (each
     /// viewer's keeps a buffer as large as the largest batch it was sent;
-    /// batches are cut to what is left).
+    /// batches, and the budgets they are sized by, are held to what is left).
     pub interest_socket_bytes: usize,
     /// A viewer whose socket accepts nothing for this long is dropped.
     pub stall_timeout: Duration,

@@ -311,6 +311,27 @@ async fn connect_from(
     connect_as(server, from, None).await
 }
 
+/// Asserts that an upgrade was refused before it, with `status` and a
+/// body naming each of `words` (`what`: the attempt, for the panic).
+fn assert_refused(
+    r: Result<Socket, tokio_tungstenite::tungstenite::Error>,
+    status: u16,
+    words: &[&str],
+    what: &str,
+) {
+    match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert_eq!(r.status(), status, "{body}");
+            for word in words {
+                assert!(body.contains(word), "{body}");
+            }
+        }
+        other => panic!("{what}: {:?}", other.map(|_| ())),
+    }
+}
+
 /// [`connect_from`], the upgrade naming `real_ip` in `X-Real-IP` (as a
 /// reverse proxy does).
 async fn connect_as(
@@ -352,14 +373,13 @@ async fn behind_a_trusted_proxy_each_client_it_names_has_its_own_share() {
         ..test_config()
     })
     .await;
-    let refused = |r: Result<Socket, tokio_tungstenite::tungstenite::Error>| match r {
-        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-            let body =
-                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
-            assert_eq!(r.status(), 503, "{body}");
-            assert!(body.contains("max_viewers_per_ip"), "{body}");
-        }
-        other => panic!("a viewer past its address's share: {:?}", other.map(|_| ())),
+    let refused = |r| {
+        assert_refused(
+            r,
+            503,
+            &["max_viewers_per_ip"],
+            "a viewer past its address's share",
+        );
     };
     let mut held = Vec::new();
     // Two clients through the proxy (127.0.0.1): two viewers each.
@@ -403,16 +423,12 @@ async fn one_network_holds_at_most_its_share_of_the_viewer_slots() {
     for from in ["127.0.0.2", "127.0.0.2", "127.0.0.3"] {
         held.push(connect_from(&server, from).await.unwrap());
     }
-    match connect_from(&server, "127.0.0.4").await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-            let body =
-                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
-            assert_eq!(r.status(), 503, "{body}");
-            assert!(body.contains("max_viewers_per_network"), "{body}");
-            assert!(body.contains("127.0.0.0"), "{body}");
-        }
-        other => panic!("a fourth viewer from one network: {:?}", other.map(|_| ())),
-    }
+    assert_refused(
+        connect_from(&server, "127.0.0.4").await,
+        503,
+        &["max_viewers_per_network", "127.0.0.0"],
+        "a fourth viewer from one network",
+    );
     let counted = metric(
         server.addr,
         "starling_viewers_refused_total{reason=\"network_full\"}",
@@ -458,15 +474,12 @@ async fn one_address_holds_at_most_its_share_of_the_viewer_slots() {
             while let Some(Ok(_)) = ws.next().await {}
         }));
     }
-    match connect_from(&server, "127.0.0.1").await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-            assert_eq!(r.status(), 503);
-            let body =
-                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
-            assert!(body.contains("max_viewers_per_ip"), "{body}");
-        }
-        other => panic!("a fourth viewer from one address: {:?}", other.map(|_| ())),
-    }
+    assert_refused(
+        connect_from(&server, "127.0.0.1").await,
+        503,
+        &["max_viewers_per_ip"],
+        "a fourth viewer from one address",
+    );
     // Another address still gets in.
     let _other = connect_from(&server, "127.0.0.2").await.unwrap();
     // One of the first goes (its socket dropped): its address may have
@@ -523,16 +536,12 @@ async fn an_address_reconnecting_in_a_loop_is_refused_past_its_burst_and_others_
             other => break other,
         }
     };
-    match refused {
-        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-            assert_eq!(r.status(), 429);
-            let body =
-                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
-            assert!(body.contains("viewer_connects_per_s"), "{body}");
-            assert!(body.contains("0.05"), "{body}");
-        }
-        other => panic!("a fifth viewer at once: {:?}", other.map(|_| ())),
-    }
+    assert_refused(
+        refused,
+        429,
+        &["viewer_connects_per_s", "0.05"],
+        "a fifth viewer at once",
+    );
     // Counted, by reason.
     let refused = r#"starling_viewers_refused_total{reason="connect_rate"}"#;
     assert_eq!(metric(server.addr, refused).await, Some(1));

@@ -1146,10 +1146,7 @@ mod tests {
             // Held cells' linear updates go before joining cells' full
             // ones, so those held are kept up within the burst.
             if seq >= 10 {
-                let stale = m
-                    .held_cells()
-                    .filter(|&c| m.cell(c).is_some_and(|f| f.tick != set.now.tick))
-                    .count();
+                let stale = stale_cells(m, set.now.tick);
                 assert!(stale <= 1, "{stale} held cells not updated at send {seq}");
             }
         }
@@ -1213,10 +1210,7 @@ mod tests {
                 );
             }
             if (26..=32).contains(&seq) {
-                let stale = m
-                    .held_cells()
-                    .filter(|&c| m.cell(c).is_some_and(|f| f.tick != set.now.tick))
-                    .count();
+                let stale = stale_cells(m, set.now.tick);
                 assert!(stale <= 1, "{stale} held cells not updated at send {seq}");
                 assert!(held_boids(m) > 0);
             }
@@ -1500,6 +1494,13 @@ mod tests {
         }
         let mirrors = mirrors.into_iter().map(Option::unwrap).collect();
         (mirrors, updates, tel.cell_updates_encoded.get())
+    }
+
+    /// Cells `m` holds that are not at `tick`.
+    fn stale_cells(m: &CellMirror, tick: u64) -> usize {
+        m.held_cells()
+            .filter(|&c| m.cell(c).is_some_and(|f| f.tick != tick))
+            .count()
     }
 
     fn held_boids(m: &CellMirror) -> usize {

@@ -332,29 +332,24 @@ async fn serve(
 
     // A viewer counts against its stream's socket bytes until it goes:
     // a whole-world one from the keyframe, an interest one from the floor.
-    let (pool, first, field, full) = match view {
-        Some(_) => (
-            &s.0.interest_sockets,
-            INTEREST_FLOOR,
-            "view",
-            "interest_full",
-        ),
+    let (pool, first) = match view {
+        Some(_) => (&s.0.interest_sockets, INTEREST_FLOOR),
         None => {
             let keyframe = s.state().broadcast.as_ref().map_or(0, |b| b.keyframe.len());
-            (
-                &s.0.whole_world_sockets,
-                keyframe,
-                "region",
-                "whole_world_full",
-            )
+            (&s.0.whole_world_sockets, keyframe)
         }
     };
     let mut socket_share = match SocketShare::join(pool, first, minor) {
         Ok(share) => share,
         Err((reason, detail)) => {
-            s.0.telemetry.viewer_refused(full);
+            s.0.telemetry.viewer_refused(pool.refused_reason());
             let _ = w
-                .send(error_msg(None, ErrorCode::Busy, Some(field), &detail))
+                .send(error_msg(
+                    None,
+                    ErrorCode::Busy,
+                    Some(pool.field()),
+                    &detail,
+                ))
                 .await;
             w.close(reason, &detail).await;
             return;
@@ -463,7 +458,7 @@ async fn serve(
                     // A larger frame than any before (the flock grew) grows
                     // what its socket holds.
                     if let Err((reason, detail)) = socket_share.reserve(bytes.len(), minor) {
-                        s.0.telemetry.viewer_refused("whole_world_full");
+                        s.0.telemetry.viewer_refused(socket_share.pool().refused_reason());
                         break refused(reason, &detail);
                     }
                     frame = Some((b.seq, b.tick, Some(bytes)));

@@ -55,6 +55,22 @@ impl SocketPool {
         }
     }
 
+    /// The subscription's field a refused viewer is told of (its `Error`).
+    pub fn field(&self) -> &'static str {
+        match self.stream {
+            Stream::WholeWorld => "region",
+            Stream::Interest => "view",
+        }
+    }
+
+    /// The refusal's metric label (`viewers_refused`).
+    pub fn refused_reason(&self) -> &'static str {
+        match self.stream {
+            Stream::WholeWorld => "whole_world_full",
+            Stream::Interest => "interest_full",
+        }
+    }
+
     /// The bytes its sockets hold (reserved, and claimed for a message
     /// being built).
     pub fn held(&self) -> usize {
@@ -161,6 +177,11 @@ impl SocketShare {
             pool.held.fetch_sub(had - now, Ordering::SeqCst);
         }
         (self.reserved, self.claimed) = (now, 0);
+    }
+
+    /// Its stream's pool.
+    pub fn pool(&self) -> &SocketPool {
+        &self.pool
     }
 
     /// Gives back a claim that no message used.
